@@ -1,0 +1,183 @@
+"""HLO modules: computations (callees first), the entry, schedule and aliasing config."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .attrs import Attrs
+from .computation import Computation
+from .instruction import Instruction
+from .shape import Shape, ShapeIndex
+
+
+@dataclass(frozen=True)
+class AliasEntry:
+    """An input/output alias: output `output_index` may/must reuse parameter storage."""
+
+    output_index: ShapeIndex
+    parameter_number: int
+    parameter_index: ShapeIndex
+    kind: int = 1  # MAY_ALIAS=1, MUST_ALIAS=2
+
+
+@dataclass(frozen=True)
+class BufferDonor:
+    parameter_number: int
+    parameter_index: ShapeIndex
+
+
+@dataclass
+class ModuleConfig:
+    """The parts of HloModuleConfigProto hloc uses."""
+
+    replica_count: int = 1
+    num_partitions: int = 1
+    seed: int = 0
+    launch_id: int = 0
+    entry_layout: tuple[tuple[Shape, ...], Shape] | None = None  # (param shapes, result shape)
+
+
+@dataclass
+class ProgramShape:
+    parameters: tuple[Shape, ...]
+    result: Shape
+    parameter_names: tuple[str, ...] = field(default=())
+
+
+class Module:
+    """An HLO module: owns computations, gives out unique names and ids."""
+
+    def __init__(self, name: str, *, id: int = 0):
+        self.name = name
+        self.id = id
+        self.computations: list[Computation] = []
+        self.entry: Computation | None = None
+        self.schedule: dict[str, list[str]] | None = None  # computation name -> instruction names
+        self.input_output_alias: tuple[AliasEntry, ...] = ()
+        self.buffer_donors: tuple[BufferDonor, ...] = ()
+        self.config = ModuleConfig()
+        self.frontend_attributes: tuple[tuple[str, str], ...] = ()
+        self._names: set[str] = set()
+        self._next_id = 1
+
+    # ---- ownership ----------------------------------------------------------------------
+    def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:
+        """Add a computation (and register its instructions); callees must be added first."""
+        comp.name = self.unique_name(comp.name) if comp.name in self._names else comp.name
+        self._names.add(comp.name)
+        comp.parent = self
+        if comp.id < 0:
+            comp.id = self._take_id()
+        else:
+            self._next_id = max(self._next_id, comp.id + 1)
+        for instr in comp.instructions:
+            self.register(instr)
+        self.computations.append(comp)
+        if entry:
+            self.entry = comp
+        return comp
+
+    def register(self, instr: Instruction) -> None:
+        """Give an instruction a unique name and id if it lacks them."""
+        if not instr.name or instr.name in self._names:
+            instr.name = self.unique_name(instr.name or instr.opcode.value)
+        self._names.add(instr.name)
+        if instr.id < 0:
+            instr.id = self._take_id()
+        else:
+            self._next_id = max(self._next_id, instr.id + 1)
+
+    def _take_id(self) -> int:
+        nid = self._next_id
+        self._next_id += 1
+        return nid
+
+    def unique_name(self, base: str) -> str:
+        base = re.sub(r"\.\d+$", "", base) or "x"
+        if base not in self._names:
+            return base
+        n = 1
+        while f"{base}.{n}" in self._names:
+            n += 1
+        return f"{base}.{n}"
+
+    def remove_computation(self, comp: Computation) -> None:
+        self.computations.remove(comp)
+        if self.schedule is not None:
+            self.schedule.pop(comp.name, None)
+
+    # ---- queries ------------------------------------------------------------------------
+    def computation(self, name: str) -> Computation:
+        for c in self.computations:
+            if c.name == name:
+                return c
+        raise KeyError(f"no computation {name} in module {self.name}")
+
+    def computation_post_order(self) -> list[Computation]:
+        """Every computation reachable from the entry, callees before callers."""
+        order: list[Computation] = []
+        seen: set[int] = set()
+
+        def visit(c: Computation) -> None:
+            if id(c) in seen:
+                return
+            seen.add(id(c))
+            for callee in c.called_computations():
+                visit(callee)
+            order.append(c)
+
+        if self.entry is not None:
+            visit(self.entry)
+        return order
+
+    def instruction_count(self) -> int:
+        return sum(len(c.instructions) for c in self.computations)
+
+    def program_shape(self) -> ProgramShape:
+        assert self.entry is not None
+        params = self.entry.parameters
+        return ProgramShape(tuple(p.shape for p in params), self.entry.result_shape,
+                            tuple(p.name for p in params))
+
+    # ---- cloning ------------------------------------------------------------------------
+    def clone(self, name: str | None = None) -> Module:
+        """A deep copy sharing nothing mutable; names and ids are preserved."""
+        new = Module(name or self.name, id=self.id)
+        new.input_output_alias = self.input_output_alias
+        new.buffer_donors = self.buffer_donors
+        new.config = ModuleConfig(**vars(self.config))
+        new.frontend_attributes = self.frontend_attributes
+        new.schedule = ({k: list(v) for k, v in self.schedule.items()}
+                        if self.schedule is not None else None)
+        comp_map: dict[int, Computation] = {}
+        for comp in self.computations:
+            copy = clone_computation(comp, comp_map)
+            comp_map[id(comp)] = copy
+            new.add_computation(copy, entry=comp is self.entry)
+        return new
+
+
+def clone_computation(comp: Computation, comp_map: dict[int, Computation] | None = None,
+                      *, name: str | None = None, keep_ids: bool = True) -> Computation:
+    """Copy a computation; called computations are remapped through comp_map when present."""
+    comp_map = comp_map or {}
+    copy = Computation(name or comp.name, is_fusion=comp.is_fusion,
+                       id=comp.id if keep_ids else -1, execution_thread=comp.execution_thread)
+    instr_map: dict[int, Instruction] = {}
+    for instr in comp.post_order():
+        new = Instruction(instr.opcode, instr.shape, [instr_map[id(o)] for o in instr.operands],
+                          name=instr.name, called=[comp_map.get(id(c), c) for c in instr.called],
+                          attrs=instr.attrs, metadata=instr.metadata,
+                          id=instr.id if keep_ids else -1)
+        instr_map[id(instr)] = new
+    # Keep the original instruction order (it is the proto/text order users see).
+    for instr in comp.instructions:
+        new = instr_map[id(instr)]
+        for p in instr.control_predecessors:
+            instr_map[id(p)].add_control_dependency(new)
+        copy.add(new)
+    copy.root = instr_map[id(comp.root)] if comp.root is not None else None
+    return copy
+
+
