@@ -1,0 +1,1 @@
+"""Runtimes: load a bundle and execute it on a device (cpu, cuda, cuda-emulated, interpreter)."""
