@@ -1,0 +1,58 @@
+# hloc developer commands. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JAXENV ?= .jaxenv
+DEMO   ?= mlp
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test lint format proto proto-check samples bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create the virtualenv and install hloc with dev extras
+
+demo: $(STAMP) ## compile and run a sample end to end
+	@mkdir -p demo-out
+	$(VENV)/bin/hloc compile samples/$(DEMO).pb -o demo-out/$(DEMO).bundle --dump-dir demo-out/dump
+	$(VENV)/bin/hloc inspect demo-out/$(DEMO).bundle
+	$(VENV)/bin/hlo-run demo-out/$(DEMO).bundle --inputs samples/$(DEMO).inputs.npz \
+		--expected samples/$(DEMO).expected.npz --benchmark 20
+
+test: $(STAMP) ## run the whole test suite (creates the virtualenv if needed)
+	$(PY) tools/gen_proto.py --check
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP) ## ruff lint
+	$(VENV)/bin/ruff check hloc tests tools benchmarks
+
+format: $(STAMP) ## ruff format
+	$(VENV)/bin/ruff format hloc tests tools benchmarks
+
+proto: $(STAMP) ## regenerate hloc/frontend/gen from proto/*.proto
+	$(PY) tools/gen_proto.py
+
+proto-check: $(STAMP) ## fail if the generated protobuf modules are stale
+	$(PY) tools/gen_proto.py --check
+
+$(JAXENV)/.installed:
+	@test -x $(JAXENV)/bin/python || $(PYTHON) -m venv $(JAXENV)
+	$(JAXENV)/bin/python -m pip install --quiet jax jaxlib ml_dtypes
+	@touch $@
+
+samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs network once)
+	$(JAXENV)/bin/python samples/generate.py --out samples
+
+bench: $(STAMP) ## run the benchmarks (prints tables)
+	$(PY) benchmarks/run.py
+
+clean: ## remove build products (keeps the virtualenvs)
+	rm -rf build dist *.egg-info demo-out .pytest_cache

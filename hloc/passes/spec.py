@@ -1,0 +1,148 @@
+"""Pass spec strings: `inline,simplify,dce,fixpoint(simplify,dce){max-iterations=8},fusion{max-ops=32}`.
+
+Grammar:
+    spec    := item (',' item)*
+    item    := NAME options? | 'fixpoint' '(' spec ')' options?
+    options := '{' NAME '=' VALUE (',' NAME '=' VALUE)* '}'
+Option names use dashes for the dataclass field's underscores; values are converted to the
+field's type (int, float, bool, str).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .base import Pass, lookup_pass
+
+
+@dataclass(frozen=True)
+class Fixpoint:
+    """A group of passes repeated until none changes the module (or max_iterations)."""
+
+    passes: tuple[PassItem, ...]
+    max_iterations: int = 16
+
+    name = "fixpoint"
+
+    def spec(self) -> str:
+        inner = ",".join(p.spec() for p in self.passes)
+        opts = "" if self.max_iterations == 16 else "{max-iterations=%d}" % self.max_iterations
+        return f"fixpoint({inner}){opts}"
+
+
+PassItem = Pass | Fixpoint
+
+_TOKEN = re.compile(r"\s*([A-Za-z_][\w\-.]*|[{}(),=]|[^\s{}(),=]+)")
+
+
+class _Parser:
+    def __init__(self, text: str, source: str):
+        self.text = text
+        self.source = source
+        self.tokens = [m.group(1) for m in _TOKEN.finditer(text) if m.group(1).strip()]
+        self.pos = 0
+
+    def error(self, msg: str) -> InputError:
+        return InputError(f"bad pass spec '{self.text}': {msg}", self.source)
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (expected is not None and tok != expected):
+            want = f"'{expected}'" if expected else "more input"
+            raise self.error(f"expected {want}, found {tok!r}" if tok else f"expected {want} at the end")
+        self.pos += 1
+        return tok
+
+    def parse_list(self, closing: str | None) -> list[PassItem]:
+        items = [self.parse_item()]
+        while self.peek() == ",":
+            self.take(",")
+            items.append(self.parse_item())
+        if self.peek() != closing:
+            raise self.error(f"unexpected {self.peek()!r}")
+        return items
+
+    def parse_options(self) -> dict[str, str]:
+        opts: dict[str, str] = {}
+        if self.peek() != "{":
+            return opts
+        self.take("{")
+        while True:
+            key = self.take()
+            self.take("=")
+            opts[key] = self.take()
+            if self.peek() != ",":
+                break
+            self.take(",")
+        self.take("}")
+        return opts
+
+    def parse_item(self) -> PassItem:
+        name = self.take()
+        if name == "fixpoint":
+            self.take("(")
+            inner = self.parse_list(")")
+            self.take(")")
+            opts = self.parse_options()
+            extra = set(opts) - {"max-iterations"}
+            if extra:
+                raise self.error(f"fixpoint has no option '{sorted(extra)[0]}'")
+            return Fixpoint(tuple(inner), int(opts.get("max-iterations", 16)))
+        cls = lookup_pass(name)
+        if cls is None:
+            raise self.error(f"unknown pass '{name}' (see `hloc passes`)")
+        return make_pass(cls, self.parse_options(), self.error)
+
+
+def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
+    """Instantiate a pass from option strings (or JSON values), converting to the field types."""
+    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    kwargs = {}
+    for key, value in raw.items():
+        f = fields.get(key) or fields.get(key.replace("_", "-"))
+        if f is None:
+            known = ", ".join(sorted(fields)) or "none"
+            raise error(f"pass '{cls.name}' has no option '{key}' (options: {known})")
+        kwargs[f.name] = convert_option(cls.name, key, value, f, error)
+    return cls(**kwargs)
+
+
+def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "1", "yes"):
+                return True
+            if str(value).lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise error(f"option '{key}' of pass '{pass_name}' wants a {kind}, got {value!r}") from None
+
+
+def parse_spec(text: str, source: str = "--passes") -> list[PassItem]:
+    """Parse a spec string into pass instances; InputError naming the problem."""
+    if not text.strip():
+        return []
+    parser = _Parser(text, source)
+    items = parser.parse_list(None)
+    return items
+
+
+def spec_string(items) -> str:
+    return ",".join(item.spec() for item in items)
