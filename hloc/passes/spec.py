@@ -65,6 +65,8 @@ class _Parser:
             self.take(",")
             items.append(self.parse_item())
         if self.peek() != closing:
+            if self.peek() is None:
+                raise self.error(f"expected '{closing}' at the end")
             raise self.error(f"unexpected {self.peek()!r}")
         return items
 

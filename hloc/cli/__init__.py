@@ -1,0 +1,1 @@
+"""Command-line interfaces: `hloc` (main.py) and `hlo-run` (run.py)."""

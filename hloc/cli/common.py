@@ -1,0 +1,67 @@
+"""Shared CLI plumbing: the exit-status contract, error lines, debug switches."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import traceback
+
+import click
+
+from ..errors import HlocError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def debug_enabled(flag: bool = False) -> bool:
+    """--debug or HLOC_DEBUG=1: tracebacks for internal errors, verification after each pass."""
+    return flag or os.environ.get("HLOC_DEBUG", "") not in ("", "0")
+
+
+def setup_logging(debug: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(name)s: %(message)s", stream=sys.stderr)
+
+
+def guarded(prog: str):
+    """Decorate a click command so errors follow the contract.
+
+    HlocError → its one-line message on stderr and its exit code (1 or 2); anything else → exit 3
+    with a one-line summary (full traceback only with --debug / HLOC_DEBUG=1).
+    """
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            debug = debug_enabled(bool(kwargs.get("debug")))
+            try:
+                return fn(*args, **kwargs)
+            except HlocError as e:
+                click.echo(f"{prog}: error: {e}", err=True)
+                sys.exit(e.exit_code)
+            except (click.exceptions.Exit, click.ClickException, click.Abort):
+                raise
+            except KeyboardInterrupt:
+                click.echo(f"{prog}: interrupted", err=True)
+                sys.exit(130)
+            except MemoryError:
+                click.echo(f"{prog}: error: out of memory", err=True)
+                sys.exit(EXIT_INTERNAL)
+            except Exception as e:  # noqa: BLE001 - the contract's exit 3
+                if debug:
+                    traceback.print_exc()
+                click.echo(f"{prog}: internal error: {type(e).__name__}: {e} "
+                           f"(rerun with --debug or HLOC_DEBUG=1 for a traceback)", err=True)
+                sys.exit(EXIT_INTERNAL)
+
+        return run
+
+    return wrap
+
+
+def bad_usage(message: str) -> HlocError:
+    from ..errors import InputError
+
+    return InputError(message)

@@ -1,0 +1,114 @@
+"""`hloc inspect`: what is inside a bundle, for humans (default) and scripts (--json)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import click
+
+from ..errors import InputError
+from ..util.fs import atomic_write
+from .common import guarded
+
+_SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
+
+
+def _array_bytes(entry: dict) -> int:
+    from ..ir import dtypes
+
+    return math.prod(entry["shape"]) * dtypes.info(dtypes.from_name(entry["dtype"])).byte_size
+
+
+def inspect_summary(bundle) -> dict:
+    """The JSON object `hloc inspect --json` prints."""
+    m = bundle.manifest
+    entry = m["entry"]
+    memory = dict(m.get("memory") or {})
+    memory.setdefault("argument_bytes", sum(_array_bytes(p) for p in entry["parameters"]))
+    memory.setdefault("output_bytes", sum(_array_bytes(r) for r in entry["results"]))
+    memory.setdefault("temp_bytes", None)
+    memory.setdefault("constant_bytes", None)
+    thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
+    return {
+        "format_version": m["format_version"],
+        "hloc_version": m.get("hloc_version"),
+        "target": m["target"],
+        "entry": entry,
+        "compiler": m.get("compiler", {}),
+        "input": m.get("input", {}),
+        "memory": memory,
+        "thunks": thunks,
+        "members": {name: info["size"] for name, info in sorted(m.get("members", {}).items())},
+        "notes": m.get("notes", []),
+    }
+
+
+def _sig(entry: dict) -> str:
+    return f"{entry['dtype']}[{','.join(str(d) for d in entry['shape'])}]"
+
+
+def format_summary(s: dict) -> str:
+    t = s["target"]
+    lines = [f"bundle format {s['format_version']}, built by hloc {s['hloc_version']}",
+             f"target: {t.get('kind')}" + "".join(f", {k}={v}" for k, v in sorted(t.items()) if k != "kind"),
+             f"module: {s['input'].get('module_name')} (from {s['input'].get('form')}, "
+             f"sha256 {str(s['input'].get('sha256'))[:16]}…)",
+             f"entry {s['entry']['name']}:"]
+    for p in s["entry"]["parameters"]:
+        lines.append(f"  param {p['index']}: {p['name']:<20} {_sig(p)}")
+    for r in s["entry"]["results"]:
+        lines.append(f"  out{r['index']}: {_sig(r)}")
+    comp = s["compiler"]
+    lines.append(f"compiler flags: {' '.join(comp.get('flags', []))}")
+    lines.append(f"passes run ({len(comp.get('passes', []))}): {', '.join(comp.get('passes', []))}")
+    mem = s["memory"]
+    lines.append("memory: " + ", ".join(f"{k}={v if v is not None else 'n/a'}" for k, v in sorted(mem.items())))
+    if s["thunks"]:
+        lines.append("thunks: " + ", ".join(f"{k}={v}" for k, v in sorted(s["thunks"].items())))
+    lines.append("members:")
+    for name, size in s["members"].items():
+        lines.append(f"  {name:<32} {size:>10} bytes")
+    for note in s["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def extract(bundle, directory: str) -> list[str]:
+    """Write every member to DIRECTORY (names are checked: no absolute or '..' paths)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create directory: {e.strerror}", directory) from None
+    written = []
+    for name in sorted(bundle.manifest.get("members", {})):
+        if not _SAFE_MEMBER.match(name) or ".." in name.split("/"):
+            raise InputError(f"refusing to extract unsafe member name '{name}'", bundle.path)
+        target = os.path.join(directory, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        atomic_write(target, bundle.member(name))
+        written.append(target)
+    return written
+
+
+@click.command()
+@click.argument("bundle_path", metavar="BUNDLE", type=click.Path(dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--extract", "extract_dir", default=None, help="write the bundle's artifacts here")
+@click.option("--debug", is_flag=True, help="tracebacks on internal errors")
+@guarded("hloc")
+def inspect(bundle_path, as_json, extract_dir, debug):
+    """Show a bundle's manifest, signature, passes, memory, thunks and code sizes."""
+    from ..bundle import read_bundle
+
+    bundle = read_bundle(bundle_path)
+    summary = inspect_summary(bundle)
+    if extract_dir:
+        for path in extract(bundle, extract_dir):
+            click.echo(f"wrote {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1, sort_keys=True))
+    else:
+        click.echo(format_summary(summary))

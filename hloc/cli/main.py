@@ -1,0 +1,202 @@
+"""`hloc`: compile, optimize, inspect and convert HLO modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import InputError
+from .common import debug_enabled, guarded, setup_logging
+
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
+
+
+def _opt_level(flags: dict) -> int:
+    chosen = [int(k[1]) for k, v in flags.items() if v]
+    if len(chosen) > 1:
+        raise InputError("give at most one of -O0, -O1, -O2, -O3")
+    return chosen[0] if chosen else 2
+
+
+def opt_level_options(fn):
+    for level in reversed(range(4)):
+        fn = click.option(f"-O{level}", f"O{level}", is_flag=True, help=f"pass set -O{level}"
+                          + (" (default)" if level == 2 else ""))(fn)
+    return fn
+
+
+debug_option = click.option("--debug", is_flag=True, help="tracebacks on internal errors; verify after every pass")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="hloc")
+def cli() -> None:
+    """hloc: an ahead-of-time compiler driver for XLA HLO modules."""
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", required=True, type=click.Path(), help="bundle file to write")
+@click.option("--target", default="cpu", show_default=True, help="cpu, cuda or interpreter")
+@click.option("--cuda-arch", "cuda_arch", multiple=True, help="sm_XX (repeatable; default sm_80)")
+@click.option("--cpu", default=None, help="LLVM CPU name for cross-compiling (e.g. x86-64-v2)")
+@click.option("--cpu-features", default=None, help="LLVM feature string, e.g. +avx2,-avx512f")
+@opt_level_options
+@click.option("--passes", default=None, help="replace the HLO pipeline with a spec string")
+@click.option("--disable-pass", "disable_pass", multiple=True, help="skip a pass (repeatable)")
+@click.option("--pipeline", "pipeline_file", default=None, help="JSON pipeline file")
+@click.option("--dump-dir", default=None, help="dump every stage here (also HLOC_DUMP_DIR)")
+@click.option("--dump-after", default=None, help="regex: only dump HLO after matching passes")
+@click.option("--dump-format", default="text", show_default=True, help="text,proto,dot")
+@click.option("--stop-after", default=None, help="passes, schedule, buffers, thunks, llvm, code")
+@click.option("--time-passes", is_flag=True, help="print a per-pass timing table")
+@debug_option
+@guarded("hloc")
+def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
+            disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
+            time_passes, debug):
+    """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
+    from ..compiler import CompileOptions, compile_model
+    from ..bundle import write_bundle
+
+    setup_logging(debug_enabled(debug))
+    options = CompileOptions(
+        target=target, cuda_archs=tuple(cuda_arch) or ("sm_80",), cpu=cpu, cpu_features=cpu_features,
+        opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
+        disabled_passes=tuple(disable_pass), pipeline_file=pipeline_file, stop_after=stop_after,
+        verify_each_pass=debug_enabled(debug))
+    result = compile_model(model, options, dump_options=_dump_options(dump_dir, dump_after, dump_format))
+    if time_passes:
+        click.echo(result.pass_timing_table, err=True)
+    if result.stopped_after is None:
+        write_bundle(output, manifest=result.manifest, members=result.members)
+
+
+def _dump_options(dump_dir, dump_after, dump_format):
+    from ..dump import DumpOptions
+
+    directory = dump_dir or os.environ.get("HLOC_DUMP_DIR")
+    if not directory:
+        return None
+    return DumpOptions(directory, dump_after, DumpOptions.parse_formats(dump_format))
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option("--passes", default=None, help="pass spec string (default: the -O pipeline)")
+@opt_level_options
+@click.option("--target", default="cpu", show_default=True, help="whose default pipeline to use")
+@click.option("-o", "--output", default=None, help="write .hlo text or .pb proto instead of printing")
+@click.option("--time-passes", is_flag=True, help="print a per-pass timing table")
+@debug_option
+@guarded("hloc")
+def opt(model, passes, O0, O1, O2, O3, target, output, time_passes, debug):
+    """Run HLO passes on MODEL and print (or write) the result."""
+    from ..compiler import CompileOptions, run_passes
+    from ..frontend import load, save
+    from ..ir.printer import print_module
+    from ..ir.verifier import verify
+
+    setup_logging(debug_enabled(debug))
+    module = load(model).module
+    verify(module)
+    options = CompileOptions(target=target, opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}),
+                             passes=passes, verify_each_pass=debug_enabled(debug))
+    runner = run_passes(module, options, None)
+    verify(module)
+    if time_passes:
+        click.echo(runner.timing_table(), err=True)
+    if output:
+        save(module, output, _format_from_extension(output))
+    else:
+        click.echo(print_module(module), nl=False)
+
+
+def _format_from_extension(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    if ext in (".hlo", ".txt"):
+        return "hlo"
+    if ext == ".pb":
+        return "pb"
+    raise InputError(f"cannot tell the output format from '{ext or path}': use .hlo or .pb", path)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", required=True, help="OUT.hlo (text) or OUT.pb (HloModuleProto)")
+@debug_option
+@guarded("hloc")
+def convert(model, output, debug):
+    """Convert MODEL between HLO text and binary HloModuleProto."""
+    from ..frontend import load, save
+
+    fmt = _format_from_extension(output)
+    save(load(model).module, output, fmt)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@debug_option
+@guarded("hloc")
+def verify(model, debug):
+    """Load and verify MODEL; print a summary (computations, instructions, opcode histogram)."""
+    from ..frontend import load
+    from ..ir.verifier import verify as verify_module
+
+    loaded = load(model)
+    module = loaded.module
+    verify_module(module)
+    click.echo(module_summary(module, loaded.form))
+
+
+def module_summary(module, form: str) -> str:
+    hist: dict[str, int] = {}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            hist[instr.opcode.value] = hist.get(instr.opcode.value, 0) + 1
+    lines = [f"module {module.name} ({form}): OK",
+             f"  computations: {len(module.computations)} (entry {module.entry.name})",
+             f"  instructions: {module.instruction_count()}",
+             "  opcodes:"]
+    for op, n in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"    {op:<28} {n}")
+    return "\n".join(lines)
+
+
+@cli.command(name="passes")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable list")
+def passes_cmd(as_json):
+    """List every pass with its description and options."""
+    from ..passes import all_passes
+    from ..passes.base import aliases_of
+
+    rows = []
+    for name, cls in all_passes().items():
+        opts = [{"name": f.name.replace("_", "-"), "type": f.type if isinstance(f.type, str) else f.type.__name__,
+                 "default": f.default} for f in cls.options()]
+        rows.append({"name": name, "aliases": aliases_of(name), "summary": cls.summary(), "options": opts})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        alias = f" (alias: {', '.join(r['aliases'])})" if r["aliases"] else ""
+        click.echo(f"{r['name']}{alias}\n    {r['summary']}")
+        for o in r["options"]:
+            click.echo(f"    {{{o['name']}={o['default']}}}  ({o['type']})")
+
+
+from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
+
+cli.add_command(inspect)
+
+
+def main() -> None:
+    cli(prog_name="hloc")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

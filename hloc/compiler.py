@@ -1,0 +1,176 @@
+"""The compile driver: model file → stages → bundle. `hloc.compile()` is the public entry.
+
+Stages run in the order of architecture.md; each stage's output can be dumped and the run can
+stop after any of them (`--stop-after`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+
+from . import __version__
+from .dump import DumpManager, DumpOptions
+from .errors import InputError, UnsupportedError
+from .ir import Module
+
+log = logging.getLogger("hloc.compiler")
+
+TARGETS = ("cpu", "cuda", "interpreter")
+STAGES = ("passes", "schedule", "buffers", "thunks", "llvm", "code")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that influences the produced bundle (recorded in its manifest)."""
+
+    target: str = "cpu"
+    cuda_archs: tuple[str, ...] = ("sm_80",)
+    cpu: str | None = None
+    cpu_features: str | None = None
+    opt_level: int = 2
+    passes: str | None = None
+    disabled_passes: tuple[str, ...] = ()
+    pipeline_file: str | None = None
+    stop_after: str | None = None
+    verify_each_pass: bool = False
+
+    def manifest_flags(self) -> list[str]:
+        """A canonical, path-free description of the options (deterministic bundles)."""
+        flags = [f"--target={self.target}", f"-O{self.opt_level}"]
+        if self.target == "cuda":
+            flags += [f"--cuda-arch={a}" for a in self.cuda_archs]
+        if self.cpu:
+            flags.append(f"--cpu={self.cpu}")
+        if self.cpu_features:
+            flags.append(f"--cpu-features={self.cpu_features}")
+        if self.passes is not None:
+            flags.append(f"--passes={self.passes}")
+        flags += [f"--disable-pass={p}" for p in sorted(self.disabled_passes)]
+        return flags
+
+
+@dataclass
+class CompileResult:
+    """What a compile produced: the bundle contents plus diagnostics."""
+
+    module: Module
+    manifest: dict
+    members: dict[str, bytes]
+    pass_timing_table: str = ""
+    passes_run: list[str] = field(default_factory=list)
+    stopped_after: str | None = None
+
+
+def read_file(path: str, what: str) -> bytes:
+    """Read a whole input file; a clean InputError for every OS-level failure."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory, not a file", path) from None
+    except FileNotFoundError:
+        raise InputError(f"no such {what} file", path) from None
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror}", path) from None
+
+
+def build_pipeline(options: CompileOptions):
+    from .passes.pipeline_file import load_pipeline_file
+    from .passes.pipelines import default_pipeline
+    from .passes.spec import parse_spec
+
+    if options.pipeline_file and options.passes is not None:
+        raise InputError("--passes and --pipeline are mutually exclusive")
+    if options.pipeline_file:
+        return load_pipeline_file(options.pipeline_file)
+    if options.passes is not None:
+        return parse_spec(options.passes)
+    return default_pipeline(options.target, options.opt_level)
+
+
+def run_passes(module: Module, options: CompileOptions, dump: DumpManager | None):
+    from .passes.pipeline import PassRunner
+    from .passes.pipelines import check_disabled
+
+    runner = PassRunner(build_pipeline(options), verify=options.verify_each_pass,
+                        disabled=check_disabled(options.disabled_passes), dump=dump)
+    runner.run(module)
+    return runner
+
+
+def signature(module: Module) -> dict:
+    """The entry signature recorded in the manifest."""
+
+    def array_entry(shape, **extra):
+        layout = list(shape.layout.minor_to_major) if shape.layout is not None else None
+        return {**extra, "dtype": shape.dtype.name, "shape": list(shape.dims), "layout": layout}
+
+    params = [array_entry(p.shape, name=p.name, index=p.attrs.parameter_number)
+              for p in module.entry.parameters]
+    result = module.entry.result_shape
+    results = [array_entry(s, index=i) for i, (_, s) in enumerate(result.leaves())]
+    return {"name": module.entry.name, "parameters": params, "results": results,
+            "result_is_tuple": result.is_tuple}
+
+
+def _check_target(options: CompileOptions) -> None:
+    if options.target not in TARGETS:
+        raise InputError(f"unknown target '{options.target}' (choose from {', '.join(TARGETS)})")
+    if options.stop_after is not None and options.stop_after not in STAGES:
+        raise InputError(f"unknown --stop-after stage '{options.stop_after}' "
+                         f"(choose from {', '.join(STAGES)})")
+    if options.target != "interpreter":
+        raise UnsupportedError(
+            f"target '{options.target}': native code generation is not implemented in this build; "
+            f"use --target interpreter")
+
+
+def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
+                  data: bytes | None = None) -> CompileResult:
+    """Compile the model file at `path` (any input form) into bundle contents."""
+    from .frontend import load_bytes, module_to_proto
+    from .ir.printer import print_module
+    from .ir.verifier import verify
+
+    _check_target(options)
+    data = read_file(path, 'model') if data is None else data
+    loaded = load_bytes(data, path)
+    module = loaded.module
+    verify(module)
+    dump = DumpManager(dump_options, module.name) if dump_options else None
+    if dump:
+        dump.module("before_optimizations", module, stage="frontend")
+    runner = run_passes(module, options, dump)
+    verify(module)
+    if dump:
+        dump.module("after_optimizations", module, stage="passes")
+        dump.finish()
+    members = {
+        "module.pb": module_to_proto(module).SerializeToString(deterministic=True),
+        "module.hlo": print_module(module).encode(),
+    }
+    manifest = {
+        "format_version": "1.0",
+        "hloc_version": __version__,
+        "target": {"kind": options.target},
+        "entry": signature(module),
+        "compiler": {"version": __version__, "flags": options.manifest_flags(),
+                     "passes": runner.ran, "opt_level": options.opt_level},
+        "input": {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
+                  "module_name": module.name},
+        "notes": [],
+    }
+    return CompileResult(module, manifest, members, runner.timing_table(), runner.ran,
+                         options.stop_after)
+
+
+def compile(path: str, output: str, options: CompileOptions | None = None,
+            dump_options: DumpOptions | None = None) -> CompileResult:
+    """Compile `path` and write the bundle to `output` atomically."""
+    from .bundle import write_bundle
+
+    result = compile_model(path, options or CompileOptions(), dump_options=dump_options)
+    write_bundle(output, manifest=result.manifest, members=result.members)
+    return result

@@ -1,0 +1,98 @@
+"""Loading a bundle for execution: `hloc.runtime.load(path, device)` → an Executable.
+
+Devices are a registry: each maps a bundle to an Executable with `run(args) -> list[ndarray]`
+and `run_profiled(args) -> (outputs, [ProfileRow])`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+# device name -> (targets it can run, factory(bundle) -> Executable)
+_DEVICES: dict[str, tuple[frozenset[str], Callable]] = {}
+
+
+def register_device(name: str, targets: frozenset[str]):
+    def add(factory):
+        _DEVICES[name] = (targets, factory)
+        return factory
+
+    return add
+
+
+@dataclass
+class ProfileRow:
+    """Time spent in one thunk (or, on the interpreter, one entry instruction)."""
+
+    name: str
+    kind: str
+    ops: str
+    count: int = 0
+    seconds: float = 0.0
+
+
+def default_device(target: str) -> str:
+    return {"interpreter": "interpreter", "cpu": "cpu", "cuda": "cuda"}.get(target, target)
+
+
+def load(path: str, device: str | None = None):
+    """Read and check a bundle, then prepare it on `device` (default: the bundle's target)."""
+    from ..bundle import read_bundle
+
+    bundle = read_bundle(path)
+    target = bundle.manifest["target"]["kind"]
+    device = device or default_device(target)
+    if device not in _DEVICES:
+        raise InputError(f"unknown device '{device}' (choose from {', '.join(sorted(_DEVICES))})")
+    targets, factory = _DEVICES[device]
+    if target not in targets:
+        raise InputError(f"bundle was compiled for target '{target}' and cannot run on device "
+                         f"'{device}' (it runs on: {', '.join(d for d, (t, _) in sorted(_DEVICES.items()) if target in t)})",
+                         path)
+    return factory(bundle)
+
+
+class InterpreterExecutable:
+    """Runs the bundle's optimized HLO on the NumPy reference interpreter."""
+
+    device = "interpreter"
+
+    def __init__(self, bundle):
+        from ..frontend import module_from_bytes
+
+        self.bundle = bundle
+        self.module = module_from_bytes(bundle.member("module.pb"), f"{bundle.path}:module.pb")
+
+    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        from .interpreter import evaluate
+
+        return evaluate(self.module, args).flatten()
+
+    def run_profiled(self, args: list[np.ndarray]):
+        """Evaluate the entry computation instruction by instruction, timing each."""
+        from .interpreter import evaluate_computation, registry, to_literal, to_value
+        from ..ir import Opcode
+
+        entry = self.module.entry
+        values: dict[int, object] = {}
+        rows: list[ProfileRow] = []
+        ctx = registry.Context(evaluate_computation)
+        params = entry.parameters
+        for p, a in zip(params, args, strict=True):
+            values[id(p)] = to_value(p.shape, a)
+        for instr in entry.post_order():
+            if instr.opcode == Opcode.PARAMETER:
+                continue
+            start = time.perf_counter()
+            values[id(instr)] = registry.lookup(instr)(ctx, instr, [values[id(o)] for o in instr.operands])
+            rows.append(ProfileRow(instr.name, instr.opcode.value, instr.name, 1, time.perf_counter() - start))
+        return to_literal(entry.result_shape, values[id(entry.root)]).flatten(), rows
+
+
+register_device("interpreter", frozenset({"interpreter", "cpu", "cuda"}))(InterpreterExecutable)

@@ -1,0 +1,58 @@
+"""Shared test fixtures: the sample corpus and helpers to build small modules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def sample_names(sub: str = "") -> list[str]:
+    """Sample base names that have a .pb (e.g. 'mlp', 'ops/divide_s32_edges')."""
+    base = SAMPLES / sub if sub else SAMPLES
+    if not base.is_dir():
+        return []
+    prefix = f"{sub}/" if sub else ""
+    return sorted(prefix + p.name[: -len(".pb")] for p in base.glob("*.pb") if not p.name.endswith(".opt.pb"))
+
+
+def require_samples() -> None:
+    if not sample_names():
+        if IN_CI:
+            pytest.fail("samples/ is empty: the sample corpus must be committed")
+        pytest.skip("no samples generated")
+
+
+def sample_meta(name: str) -> dict:
+    return json.loads((SAMPLES / f"{name}.json").read_text())
+
+
+def sample_arrays(name: str, kind: str) -> list[np.ndarray]:
+    """Inputs ('inputs') or expected outputs ('expected') with bit patterns restored to their dtype."""
+    from hloc.ir import dtypes
+
+    meta = sample_meta(name)
+    entries = meta["params"] if kind == "inputs" else meta["outputs"]
+    prefix = "arg" if kind == "inputs" else "out"
+    with np.load(SAMPLES / f"{name}.{kind}.npz") as z:
+        arrays = [z[f"{prefix}{i}"] for i in range(len(entries))]
+    out = []
+    for arr, e in zip(arrays, entries, strict=True):
+        dt = dtypes.to_numpy(dtypes.from_name(e["dtype"]))
+        if arr.dtype != dt:
+            arr = arr.view(dt) if arr.dtype.itemsize == dt.itemsize else arr.astype(dt)
+        out.append(arr.reshape(e["shape"]))
+    return out
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
