@@ -100,21 +100,6 @@ def run_passes(module: Module, options: CompileOptions, dump: DumpManager | None
     return runner
 
 
-def signature(module: Module) -> dict:
-    """The entry signature recorded in the manifest."""
-
-    def array_entry(shape, **extra):
-        layout = list(shape.layout.minor_to_major) if shape.layout is not None else None
-        return {**extra, "dtype": shape.dtype.name, "shape": list(shape.dims), "layout": layout}
-
-    params = [array_entry(p.shape, name=p.name, index=p.attrs.parameter_number)
-              for p in module.entry.parameters]
-    result = module.entry.result_shape
-    results = [array_entry(s, index=i) for i, (_, s) in enumerate(result.leaves())]
-    return {"name": module.entry.name, "parameters": params, "results": results,
-            "result_is_tuple": result.is_tuple}
-
-
 def _check_target(options: CompileOptions) -> None:
     if options.target not in TARGETS:
         raise InputError(f"unknown target '{options.target}' (choose from {', '.join(TARGETS)})")
@@ -131,6 +116,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
                   data: bytes | None = None) -> CompileResult:
     """Compile the model file at `path` (any input form) into bundle contents."""
     from .frontend import load_bytes, module_to_proto
+    from .bundle.manifest import entry_section
     from .ir.printer import print_module
     from .ir.verifier import verify
 
@@ -155,7 +141,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         "format_version": "1.0",
         "hloc_version": __version__,
         "target": {"kind": options.target},
-        "entry": signature(module),
+        "entry": entry_section(module),
         "compiler": {"version": __version__, "flags": options.manifest_flags(),
                      "passes": runner.ran, "opt_level": options.opt_level},
         "input": {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,

@@ -43,6 +43,10 @@ def guarded(prog: str):
                 sys.exit(e.exit_code)
             except (click.exceptions.Exit, click.ClickException, click.Abort):
                 raise
+            except BrokenPipeError:
+                # The reader went away (e.g. `| head`): not an error of ours.
+                sys.stderr.close()
+                sys.exit(EXIT_OK)
             except KeyboardInterrupt:
                 click.echo(f"{prog}: interrupted", err=True)
                 sys.exit(130)

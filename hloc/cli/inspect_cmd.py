@@ -88,7 +88,7 @@ def extract(bundle, directory: str) -> list[str]:
             raise InputError(f"refusing to extract unsafe member name '{name}'", bundle.path)
         target = os.path.join(directory, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        atomic_write(target, bundle.member(name))
+        atomic_write(target, bundle.members[name])
         written.append(target)
     return written
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .literal import Literal
+from .shape import Shape
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ class Attrs:
     custom_call_target: str | None = None
     custom_call_api_version: int | None = None
     custom_call_has_side_effect: bool | None = None
+    # custom-call `operand_layout_constraints={...}` (proto: constrain_layout + operand_shapes_with_layout)
+    operand_layout_constraints: tuple[Shape, ...] | None = None
     backend_config: str | None = None
     dot_dnums: DotDimensionNumbers | None = None
     fft_type: int | None = None  # FftType

@@ -59,13 +59,17 @@ class Module:
         self.config = ModuleConfig()
         self.frontend_attributes: tuple[tuple[str, str], ...] = ()
         self._names: set[str] = set()
+        # Computations have their own namespace (as in XLA): a computation and an instruction
+        # may share a name, e.g. JAX's `sort.2` computation next to a `sort.2` parameter.
+        self._comp_names: set[str] = set()
         self._next_id = 1
 
     # ---- ownership ----------------------------------------------------------------------
     def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:
         """Add a computation (and register its instructions); callees must be added first."""
-        comp.name = self.unique_name(comp.name) if comp.name in self._names else comp.name
-        self._names.add(comp.name)
+        if comp.name in self._comp_names:
+            comp.name = _unique_in(comp.name, self._comp_names)
+        self._comp_names.add(comp.name)
         comp.parent = self
         if comp.id < 0:
             comp.id = self._take_id()
@@ -94,13 +98,8 @@ class Module:
         return nid
 
     def unique_name(self, base: str) -> str:
-        base = re.sub(r"\.\d+$", "", base) or "x"
-        if base not in self._names:
-            return base
-        n = 1
-        while f"{base}.{n}" in self._names:
-            n += 1
-        return f"{base}.{n}"
+        """A fresh instruction name derived from base (computations: add_computation renames)."""
+        return _unique_in(base, self._names)
 
     def remove_computation(self, comp: Computation) -> None:
         self.computations.remove(comp)
@@ -156,6 +155,16 @@ class Module:
             comp_map[id(comp)] = copy
             new.add_computation(copy, entry=comp is self.entry)
         return new
+
+
+def _unique_in(base: str, taken: set[str]) -> str:
+    base = re.sub(r"\.\d+$", "", base) or "x"
+    if base not in taken:
+        return base
+    n = 1
+    while f"{base}.{n}" in taken:
+        n += 1
+    return f"{base}.{n}"
 
 
 def clone_computation(comp: Computation, comp_map: dict[int, Computation] | None = None,

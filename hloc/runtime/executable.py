@@ -64,10 +64,10 @@ class InterpreterExecutable:
     device = "interpreter"
 
     def __init__(self, bundle):
-        from ..frontend import module_from_bytes
+        from ..frontend import load_bytes
 
         self.bundle = bundle
-        self.module = module_from_bytes(bundle.member("module.pb"), f"{bundle.path}:module.pb")
+        self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         from .interpreter import evaluate

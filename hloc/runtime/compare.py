@@ -1,0 +1,205 @@
+"""Comparing result arrays against expected ones, and summarizing arrays for people.
+
+Split out of `io.py` (which re-exports everything here) to keep files small. Rules:
+floats (and complex) pass where |a - e| <= atol + rtol * |e| (numpy's isclose), NaN must meet
+NaN and an infinity the same infinity; integers and predicates must be equal; a type or shape
+difference fails the output outright. Errors are computed in float64 / complex128. The max
+relative error is taken over elements whose expected value is finite and non-zero; NaN/Inf
+mismatches are counted but excluded from the max errors (they are named in the note).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ..ir import dtypes
+
+# dtype name -> (rtol, atol) used when the caller gives none. Wide enough for differences in
+# transcendental approximations and summation order, a few ulps for the narrow types.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "f64": (1e-9, 1e-12),
+    "c128": (1e-9, 1e-12),
+    "f32": (1e-4, 1e-5),
+    "c64": (1e-4, 1e-5),
+    "f16": (1e-2, 1e-3),
+    "bf16": (2e-2, 1e-2),
+}
+for _d in dtypes._TABLE:
+    if _d.kind == "float" and _d.name not in DEFAULT_TOLERANCES:
+        _eps = float(ml_dtypes.finfo(_d.np_dtype).eps)
+        DEFAULT_TOLERANCES[_d.name] = (2 * _eps, 2 * _eps)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """The comparison of one output: errors, mismatch count and the first mismatch."""
+
+    index: int
+    type_text: str  # e.g. "f32[4,3]"
+    size: int
+    ok: bool
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    first_mismatch: tuple[int, ...] | None = None
+    first_values: str = ""  # "actual vs expected" at first_mismatch
+    rtol: float = 0.0
+    atol: float = 0.0
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """All outputs' checks; `ok` when every output matches, `format()` is a text table."""
+
+    checks: tuple[OutputCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def format(self) -> str:
+        header = ("output", "type", "max abs err", "max rel err", "mismatches", "status")
+        rows = [header] + [_row(c) for c in self.checks]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+                 for r in rows]
+        failed = sum(not c.ok for c in self.checks)
+        lines.append(f"{'OK' if not failed else 'FAIL'}: {len(self.checks) - failed} of "
+                     f"{len(self.checks)} output(s) match")
+        return "\n".join(lines)
+
+
+def _row(c: OutputCheck) -> tuple[str, ...]:
+    status = "ok" if c.ok else "MISMATCH"
+    if c.first_mismatch is not None:
+        status += f" at {list(c.first_mismatch)}: {c.first_values}"
+    if c.note:
+        status += f" ({c.note})"
+    return (f"out{c.index}", c.type_text, f"{c.max_abs:.3e}", f"{c.max_rel:.3e}",
+            f"{c.mismatches} / {c.size}", status)
+
+
+def describe(arr: np.ndarray) -> str:
+    """HLO-style type text of an array, e.g. f32[3,4] (numpy's name if XLA has none)."""
+    return f"{_type_name(arr.dtype)}[{','.join(map(str, arr.shape))}]"
+
+
+def _type_name(dt: np.dtype) -> str:
+    try:
+        return dtypes.name(dtypes.from_numpy(dt.newbyteorder("=")))
+    except ValueError:
+        return str(dt)
+
+
+def compare_arrays(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], *,
+                   rtol: float | None = None, atol: float | None = None) -> Report:
+    """Compare two equally long lists of arrays output by output."""
+    if len(actual) != len(expected):
+        raise ValueError(f"{len(actual)} actual outputs but {len(expected)} expected")
+    checks = (_check(i, np.asarray(a), np.asarray(e), rtol, atol)
+              for i, (a, e) in enumerate(zip(actual, expected, strict=True)))
+    return Report(tuple(checks))
+
+
+def _check(index: int, a: np.ndarray, e: np.ndarray, rtol: float | None,
+           atol: float | None) -> OutputCheck:
+    text = describe(a)
+    if a.dtype != e.dtype or a.shape != e.shape:
+        return OutputCheck(index, text, a.size, ok=False, note=f"expected {describe(e)}")
+    if _kind(a.dtype) in ("float", "complex"):
+        default = DEFAULT_TOLERANCES.get(_type_name(a.dtype), (1e-4, 1e-5))
+        rtol = default[0] if rtol is None else rtol
+        atol = default[1] if atol is None else atol
+        bad, diff, finite = _float_mismatch(a, e, rtol, atol)
+    else:
+        rtol = atol = 0.0
+        bad = a != e
+        diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        finite = np.ones(a.shape, bool)
+    e_abs = np.abs(_wide(e))
+    return _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol)
+
+
+def _kind(dt: np.dtype) -> str:
+    """"pred", "int", "uint", "float" or "complex" (numpy's view for types XLA lacks)."""
+    try:
+        return dtypes.info(dtypes.from_numpy(dt.newbyteorder("="))).kind
+    except ValueError:
+        return {"b": "pred", "i": "int", "u": "uint", "c": "complex"}.get(dt.kind, "float")
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # signaling NaNs warn when widened; they stay NaN
+        return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
+def _float_mismatch(a: np.ndarray, e: np.ndarray, rtol: float, atol: float):
+    """(bad mask, |a-e|, both-finite mask) under the isclose rule with NaN/Inf matching."""
+    a64, e64 = _wide(a), _wide(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a64 - e64)
+    finite = np.isfinite(a64) & np.isfinite(e64)
+    diff = np.where(finite, diff, 0.0)
+    close = finite & (diff <= atol + rtol * np.abs(np.where(finite, e64, 0)))
+    both_nan = np.isnan(a64) & np.isnan(e64)
+    same_inf = ~finite & ~np.isnan(a64) & ~np.isnan(e64) & (a64 == e64)
+    return ~(close | both_nan | same_inf), diff, finite
+
+
+def _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol) -> OutputCheck:
+    count = int(np.count_nonzero(bad))
+    max_abs = float(diff[finite].max()) if finite.any() else 0.0
+    rel_mask = finite & (e_abs != 0)
+    max_rel = float((diff[rel_mask] / e_abs[rel_mask]).max()) if rel_mask.any() else 0.0
+    first, values, note = None, "", ""
+    if count:
+        first = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(bad)[0]), a.shape))
+        values = f"{_fmt(a[first], a.dtype)} vs {_fmt(e[first], e.dtype)}"
+        nonfinite = int(np.count_nonzero(bad & ~finite))
+        note = f"{nonfinite} NaN/Inf mismatch(es)" if nonfinite else ""
+    return OutputCheck(index, text, int(a.size), count == 0, count, max_abs, max_rel, first,
+                       values, float(rtol), float(atol), note)
+
+
+def _fmt(x, dt: np.dtype) -> str:
+    kind = _kind(dt)
+    if kind == "pred":
+        return "true" if x else "false"
+    if kind == "complex":
+        return f"{complex(x):.6g}"
+    if kind in ("int", "uint"):
+        return str(int(x))
+    return f"{float(x):.6g}"
+
+
+def summarize(arrays: Sequence[np.ndarray], *, first: int = 6) -> str:
+    """One line per output: name, type, statistics and the first few values."""
+    return "\n".join(_summary_line(i, np.asarray(a), first) for i, a in enumerate(arrays))
+
+
+def _summary_line(index: int, arr: np.ndarray, first: int) -> str:
+    head = f"out{index}  {describe(arr)}"
+    if arr.size == 0:
+        return f"{head}  (empty)"
+    flat = arr.reshape(-1)
+    values = ", ".join(_fmt(x, arr.dtype) for x in flat[:first]) + (", ..." if arr.size > first else "")
+    return f"{head}  {_stats(arr)}  [{values}]"
+
+
+def _stats(arr: np.ndarray) -> str:
+    if arr.dtype == np.bool_:
+        return f"true={int(np.count_nonzero(arr))}/{arr.size}"
+    wide = _wide(arr)
+    if wide.dtype.kind == "c":
+        return f"mean={complex(wide.mean()):.4g} max|x|={float(np.abs(wide).max()):.4g}"
+    finite = wide[np.isfinite(wide)]
+    nonfinite = arr.size - finite.size
+    extra = f" nan/inf={nonfinite}" if nonfinite else ""
+    if finite.size == 0:
+        return "no finite values" + extra
+    return (f"min={finite.min():.4g} max={finite.max():.4g} mean={finite.mean():.4g}" + extra)

@@ -1,0 +1,327 @@
+"""Contractions and linear algebra: dot, convolution, fft, triangular-solve, cholesky.
+
+Precision follows XLA's CPU backend: f32 and narrower floats (bf16, f16, f8) are computed in f32
+and rounded once to the result type; f64 in f64; integers with wrap-around (computed in 64 bits,
+which gives the same residues); pred contractions are "any(a and b)".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ...ir import Opcode, TriangularSolveOptions, Window, WindowDimension
+from .control import custom_call_target
+from .reduce import dilate_and_pad
+from .registry import impl
+
+
+def compute_dtype(*dtypes: np.dtype) -> np.dtype:
+    """The dtype a contraction over `dtypes` (operands and result) is carried out in."""
+    kinds = {d.kind for d in dtypes}
+    if "c" in kinds:
+        return np.dtype(np.complex128 if any(d == np.complex128 for d in dtypes) else np.complex64)
+    if any(d.kind == "f" and d.itemsize == 8 for d in dtypes):
+        return np.dtype(np.float64)
+    if kinds <= {"i", "u", "b"}:
+        return np.dtype(np.uint64 if "u" in kinds and "i" not in kinds else np.int64)
+    return np.dtype(np.float32)
+
+
+def _finish(value: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    if out_dtype == np.bool_:
+        return value != 0
+    if out_dtype.kind in "iu" or (out_dtype.kind == "V" and "int" in out_dtype.name):
+        # Integer results wrap: go through a 64-bit two's complement view.
+        return value.astype(np.int64 if value.dtype.kind != "u" else np.uint64).astype(out_dtype)
+    return value.astype(out_dtype)
+
+
+@impl(Opcode.DOT)
+def dot(ctx, instr, ops):
+    lhs, rhs = ops
+    dn = instr.attrs.dot_dnums
+    out_dtype = instr.shape.np_dtype
+    cdt = compute_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    lb, lc = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
+    rb, rc = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
+    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    batch = [lhs.shape[d] for d in lb]
+    m = math.prod(lhs.shape[d] for d in lf)
+    n = math.prod(rhs.shape[d] for d in rf)
+    k = math.prod(lhs.shape[d] for d in lc)
+    a = np.transpose(lhs, lb + lf + lc).astype(cdt).reshape(math.prod(batch), m, k)
+    b = np.transpose(rhs, rb + rc + rf).astype(cdt).reshape(math.prod(batch), k, n)
+    with np.errstate(all="ignore"):
+        out = np.matmul(a, b)
+    return _finish(out, out_dtype).reshape(instr.shape.dims)
+
+
+# ---- convolution -----------------------------------------------------------------------------
+
+@impl(Opcode.CONVOLUTION)
+def convolution(ctx, instr, ops):
+    lhs, rhs = ops
+    dn = instr.attrs.conv_dnums
+    out_dtype = instr.shape.np_dtype
+    cdt = compute_dtype(lhs.dtype, rhs.dtype, out_dtype)
+    window = instr.attrs.window
+    x = np.transpose(lhs, [dn.input_batch_dimension, dn.input_feature_dimension,
+                           *dn.input_spatial_dimensions]).astype(cdt)
+    w = np.transpose(rhs, [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
+                           *dn.kernel_spatial_dimensions]).astype(cdt)
+    reversed_axes = tuple(2 + i for i, wd in enumerate(window.dims) if wd.window_reversal)
+    if reversed_axes:
+        w = np.flip(w, reversed_axes)
+    out_perm = [dn.output_batch_dimension, dn.output_feature_dimension, *dn.output_spatial_dimensions]
+    out_spatial = [instr.shape.dims[d] for d in dn.output_spatial_dimensions]
+    out = _conv_nchw(x, w, window, out_spatial, instr.attrs.feature_group_count or 1,
+                     instr.attrs.batch_group_count or 1)
+    return _finish(np.transpose(out, np.argsort(out_perm)), out_dtype)
+
+
+def _patches(x: np.ndarray, window: Window, out_spatial: list[int]) -> np.ndarray:
+    """(N, C, *out_spatial, *kernel): the input element under every kernel tap of every output."""
+    trivial = WindowDimension(size=1)
+    xp, _ = dilate_and_pad(x, Window((trivial, trivial) + tuple(window.dims)), np.zeros((), x.dtype))
+    spans = [(w.size - 1) * w.window_dilation + 1 for w in window.dims]
+    ns = len(spans)
+    kernel = tuple(w.size for w in window.dims)
+    if 0 in out_spatial or any(p < s for p, s in zip(xp.shape[2:], spans, strict=False)):
+        return np.zeros(x.shape[:2] + tuple(out_spatial) + kernel, x.dtype)
+    view = np.lib.stride_tricks.sliding_window_view(xp, spans, axis=tuple(range(2, 2 + ns)))
+    sel = (slice(None), slice(None)) + tuple(slice(0, o * w.stride, w.stride)
+                                             for o, w in zip(out_spatial, window.dims, strict=False))
+    sel += tuple(slice(None, None, w.window_dilation) for w in window.dims)
+    return view[sel]
+
+
+def _conv_nchw(x, w, window, out_spatial, groups, batch_groups):
+    """Grouped convolution as one batched matmul of patches (im2col) by the kernel."""
+    n, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    nb, og = n // batch_groups, o // (groups * batch_groups)
+    ns = len(out_spatial)
+    p = _patches(x, window, out_spatial)
+    po, pk = math.prod(out_spatial), math.prod(w.shape[2:])
+    # (BG, Nb, G, Cg, *O, *K) -> (BG, G, Nb * O, Cg * K)
+    p = p.reshape((batch_groups, nb, groups, cg) + p.shape[2:])
+    spatial = list(range(4, 4 + ns))
+    kernel = list(range(4 + ns, 4 + 2 * ns))
+    p = np.transpose(p, [0, 2, 1] + spatial + [3] + kernel).reshape(batch_groups, groups, nb * po, cg * pk)
+    k = w.reshape((batch_groups, groups, og, cg * pk)).transpose(0, 1, 3, 2)
+    with np.errstate(all="ignore"):
+        out = np.matmul(p, k)  # (BG, G, Nb*O, Og)
+    out = out.reshape((batch_groups, groups, nb) + tuple(out_spatial) + (og,))
+    out = np.transpose(out, [2, 0, 1, 3 + ns] + list(range(3, 3 + ns)))
+    return out.reshape((nb, o) + tuple(out_spatial))
+
+
+# ---- fft -------------------------------------------------------------------------------------
+
+_FFT, _IFFT, _RFFT, _IRFFT = 0, 1, 2, 3
+
+
+@impl(Opcode.FFT)
+def fft(ctx, instr, ops):
+    (x,) = ops
+    lengths = tuple(instr.attrs.fft_length)
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    kind = instr.attrs.fft_type or 0
+    if 0 in instr.shape.dims or 0 in x.shape:
+        return np.zeros(instr.shape.dims, instr.shape.np_dtype)
+    if kind == _FFT:
+        out = np.fft.fftn(x, axes=axes)
+    elif kind == _IFFT:
+        out = np.fft.ifftn(x, axes=axes)
+    elif kind == _RFFT:
+        out = np.fft.rfftn(x, s=lengths, axes=axes)
+    else:
+        out = np.fft.irfftn(x, s=lengths, axes=axes)
+    return out.astype(instr.shape.np_dtype)
+
+
+# ---- linear algebra --------------------------------------------------------------------------
+
+def _wide(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
+
+
+def _substitute(m: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
+    """Solve m @ x = b for triangular m by substitution (batched over leading dims)."""
+    size = m.shape[-1]
+    x = np.zeros(np.broadcast_shapes(m.shape[:-2], b.shape[:-2]) + b.shape[-2:], b.dtype)
+    rows = range(size) if lower else range(size - 1, -1, -1)
+    with np.errstate(all="ignore"):
+        for i in rows:
+            done = slice(0, i) if lower else slice(i + 1, size)
+            acc = b[..., i, :] - np.einsum("...k,...kn->...n", m[..., i, done], x[..., done, :])
+            x[..., i, :] = acc / m[..., i, i][..., None]
+    return x
+
+
+def solve_triangular(a, b, opt: TriangularSolveOptions, out_dtype) -> np.ndarray:
+    """op(a) @ x = b (left_side) or x @ op(a) = b, reading only a's `lower`/upper triangle."""
+    wide = _wide(a.dtype)
+    a, b = a.astype(wide), b.astype(wide)
+    tri = np.tril(a) if opt.lower else np.triu(a)
+    if opt.unit_diagonal:
+        idx = np.arange(a.shape[-1])
+        tri[..., idx, idx] = 1
+    lower = opt.lower
+    if opt.transpose_a in (2, 3):
+        tri = np.swapaxes(tri, -1, -2)
+        tri = np.conj(tri) if opt.transpose_a == 3 else tri
+        lower = not lower
+    if opt.left_side:
+        x = _substitute(tri, b, lower)
+    else:
+        # x @ t = b  <=>  t^T @ x^T = b^T
+        x = np.swapaxes(_substitute(np.swapaxes(tri, -1, -2), np.swapaxes(b, -1, -2), not lower), -1, -2)
+    return x.astype(out_dtype)
+
+
+@impl(Opcode.TRIANGULAR_SOLVE)
+def triangular_solve(ctx, instr, ops):
+    a, b = ops
+    return solve_triangular(a, b, instr.attrs.triangular_solve_options, instr.shape.np_dtype)
+
+
+@impl(Opcode.CHOLESKY)
+def cholesky(ctx, instr, ops):
+    (a,) = ops
+    lower = instr.attrs.cholesky_options.lower if instr.attrs.cholesky_options else False
+    wide = a.astype(_wide(a.dtype))
+    tri = wide if lower else np.conj(np.swapaxes(wide, -1, -2))
+    low = np.tril(tri)
+    herm = low + np.conj(np.swapaxes(np.tril(tri, -1), -1, -2))
+    out, _ = cholesky_lower(herm)
+    if not lower:
+        out = np.conj(np.swapaxes(out, -1, -2))
+    return out.astype(instr.shape.np_dtype)
+
+
+def cholesky_lower(herm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Batched lower Cholesky factors (NaN where not positive definite) and per-matrix ok flags."""
+    flat = herm.reshape((-1,) + herm.shape[-2:])
+    out = np.empty_like(flat)
+    ok = np.ones(len(flat), bool)
+    for i, mat in enumerate(flat):
+        try:
+            out[i] = np.linalg.cholesky(mat)
+        except np.linalg.LinAlgError:
+            out[i], ok[i] = np.nan, False
+    return out.reshape(herm.shape), ok.reshape(herm.shape[:-2])
+
+
+# ---- jax's LAPACK custom calls (CPU) ---------------------------------------------------------
+# jaxlib lowers jnp.linalg on CPU to typed-FFI LAPACK calls; their options are single ASCII
+# characters stored as ui8 in an MLIR dictionary backend_config, e.g. {uplo = 76 : ui8}.
+
+def _lapack_options(instr) -> dict[str, str]:
+    text = instr.attrs.backend_config or ""
+    return {k: chr(int(v)) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8", text)}
+
+
+def _lapack_targets(names: str, *prefixes: str) -> list[str]:
+    return [f"lapack_{p}{n}_ffi" for p in prefixes for n in names.split()]
+
+
+def _status(shape, ok) -> np.ndarray:
+    return np.where(np.asarray(ok), 0, 1).astype(np.int32).reshape(shape.dims)
+
+
+@custom_call_target(*_lapack_targets("potrf", "s", "d", "c", "z"))
+def lapack_potrf(ctx, instr, ops):
+    (a,) = ops
+    lower = _lapack_options(instr).get("uplo", "L") == "L"
+    wide = a.astype(_wide(a.dtype))
+    tri = wide if lower else np.conj(np.swapaxes(wide, -1, -2))
+    herm = np.tril(tri) + np.conj(np.swapaxes(np.tril(tri, -1), -1, -2))
+    factor, ok = cholesky_lower(herm)
+    if not lower:
+        factor = np.conj(np.swapaxes(factor, -1, -2))
+    # LAPACK leaves the other triangle as it was.
+    keep = np.tril(np.ones(a.shape[-2:], bool)) if lower else np.triu(np.ones(a.shape[-2:], bool))
+    out = np.where(keep, factor, wide).astype(a.dtype)
+    return out, _status(instr.shape.tuple_shapes[1], ok)
+
+
+@custom_call_target(*_lapack_targets("trsm", "s", "d", "c", "z"))
+def lapack_trsm(ctx, instr, ops):
+    a, b = ops[0], ops[1]
+    o = _lapack_options(instr)
+    opt = TriangularSolveOptions(left_side=o.get("side", "L") == "L", lower=o.get("uplo", "L") == "L",
+                                 unit_diagonal=o.get("diag", "N") == "U",
+                                 transpose_a={"N": 1, "T": 2, "C": 3}[o.get("trans_x", "N")])
+    return solve_triangular(a, b, opt, instr.shape.np_dtype)
+
+
+def _lu(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Right-looking LU with partial pivoting (LAPACK getrf): packed LU, 1-based pivots, info."""
+    m, n = a.shape
+    a = a.copy()
+    k = min(m, n)
+    pivots = np.zeros(k, np.int32)
+    info = 0
+    with np.errstate(all="ignore"):
+        for j in range(k):
+            p = j + int(np.argmax(np.abs(a[j:, j])))
+            pivots[j] = p + 1
+            a[[j, p]] = a[[p, j]]
+            if a[j, j] == 0:
+                info = info or j + 1
+                continue
+            a[j + 1:, j] /= a[j, j]
+            a[j + 1:, j + 1:] -= np.outer(a[j + 1:, j], a[j, j + 1:])
+    return a, pivots, info
+
+
+@custom_call_target(*_lapack_targets("getrf", "s", "d", "c", "z"))
+def lapack_getrf(ctx, instr, ops):
+    (a,) = ops
+    lu_shape, piv_shape, info_shape = instr.shape.tuple_shapes
+    flat = a.astype(_wide(a.dtype)).reshape((-1,) + a.shape[-2:])
+    results = [_lu(m) for m in flat]
+    lu = np.stack([r[0] for r in results]) if results else flat
+    piv = np.stack([r[1] for r in results]) if results else np.zeros((0,) + piv_shape.dims[-1:])
+    info = np.array([r[2] for r in results], np.int32)
+    return (lu.astype(a.dtype).reshape(a.shape), piv.astype(np.int32).reshape(piv_shape.dims),
+            info.reshape(info_shape.dims))
+
+
+@custom_call_target(*_lapack_targets("geqrf", "s", "d", "c", "z"))
+def lapack_geqrf(ctx, instr, ops):
+    (a,) = ops
+    h, tau = np.linalg.qr(a.astype(_wide(a.dtype)), mode="raw")
+    return np.swapaxes(h, -1, -2).astype(a.dtype), tau.astype(instr.shape.tuple_shapes[1].np_dtype)
+
+
+@custom_call_target(*_lapack_targets("orgqr", "s", "d"), *_lapack_targets("ungqr", "c", "z"))
+def lapack_orgqr(ctx, instr, ops):
+    a, tau = ops
+    m, n = a.shape[-2:]
+    flat = a.astype(_wide(a.dtype)).reshape((-1, m, n))
+    taus = tau.astype(flat.dtype).reshape((len(flat), -1))
+    q = np.zeros_like(flat)
+    for b in range(len(flat)):
+        # Q = H_0 H_1 ... H_{k-1} applied to the first n columns of the identity.
+        qb = np.eye(m, n, dtype=flat.dtype)
+        for j in reversed(range(taus.shape[1])):
+            v = np.concatenate([[1], flat[b, j + 1:, j]])
+            qb[j:] -= taus[b, j] * np.outer(v, np.conj(v) @ qb[j:])
+        q[b] = qb
+    return q.reshape(a.shape).astype(a.dtype)
+
+
+@custom_call_target(*_lapack_targets("syevd", "s", "d"), *_lapack_targets("heevd", "c", "z"))
+def lapack_syevd(ctx, instr, ops):
+    (a,) = ops
+    o = _lapack_options(instr)
+    vec_shape, val_shape, info_shape = instr.shape.tuple_shapes
+    w, v = np.linalg.eigh(a.astype(_wide(a.dtype)), UPLO=o.get("uplo", "L"))
+    vectors = v.astype(a.dtype) if o.get("mode", "V") == "V" else a
+    return vectors, w.astype(val_shape.np_dtype), np.zeros(info_shape.dims, np.int32)

@@ -1,0 +1,223 @@
+"""sort (variadic, comparator computation) and topk.
+
+Comparators of the lexicographic form JAX emits (`lt(k0)`, or `or(lt(k0), and(eq(k0), ...))`)
+are recognized and sorted with np.lexsort on order-preserving integer keys. Any other comparator
+runs through a stable bottom-up merge sort whose merges are computed by vectorized binary
+searches: each comparator call evaluates one search step for every element at once, so a sort of
+n elements takes about log2(n)^2 / 2 calls regardless of the number of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir import Computation, Instruction, Opcode
+from .reduce import apply_scalar, is_liftable
+from .registry import impl
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One key of a lexicographic comparator: operand index, direction and comparison type."""
+
+    operand: int
+    descending: bool
+    compare_type: str
+
+
+def _default_type(instr: Instruction) -> str:
+    d = instr.operands[0].shape.dtype
+    if d.is_float:
+        return "FLOAT"
+    return "UNSIGNED" if d.is_unsigned_int or d.kind == "pred" else "SIGNED"
+
+
+def _param_pair(instr: Instruction) -> tuple[int, bool] | None:
+    """(operand index, swapped) if instr compares the lhs/rhs parameters of one operand."""
+    a, b = instr.operands
+    if a.opcode != Opcode.PARAMETER or b.opcode != Opcode.PARAMETER:
+        return None
+    ia, ib = a.attrs.parameter_number, b.attrs.parameter_number
+    if ia // 2 != ib // 2 or ia == ib:
+        return None
+    return ia // 2, ia % 2 == 1
+
+
+def _strict_key(instr: Instruction) -> SortKey | None:
+    if instr.opcode != Opcode.COMPARE:
+        return None
+    direction = instr.attrs.comparison_direction
+    pair = _param_pair(instr)
+    if pair is None or direction not in ("LT", "GT"):
+        return None
+    operand, swapped = pair
+    descending = swapped if direction == "LT" else not swapped
+    return SortKey(operand, descending, instr.attrs.comparison_type or _default_type(instr))
+
+
+def _is_equal(instr: Instruction, key: SortKey) -> bool:
+    if instr.opcode != Opcode.COMPARE or instr.attrs.comparison_direction != "EQ":
+        return False
+    pair = _param_pair(instr)
+    ctype = instr.attrs.comparison_type or _default_type(instr)
+    return pair is not None and pair[0] == key.operand and ctype == key.compare_type
+
+
+def _lexicographic(expr: Instruction, depth: int = 0) -> list[SortKey] | None:
+    key = _strict_key(expr)
+    if key is not None:
+        return [key]
+    if expr.opcode != Opcode.OR or len(expr.operands) != 2 or depth > 16:
+        return None
+    for first, second in (expr.operands, expr.operands[::-1]):
+        key = _strict_key(first)
+        if key is None or second.opcode != Opcode.AND:
+            continue
+        for eq, rest in (second.operands, second.operands[::-1]):
+            if _is_equal(eq, key):
+                tail = _lexicographic(rest, depth + 1)
+                if tail is not None:
+                    return [key] + tail
+    return None
+
+
+def comparator_keys(comp: Computation) -> list[SortKey] | None:
+    """The lexicographic keys a comparator computation implements, or None."""
+    return _lexicographic(comp.root) if comp.root is not None else None
+
+
+# ---- keys ------------------------------------------------------------------------------------
+
+def total_order_bits(x: np.ndarray) -> np.ndarray | None:
+    """int64 keys ordering floats as XLA's TOTALORDER: -NaN < -inf < .. < -0 < +0 < .. < NaN."""
+    width = x.dtype.itemsize * 8
+    if "float4" in x.dtype.name or width not in (8, 16, 32, 64):
+        return None
+    bits = np.ascontiguousarray(x).view(np.dtype(f"i{x.dtype.itemsize}")).astype(np.int64)
+    return np.where(bits < 0, bits ^ ((1 << (width - 1)) - 1), bits)
+
+
+def _key_array(x: np.ndarray, key: SortKey) -> np.ndarray | None:
+    kind = x.dtype.kind
+    is_float = kind == "f" or (kind == "V" and "float" in x.dtype.name)
+    if is_float and key.compare_type == "TOTALORDER":
+        k = total_order_bits(x)
+        return None if k is None else (~k if key.descending else k)
+    if is_float:
+        k = x.astype(np.float64) + 0.0  # FLOAT compares -0 == +0; NaN makes it no order at all
+        if np.isnan(k).any():
+            return None
+        return -k if key.descending else k
+    if kind in "biu" and key.compare_type in ("SIGNED", "UNSIGNED"):
+        if (kind == "i") != (key.compare_type == "SIGNED"):
+            return None
+        k = x.astype(np.uint64 if kind == "u" else np.int64)
+        return ~k if key.descending else k
+    return None
+
+
+def lexsort_perm(operands: list[np.ndarray], keys: list[SortKey]) -> np.ndarray | None:
+    """A stable sorting permutation along the last axis, or None if the keys do not apply."""
+    arrays = []
+    for key in reversed(keys):
+        k = _key_array(operands[key.operand], key)
+        if k is None:
+            return None
+        arrays.append(k)
+    return np.lexsort(arrays, axis=-1)
+
+
+# ---- general merge sort ----------------------------------------------------------------------
+
+def merge_sort_perm(ctx, comp: Computation, operands: list[np.ndarray]) -> np.ndarray:
+    """Stable sorting permutation of (R, n) operands along axis 1 under a comparator."""
+    rows, n = operands[0].shape
+    r = np.arange(rows)[:, None]
+    liftable = is_liftable(comp)
+
+    def less(ia, ib):
+        args = []
+        for op in operands:
+            args += [op[r, ia], op[r, ib]]
+        return apply_scalar(ctx, comp, args, liftable)[0].astype(bool)
+
+    perm = np.broadcast_to(np.arange(n), (rows, n)).copy()
+    pos = np.broadcast_to(np.arange(n), (rows, n))
+    width = 1
+    while width < n:
+        perm = _merge_level(perm, pos, width, n, less, r)
+        width *= 2
+    return perm
+
+
+def _merge_level(perm, pos, width, n, less, r):
+    # Merge adjacent runs of `width`: an element's new place is its offset in its own run plus
+    # the number of partner-run elements that go before it (found by binary search).
+    run = pos // width
+    left = run % 2 == 0
+    partner = np.where(left, run + 1, run - 1) * width
+    partner_len = np.clip(n - partner, 0, width)
+    lo = np.zeros_like(pos)
+    hi = partner_len.copy()
+    for _ in range(int(width).bit_length()):
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi) // 2
+        cand = perm[r, np.clip(partner + mid, 0, n - 1)]
+        c = less(np.where(left, cand, perm), np.where(left, perm, cand))
+        goes_before = np.where(left, c, ~c)
+        lo = np.where(active & goes_before, mid + 1, lo)
+        hi = np.where(active & ~goes_before, mid, hi)
+    new_pos = (run // 2) * 2 * width + (pos - run * width) + lo
+    out = np.empty_like(perm)
+    out[r, new_pos] = perm
+    return out
+
+
+def sort_perm(ctx, comp: Computation, operands: list[np.ndarray]) -> np.ndarray:
+    """Stable permutation sorting (R, n) operands along axis 1."""
+    keys = comparator_keys(comp)
+    if keys is not None:
+        perm = lexsort_perm(operands, keys)
+        if perm is not None:
+            return perm
+    return merge_sort_perm(ctx, comp, operands)
+
+
+@impl(Opcode.SORT)
+def sort(ctx, instr, ops):
+    axis = instr.dimensions[0]
+    shape = ops[0].shape
+    moved = [np.moveaxis(o, axis, -1) for o in ops]
+    n = shape[axis] if ops[0].ndim else 1
+    flat = [m.reshape(-1, n) for m in moved]
+    if n > 1 and flat[0].shape[0] > 0:
+        perm = sort_perm(ctx, instr.called[0], flat)
+        flat = [np.take_along_axis(f, perm, axis=1) for f in flat]
+    results = [np.moveaxis(f.reshape(m.shape), -1, axis) for f, m in zip(flat, moved, strict=False)]
+    return tuple(results) if instr.shape.is_tuple else results[0]
+
+
+def top_k_perm(x: np.ndarray, k: int, largest: bool) -> np.ndarray:
+    """Indices of the top k along the last axis in XLA's total order; ties keep index order."""
+    is_float = x.dtype.kind == "f" or (x.dtype.kind == "V" and "float" in x.dtype.name)
+    bits = total_order_bits(x) if is_float else x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
+    if bits is None:
+        wide = x.astype(np.float64)
+        key = -wide if largest else wide
+    else:
+        key = ~bits if largest else bits
+    return np.argsort(key, axis=-1, kind="stable")[..., :k]
+
+
+@impl(Opcode.TOPK)
+def topk(ctx, instr, ops):
+    (x,) = ops
+    k = instr.attrs.k
+    largest = instr.attrs.largest if instr.attrs.largest is not None else True
+    idx = top_k_perm(x, k, largest)
+    values = np.take_along_axis(x, idx, axis=-1)
+    return values, idx.astype(instr.shape.tuple_shapes[1].np_dtype)
