@@ -106,6 +106,9 @@ def _check_target(options: CompileOptions) -> None:
     if options.stop_after is not None and options.stop_after not in STAGES:
         raise InputError(f"unknown --stop-after stage '{options.stop_after}' "
                          f"(choose from {', '.join(STAGES)})")
+
+
+def _check_backend(options: CompileOptions) -> None:
     if options.target != "interpreter":
         raise UnsupportedError(
             f"target '{options.target}': native code generation is not implemented in this build; "
@@ -125,6 +128,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     loaded = load_bytes(data, path)
     module = loaded.module
     verify(module)
+    _check_backend(options)
     dump = DumpManager(dump_options, module.name) if dump_options else None
     if dump:
         dump.module("before_optimizations", module, stage="frontend")
