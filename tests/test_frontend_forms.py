@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import IN_CI, SAMPLES, sample_arrays, sample_meta, sample_names
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from hloc.frontend import (
 from hloc.frontend.gen import hlo_pb2, xla_data_pb2
 from hloc.frontend.load import _as_hlo_text
 from hloc.ir import Literal, dtypes
+from tests.conftest import IN_CI, SAMPLES, sample_arrays, sample_meta, sample_names
 
 pytestmark = pytest.mark.pure
 

@@ -8,7 +8,6 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import IN_CI, SAMPLES
 
 from hloc.frontend import (
     literal_from_proto,
@@ -21,6 +20,7 @@ from hloc.frontend import (
 from hloc.frontend.gen import hlo_pb2, xla_data_pb2
 from hloc.frontend.sharding import sharding_from_text, sharding_to_text
 from hloc.ir import Layout, Literal, PrimitiveType, Shape
+from tests.conftest import IN_CI, SAMPLES
 
 pytestmark = pytest.mark.pure
 

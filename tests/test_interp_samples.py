@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 
 from hloc.frontend import load
 from hloc.runtime.interpreter import evaluate
+from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 
 pytestmark = pytest.mark.pure
 

@@ -9,7 +9,6 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from test_interp_structural import arr, rand, run, scalar_comp
 
 from hloc.ir import (
     Attrs,
@@ -19,12 +18,17 @@ from hloc.ir import (
     DotDimensionNumbers,
     Literal,
     Opcode,
+    ScatterDimensionNumbers,
     Shape,
     TriangularSolveOptions,
     Window,
     WindowDimension,
 )
 from hloc.ir.dtypes import from_numpy
+from hloc.runtime.interpreter import evaluate_computation
+from hloc.runtime.interpreter.registry import Context
+from hloc.runtime.interpreter.sort import comparator_keys, merge_sort_perm
+from tests.test_interp_structural import arr, rand, run, scalar_comp
 
 pytestmark = pytest.mark.pure
 RNG = np.random.default_rng(99)
@@ -583,3 +587,30 @@ def test_max_min_signed_zeros():
         sc = run(Opcode.SCATTER, arr((1,), np.float32), [init.reshape(1), np.zeros((3, 1), np.int32), x[0]],
                  called=[comp], scatter_dnums=dn)
         assert bool(np.signbit(sc[0])) == want[0]
+
+
+@pytest.mark.parametrize("n", [3, 33, 128])
+def test_sort_merge_path(n):
+    # The comparator reads two operands in one comparison (a + b), so it has no per-operand key
+    # form: the vectorized merge sort runs. Also drive merge_sort_perm directly on a key form.
+    comp = Computation("sum_lt")
+    f, p = Shape.scalar("f32"), Shape.scalar("pred")
+    ps = [param(comp, k, f) for k in range(4)]
+    lhs = comp.create(Opcode.ADD, f, [ps[0], ps[2]])
+    rhs = comp.create(Opcode.ADD, f, [ps[1], ps[3]])
+    comp.root = comp.create(Opcode.COMPARE, p, [lhs, rhs], attrs=Attrs(comparison_direction="LT"))
+    assert comparator_keys(comp) is None
+    a = RNG.integers(-3, 3, size=(2, n)).astype(np.float32)
+    b = RNG.integers(-3, 3, size=(2, n)).astype(np.float32)
+    shape = Shape.tuple_of([arr(a.shape, np.float32)] * 2)
+    out = run(Opcode.SORT, shape, [a, b], called=[comp], dimensions=(1,), is_stable=True)
+    for r in range(2):
+        expect = naive_sort([a[r], b[r]], lambda x, y: x + y)
+        assert np.array_equal(out[0][r], expect[0]) and np.array_equal(out[1][r], expect[1])
+    lex = lex_comparator([np.float32, np.int32], ("GT", "LT"), ["TOTALORDER", "SIGNED"])
+    x = RNG.choice(SPECIAL, size=(3, n)).astype(np.float32)
+    y = RNG.integers(-2, 2, size=(3, n)).astype(np.int32)
+    perm = merge_sort_perm(Context(evaluate_computation), lex, [x, y])
+    for r in range(3):
+        order = sorted(range(n), key=lambda j: (-total_key(x[r, j]), int(y[r, j])))
+        assert perm[r].tolist() == order

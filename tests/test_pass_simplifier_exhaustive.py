@@ -8,14 +8,15 @@ import itertools
 
 import numpy as np
 import pytest
-from test_pass_simplifier_hypothesis import BINARY, DIRECTIONS, SPECIAL, TYPES, UNARY
-from test_pass_util import Builder, module_of, results_equal, run_passes
 
 from hloc.ir import Opcode, Shape
 from hloc.runtime.interpreter import evaluate
 
+from .test_pass_simplifier_hypothesis import BINARY, DIRECTIONS, SPECIAL, TYPES, UNARY
+from .test_pass_util import Builder, module_of, results_equal, run_passes
+
 pytestmark = pytest.mark.pure
-O = Opcode
+Op = Opcode
 NP = {"f32": np.float32, "s32": np.int32, "u8": np.uint8, "pred": np.bool_}
 
 
@@ -40,7 +41,7 @@ class Grid:
             yield self.b.const(np.full(self.n, v), self.dtype)
 
     def check(self):
-        root = self.b.op(O.TUPLE, Shape.tuple_of(o.shape for o in self.outputs), *self.outputs)
+        root = self.b.op(Op.TUPLE, Shape.tuple_of(o.shape for o in self.outputs), *self.outputs)
         module = module_of(self.b.finish(root))
         with np.errstate(all="ignore"):
             before = evaluate(module, self.args)
@@ -73,11 +74,11 @@ def test_unary_op_rules(dtype):
 def test_select_rules(dtype):
     g = Grid(dtype)
     pred_shape = f"pred[{g.n}]"
-    preds = [g.b.op(O.COMPARE, pred_shape, *g.p, comparison_direction="LT"),
+    preds = [g.b.op(Op.COMPARE, pred_shape, *g.p, comparison_direction="LT"),
              g.b.splat(True, pred_shape), g.b.splat(False, pred_shape)]
     ops = list(g.operands())
     for p, a, b in itertools.product(preds, ops, ops):
-        g.outputs.append(g.b.op(O.SELECT, g.shape, p, a, b))
+        g.outputs.append(g.b.op(Op.SELECT, g.shape, p, a, b))
     g.check()
 
 
@@ -86,7 +87,7 @@ def test_compare_rules(dtype):
     g = Grid(dtype)
     ops = list(g.operands())[:4]
     for direction, a, b in itertools.product(DIRECTIONS, ops, ops):
-        g.outputs.append(g.b.op(O.COMPARE, f"pred[{g.n}]", a, b, comparison_direction=direction))
+        g.outputs.append(g.b.op(Op.COMPARE, f"pred[{g.n}]", a, b, comparison_direction=direction))
     g.check()
 
 
@@ -99,7 +100,7 @@ def test_convert_round_trips(dtype):
     g = Grid(dtype)
     for mid in MID_TYPES:
         for x in g.p:
-            there = g.b.op(O.CONVERT, f"{mid}[{g.n}]", x)
-            g.outputs.append(g.b.op(O.CONVERT, g.shape, there))
-        g.outputs.append(g.b.op(O.CONVERT, g.shape, g.p[0]))
+            there = g.b.op(Op.CONVERT, f"{mid}[{g.n}]", x)
+            g.outputs.append(g.b.op(Op.CONVERT, g.shape, there))
+        g.outputs.append(g.b.op(Op.CONVERT, g.shape, g.p[0]))
     assert g.check()

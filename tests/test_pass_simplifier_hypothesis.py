@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_pass_util import Builder, module_of, results_equal, run_passes
 
 from hloc.ir import Opcode
 from hloc.runtime.interpreter import evaluate
+
+from .test_pass_util import Builder, module_of, results_equal, run_passes
 
 pytestmark = pytest.mark.pure
 N = 6  # elements per array
@@ -21,14 +22,14 @@ SPECIAL = {
     "u8": [0, 1, 2, 255, 128],
     "pred": [False, True],
 }
-O = Opcode
+Op = Opcode
 BINARY = {
-    "f32": [O.ADD, O.SUBTRACT, O.MULTIPLY, O.DIVIDE, O.MAXIMUM, O.MINIMUM, O.POWER],
-    "s32": [O.ADD, O.SUBTRACT, O.MULTIPLY, O.MAXIMUM, O.MINIMUM, O.AND, O.OR, O.XOR],
-    "u8": [O.ADD, O.SUBTRACT, O.MULTIPLY, O.MAXIMUM, O.MINIMUM, O.AND, O.OR, O.XOR],
-    "pred": [O.AND, O.OR, O.XOR, O.MAXIMUM, O.MINIMUM, O.MULTIPLY],
+    "f32": [Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.DIVIDE, Op.MAXIMUM, Op.MINIMUM, Op.POWER],
+    "s32": [Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM, Op.AND, Op.OR, Op.XOR],
+    "u8": [Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM, Op.AND, Op.OR, Op.XOR],
+    "pred": [Op.AND, Op.OR, Op.XOR, Op.MAXIMUM, Op.MINIMUM, Op.MULTIPLY],
 }
-UNARY = {"f32": [O.NEGATE], "s32": [O.NEGATE, O.NOT], "u8": [O.NOT], "pred": [O.NOT]}
+UNARY = {"f32": [Op.NEGATE], "s32": [Op.NEGATE, Op.NOT], "u8": [Op.NOT], "pred": [Op.NOT]}
 DIRECTIONS = ["EQ", "NE", "LT", "LE", "GT", "GE"]
 
 
@@ -62,16 +63,16 @@ def expr(draw, dtype: str, depth: int):
     if kind == "select":
         on_true = draw(sub)
         on_false = on_true if draw(st.integers(0, 3)) == 0 else draw(sub)
-        return ("op", O.SELECT, dtype, draw(operand("pred", depth - 1)), on_true, on_false)
+        return ("op", Op.SELECT, dtype, draw(operand("pred", depth - 1)), on_true, on_false)
     source = draw(st.sampled_from(TYPES))
     if kind == "compare":
         a = draw(operand(source, depth - 1))
         b = a if draw(st.booleans()) else draw(operand(source, depth - 1))
         return ("compare", draw(st.sampled_from(DIRECTIONS)), dtype, a, b) if dtype == "pred" \
-            else ("op", O.CONVERT, dtype, ("compare", "EQ", "pred", a, b))
+            else ("op", Op.CONVERT, dtype, ("compare", "EQ", "pred", a, b))
     inner = draw(operand(dtype, depth - 1))
-    via = ("op", O.CONVERT, source, inner)
-    return ("op", O.CONVERT, dtype, via)
+    via = ("op", Op.CONVERT, source, inner)
+    return ("op", Op.CONVERT, dtype, via)
 
 
 class _Emitter:
@@ -98,7 +99,7 @@ class _Emitter:
             return self.b.splat(value, f"{dtype}[{N}]")
         if tag == "compare":
             _, direction, _, a, b = node
-            return self.b.op(O.COMPARE, f"pred[{N}]", self.emit(a), self.emit(b),
+            return self.b.op(Op.COMPARE, f"pred[{N}]", self.emit(a), self.emit(b),
                              comparison_direction=direction)
         _, opcode, dtype, *operands = node
         return self.b.op(opcode, f"{dtype}[{N}]", *[self.emit(o) for o in operands])

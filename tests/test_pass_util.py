@@ -111,9 +111,11 @@ def results_equal(before: Literal, after: Literal) -> bool:
 
 # ---- FileCheck-style checks ------------------------------------------------------------------
 def _check_regex(pattern: str) -> re.Pattern:
-    """Literal text with {{regex}} holes."""
+    """Literal text with {{regex}} holes; `%_` stands for any instruction name (passes give
+    new instructions fresh names)."""
     parts = re.split(r"\{\{(.*?)\}\}", pattern)
-    rx = "".join(p if i % 2 else re.escape(p) for i, p in enumerate(parts))
+    rx = "".join(p if i % 2 else re.escape(p).replace("%_", r"%[\w.\-]+")
+                 for i, p in enumerate(parts))
     return re.compile(rx)
 
 
@@ -147,6 +149,7 @@ def test_filecheck_itself():
     text = "a = add(x, y)\nb = mul(a, a)\nROOT c = neg(b)"
     filecheck(text, [("CHECK", "add("), ("CHECK-NEXT", "mul"), ("CHECK-NOT", "sub"),
                      ("CHECK", "ROOT {{\\w+}} = neg")])
+    filecheck("ROOT %neg.1 = f32[] negate(%x.2)", [("CHECK", "ROOT %_ = f32[] negate(%_)")])
     for bad in ([("CHECK", "sub(")], [("CHECK", "mul"), ("CHECK-NEXT", "add")],
                 [("CHECK-NOT", "mul"), ("CHECK", "neg")]):
         try:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from test_shape_inference_helpers import Builder, comparator, scalar_computation, sh
 
 from hloc.errors import VerifyError
 from hloc.ir import Opcode, Shape, TriangularSolveOptions, dtypes
 from hloc.ir.shape_inference import infer_shape, registered_opcodes
+
+try:  # tests/ may or may not be a package
+    from test_shape_inference_helpers import Builder, comparator, scalar_computation, sh
+except ModuleNotFoundError:
+    from tests.test_shape_inference_helpers import Builder, comparator, scalar_computation, sh
 
 O = Opcode  # noqa: E741  (short alias, as in hloc.ir.opcodes)
 

@@ -100,6 +100,18 @@ class Instruction:
     def dimensions(self) -> tuple[int, ...]:
         return self.attrs.dimensions or ()
 
+    # XLA's called-computation order: while = [body, condition]; select-and-scatter =
+    # [select, scatter]; conditional = branches (pred: [true, false]). Use these accessors.
+    @property
+    def while_body(self) -> Computation:
+        assert self.opcode == Opcode.WHILE
+        return self.called[0]
+
+    @property
+    def while_condition(self) -> Computation:
+        assert self.opcode == Opcode.WHILE
+        return self.called[1]
+
     def fused_computation(self) -> Computation:
         assert self.opcode == Opcode.FUSION
         return self.called[0]
