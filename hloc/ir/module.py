@@ -59,6 +59,7 @@ class Module:
         self.config = ModuleConfig()
         self.frontend_attributes: tuple[tuple[str, str], ...] = ()
         self._names: set[str] = set()
+        self._name_counters: dict[str, int] = {}
         # Computations have their own namespace (as in XLA): a computation and an instruction
         # may share a name, e.g. JAX's `sort.2` computation next to a `sort.2` parameter.
         self._comp_names: set[str] = set()
@@ -99,7 +100,7 @@ class Module:
 
     def unique_name(self, base: str) -> str:
         """A fresh instruction name derived from base (computations: add_computation renames)."""
-        return _unique_in(base, self._names)
+        return _unique_in(base, self._names, self._name_counters)
 
     def remove_computation(self, comp: Computation) -> None:
         self.computations.remove(comp)
@@ -157,13 +158,16 @@ class Module:
         return new
 
 
-def _unique_in(base: str, taken: set[str]) -> str:
+def _unique_in(base: str, taken: set[str], counters: dict[str, int] | None = None) -> str:
+    """base, or base.N for the first free N; `counters` remembers N per base (linear time)."""
     base = re.sub(r"\.\d+$", "", base) or "x"
     if base not in taken:
         return base
-    n = 1
+    n = counters.get(base, 1) if counters is not None else 1
     while f"{base}.{n}" in taken:
         n += 1
+    if counters is not None:
+        counters[base] = n + 1
     return f"{base}.{n}"
 
 
