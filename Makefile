@@ -45,7 +45,7 @@ proto-check: $(STAMP) ## fail if the generated protobuf modules are stale
 
 $(JAXENV)/.installed:
 	@test -x $(JAXENV)/bin/python || $(PYTHON) -m venv $(JAXENV)
-	$(JAXENV)/bin/python -m pip install --quiet jax jaxlib ml_dtypes
+	$(JAXENV)/bin/python -m pip install --quiet jax==0.10.2 jaxlib==0.10.2 ml_dtypes==0.6.0
 	@touch $@
 
 samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs network once)

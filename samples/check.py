@@ -34,7 +34,10 @@ def load_npz(path: Path, descs: list[dict], prefix: str) -> list[np.ndarray]:
     with np.load(path) as z:
         assert sorted(z.files, key=lambda k: int(k[len(prefix):])) == [f"{prefix}{i}" for i in range(len(descs))], (
             path, z.files)
-        return [G.from_storage(z[f"{prefix}{i}"], d["dtype"]) for i, d in enumerate(descs)]
+        arrays = [G.from_storage(z[f"{prefix}{i}"], d["dtype"]) for i, d in enumerate(descs)]
+    for i, (a, d) in enumerate(zip(arrays, descs, strict=True)):
+        assert list(a.shape) == d["shape"], (path, i, a.shape, d["shape"])
+    return arrays
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -62,7 +65,7 @@ def check_one(name: str, root: Path) -> list[str]:
     fn, args, leaves = G.build_sample(s)
     inputs = load_npz(f(".inputs.npz"), meta["params"], "arg")
     expected = load_npz(f(".expected.npz"), meta["outputs"], "out")
-    if len(inputs) != len(leaves) or not all(same_bits(a, b) for a, b in zip(inputs, leaves)):
+    if len(inputs) != len(leaves) or not all(same_bits(a, b) for a, b in zip(inputs, leaves, strict=True)):
         problems.append("inputs differ from the generator's")
 
     # 2. lowering and compilation are reproducible
@@ -80,7 +83,7 @@ def check_one(name: str, root: Path) -> list[str]:
     treedef = jax.tree_util.tree_structure(args)
     outs = jax.jit(fn, keep_unused=True, **s.jit_kwargs)(*jax.tree_util.tree_unflatten(treedef, inputs))
     outs = [np.asarray(o) for o in jax.tree_util.tree_leaves(outs)]
-    bad = [i for i, (a, b) in enumerate(zip(outs, expected)) if not same_bits(a, b)]
+    bad = [i for i, (a, b) in enumerate(zip(outs, expected, strict=False)) if not same_bits(a, b)]
     if len(outs) != len(expected) or bad:
         problems.append(f"jax.jit outputs differ from expected: {bad}")
 
@@ -96,7 +99,7 @@ def check_one(name: str, root: Path) -> list[str]:
     outs2 = [np.asarray(r[0]) for r in res]
     if len(outs2) != len(expected):
         problems.append(f"standalone .pb gives {len(outs2)} outputs, expected {len(expected)}")
-    inexact = [i for i, (a, b) in enumerate(zip(outs2, expected)) if not same_bits(a, b)]
+    inexact = [i for i, (a, b) in enumerate(zip(outs2, expected, strict=False)) if not same_bits(a, b)]
     bad = [i for i in inexact if not within_tolerance(outs2[i], expected[i], meta["outputs"][i])]
     if bad:
         problems.append(f"standalone .pb outputs outside the recommended tolerance: {bad}")

@@ -55,11 +55,11 @@ import sys
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -164,7 +164,6 @@ def glorot(rng, fan_in, fan_out, dtype=np.float32):
         "params passed as a dict pytree (flattened in sorted key order).", rtol=1e-5, atol=1e-6)
 def _mlp(rng):
     import jax
-    import jax.numpy as jnp
 
     params = {
         "b1": normal(rng, (64,), scale=0.1), "b2": normal(rng, (48,), scale=0.1),
@@ -304,10 +303,10 @@ def _scan_rnn(rng):
     import jax.numpy as jnp
     from jax import lax
 
-    T, B, I, Hh = 11, 3, 5, 7
-    xs = normal(rng, (T, B, I))
+    T, B, In, Hh = 11, 3, 5, 7
+    xs = normal(rng, (T, B, In))
     h0 = normal(rng, (B, Hh), scale=0.5)
-    wx = normal(rng, (I, Hh), scale=0.5)
+    wx = normal(rng, (In, Hh), scale=0.5)
     wh = normal(rng, (Hh, Hh), scale=0.4)
     b = normal(rng, (Hh,), scale=0.1)
 
@@ -2073,7 +2072,7 @@ def save_npz(path: Path, arrays: dict[str, np.ndarray]):
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for key, arr in arrays.items():
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            np.lib.format.write_array(buf, np.asarray(arr), allow_pickle=False)
             info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())
@@ -2093,7 +2092,7 @@ def run_worker(name: str, out_root: Path) -> dict:
 
     params = pshape.parameter_shapes()
     assert len(params) == len(leaves), (name, len(params), len(leaves))
-    for i, (ps, leaf) in enumerate(zip(params, leaves)):
+    for i, (ps, leaf) in enumerate(zip(params, leaves, strict=True)):
         dt, dims = _shape_desc(ps)
         assert dt == xla_dtype_name(leaf.dtype) and dims == list(leaf.shape), (name, i, str(ps), leaf.dtype, leaf.shape)
 
@@ -2109,7 +2108,7 @@ def run_worker(name: str, out_root: Path) -> dict:
     rshape = pshape.result_shape()
     rlist = list(rshape.tuple_shapes()) if rshape.is_tuple() else [rshape]
     assert len(rlist) == len(out_leaves), (name, len(rlist), len(out_leaves))
-    for i, (rs, o) in enumerate(zip(rlist, out_leaves)):
+    for i, (rs, o) in enumerate(zip(rlist, out_leaves, strict=True)):
         dt, dims = _shape_desc(rs)
         assert dt == xla_dtype_name(o.dtype) and dims == list(o.shape), (name, i, str(rs), o.dtype, o.shape)
 
