@@ -63,6 +63,10 @@ class FieldCodec:
     attr: str
     load: Callable[[Any, Opcode], Any]  # (instruction proto, opcode) -> value or None
     store: Callable[[Any, Any], None]  # (value, instruction proto) -> None
+    # The proto field read; when known, `load` is skipped unless the field is present or the
+    # opcode gives its default a meaning (None: always call `load`). Keeps import linear and fast.
+    field: str | None = None
+    ops: frozenset = frozenset()
 
 
 def _scalar(attr: str, field: str, ops=frozenset(), check=None) -> FieldCodec:
@@ -72,7 +76,7 @@ def _scalar(attr: str, field: str, ops=frozenset(), check=None) -> FieldCodec:
             return None
         return check(value) if check else value
 
-    return FieldCodec(attr, load, lambda v, pb: setattr(pb, field, v))
+    return FieldCodec(attr, load, lambda v, pb: setattr(pb, field, v), field, frozenset(ops))
 
 
 def _ints(attr: str, field: str, ops=frozenset()) -> FieldCodec:
@@ -80,21 +84,21 @@ def _ints(attr: str, field: str, ops=frozenset()) -> FieldCodec:
         value = tuple(getattr(pb, field))
         return value if value or opcode in ops else None
 
-    return FieldCodec(attr, load, lambda v, pb: getattr(pb, field).extend(v))
+    return FieldCodec(attr, load, lambda v, pb: getattr(pb, field).extend(v), field, frozenset(ops))
 
 
 def _message(attr: str, field: str, decode, encode) -> FieldCodec:
     def load(pb, opcode):
         return decode(getattr(pb, field)) if pb.HasField(field) else None
 
-    return FieldCodec(attr, load, lambda v, pb: encode(v, getattr(pb, field)))
+    return FieldCodec(attr, load, lambda v, pb: encode(v, getattr(pb, field)), field)
 
 
 def _repeated(attr: str, field: str, decode, encode) -> FieldCodec:
     def load(pb, opcode):
         return decode(getattr(pb, field)) if len(getattr(pb, field)) else None
 
-    return FieldCodec(attr, load, lambda v, pb: encode(v, getattr(pb, field)))
+    return FieldCodec(attr, load, lambda v, pb: encode(v, getattr(pb, field)), field)
 
 
 def _enum(wrapper, what: str):
@@ -310,13 +314,29 @@ CODECS: tuple[FieldCodec, ...] = (
 _UNSUPPORTED_FIELDS = ("ragged_dot_dimension_numbers", "sparsity_config")
 
 
+_ALWAYS: dict[Opcode, frozenset[str]] = {}
+
+
+def _always_loaded(opcode: Opcode) -> frozenset[str]:
+    """Attrs whose codec must run for this opcode even when its proto field is absent."""
+    found = _ALWAYS.get(opcode)
+    if found is None:
+        found = frozenset(c.attr for c in CODECS if opcode in c.ops)
+        _ALWAYS[opcode] = found
+    return found
+
+
 def attrs_from_proto(pb: _PB, opcode: Opcode) -> Attrs:
     """The Attrs of one instruction proto (MalformedProto / UnsupportedProto on bad fields)."""
     for field in _UNSUPPORTED_FIELDS:
         if pb.HasField(field) and getattr(pb, field).ListFields():  # XLA writes empty ones
             raise UnsupportedProto(f"field {field} is not supported")
+    present = {fd.name for fd, _ in pb.ListFields()}
+    always = _always_loaded(opcode)
     values = {}
     for codec in CODECS:
+        if codec.field is not None and codec.field not in present and codec.attr not in always:
+            continue
         value = codec.load(pb, opcode)
         if value is not None:
             values[codec.attr] = value

@@ -53,8 +53,26 @@ def layout_from_proto(pb: xla_data_pb2.LayoutProto, rank: int | None) -> Layout:
     return Layout(m2m, tiles, pb.element_size_in_bits, pb.memory_space)
 
 
+_SHAPE_CACHE: dict[bytes, Shape] = {}
+
+
 def shape_from_proto(pb: xla_data_pb2.ShapeProto, depth: int = 0) -> Shape:
-    """A Shape; layouts and dynamic dimensions are kept as written."""
+    """A Shape; layouts and dynamic dimensions are kept as written.
+
+    Shapes are immutable and modules repeat a few of them thousands of times, so decoded
+    shapes are memoized by their wire bytes (bounded).
+    """
+    key = pb.SerializeToString(deterministic=True)
+    shape = _SHAPE_CACHE.get(key)
+    if shape is None:
+        shape = _decode_shape(pb, depth)
+        if len(_SHAPE_CACHE) > 8192:
+            _SHAPE_CACHE.clear()
+        _SHAPE_CACHE[key] = shape
+    return shape
+
+
+def _decode_shape(pb: xla_data_pb2.ShapeProto, depth: int) -> Shape:
     if depth > _MAX_TUPLE_DEPTH:
         raise MalformedProto("tuple shapes nested too deeply")
     et = element_type_from_proto(pb.element_type)
