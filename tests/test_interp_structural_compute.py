@@ -614,3 +614,50 @@ def test_sort_merge_path(n):
     for r in range(3):
         order = sorted(range(n), key=lambda j: (-total_key(x[r, j]), int(y[r, j])))
         assert perm[r].tolist() == order
+
+
+def test_long_reduce_keeps_order_for_associative_reducers():
+    # "Keep the left operand unless it is the init marker" is associative but not commutative:
+    # the result must be the first element, however the reduction is grouped.
+    comp = Computation("first")
+    s = Shape.scalar("s32")
+    a, b = param(comp, 0, s), param(comp, 1, s)
+    marker = comp.create(Opcode.CONSTANT, s, attrs=Attrs(literal=Literal.scalar(-1, "s32")))
+    is_init = comp.create(Opcode.COMPARE, Shape.scalar("pred"), [a, marker],
+                          attrs=Attrs(comparison_direction="EQ"))
+    comp.root = comp.create(Opcode.SELECT, s, [is_init, b, a])
+    x = RNG.integers(0, 1000, size=(3, 301)).astype(np.int32)
+    out = run(Opcode.REDUCE, arr((3,), np.int32), [x, np.array(-1, np.int32)], called=[comp], dimensions=(1,))
+    assert out.tolist() == x[:, 0].tolist()
+
+
+def test_lapack_custom_calls():
+    a = rand((5, 5)) + 6 * np.eye(5, dtype=np.float32)
+    s32, f55 = Shape.scalar("s32"), arr((5, 5), np.float32)
+    lu, piv, info = run(Opcode.CUSTOM_CALL, Shape.tuple_of([f55, arr((5,), np.int32), s32]), [a],
+                        custom_call_target="lapack_sgetrf_ffi", backend_config="{}")
+    perm = np.arange(5)
+    for j, p in enumerate(piv):  # LAPACK's 1-based row interchanges, applied in order
+        perm[[j, p - 1]] = perm[[p - 1, j]]
+    lower, upper = np.tril(lu, -1) + np.eye(5), np.triu(lu)
+    np.testing.assert_allclose(lower @ upper, a[perm], rtol=1e-4, atol=1e-4)
+    assert int(info) == 0 and np.all(np.abs(lower) <= 1 + 1e-6)  # partial pivoting
+    h, tau = run(Opcode.CUSTOM_CALL, Shape.tuple_of([f55, arr((5,), np.float32)]), [a],
+                 custom_call_target="lapack_sgeqrf_ffi")
+    q = run(Opcode.CUSTOM_CALL, f55, [h, tau], custom_call_target="lapack_sorgqr_ffi")
+    np.testing.assert_allclose(q @ np.triu(h), a, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(q.T @ q, np.eye(5), atol=1e-5)
+    spd = a @ a.T
+    fac, info = run(Opcode.CUSTOM_CALL, Shape.tuple_of([f55, s32]), [spd.astype(np.float32)],
+                    custom_call_target="lapack_spotrf_ffi", backend_config="{uplo = 85 : ui8}")
+    np.testing.assert_allclose(np.triu(fac).T @ np.triu(fac), spd, rtol=1e-4, atol=1e-3)
+    assert np.array_equal(np.tril(fac, -1), np.tril(spd, -1).astype(np.float32)) and int(info) == 0
+    vec, val, info = run(Opcode.CUSTOM_CALL, Shape.tuple_of([f55, arr((5,), np.float32), s32]),
+                         [spd.astype(np.float32)], custom_call_target="lapack_ssyevd_ffi",
+                         backend_config="{mode = 86 : ui8, uplo = 76 : ui8}")
+    np.testing.assert_allclose(spd @ vec, vec * val, rtol=1e-3, atol=1e-2)
+    assert np.all(np.diff(val) >= 0)
+    b = rand((3, 5))
+    x = run(Opcode.CUSTOM_CALL, arr((3, 5), np.float32), [a, b], custom_call_target="lapack_strsm_ffi",
+            backend_config="{diag = 78 : ui8, side = 82 : ui8, trans_x = 84 : ui8, uplo = 85 : ui8}")
+    np.testing.assert_allclose(x @ np.triu(a).T, b, rtol=1e-4, atol=1e-4)

@@ -1,7 +1,9 @@
 """compare: directions EQ NE LT LE GT GE under comparison types FLOAT, TOTALORDER, SIGNED, UNSIGNED.
 
-FLOAT is IEEE (NaN is unordered: only NE is true). TOTALORDER orders floats by their bits,
--NaN < -inf < ... < -0 < +0 < ... < inf < NaN. The default type comes from the element type.
+FLOAT is IEEE (NaN is unordered: only NE is true; f32/f64 denormals read as zero, as on
+XLA CPU). TOTALORDER orders floats by their bits, -NaN < -inf < ... < -0 < +0 < ... < inf
+< NaN (f8/f4 after widening to f32, like XLA CPU). The default type comes from the element
+type: FLOAT for floats and complex, SIGNED for signed integers, UNSIGNED for the rest.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ def default_comparison_type(dt: np.dtype) -> str:
 
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers that order floats totally (sign-magnitude bits → two's complement)."""
-    if nm.info(x.dtype).bits < 8:
-        x = x.astype(nm.F32)  # exact; f32 bits order the same way
+    if nm.info(x.dtype).bits <= 8:
+        # XLA CPU widens f8/f4 to f32 before comparing; that maps the fnuz types' single NaN
+        # (the "-0" pattern) to -NaN, the smallest value, instead of just below +0.
+        x = x.astype(nm.F32)
     width = x.dtype.itemsize * 8
     signed = x.view(np.dtype(f"int{width}"))
     # Negative floats: flip every non-sign bit so larger magnitudes come out smaller.
@@ -42,7 +46,8 @@ def _keys(a: np.ndarray, b: np.ndarray, ctype: str) -> tuple[np.ndarray, np.ndar
     if ctype == "TOTALORDER" and nm.is_float(a.dtype):
         return total_order_key(a), total_order_key(b)
     if ctype == "FLOAT":
-        return nm.widen(a), nm.widen(b)
+        # An FP compare instruction: denormal operands read as zero on XLA CPU.
+        return nm.flush_denormals(nm.widen(a)), nm.flush_denormals(nm.widen(b))
     if a.dtype == nm.BOOL:
         return a.astype(np.uint8), b.astype(np.uint8)
     if ctype == "SIGNED":

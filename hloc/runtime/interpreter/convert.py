@@ -25,8 +25,13 @@ def convert_array(x: np.ndarray, dt) -> np.ndarray:
         return x.copy()
     src, dst = nm.info(x.dtype), nm.info(dt)
     if dst.kind == "pred":
-        work = nm.widen(x) if src.is_float or src.is_complex else nm.widen_int(x)
-        return nm.as_array(work != 0, nm.BOOL)
+        if src.is_float or src.is_complex:
+            # f32/f64 → pred is an FP compare (denormals read as zero); narrower floats are
+            # tested on their bits, so a bf16 denormal is true.
+            work = nm.widen(x)
+            return nm.as_array((work if work.dtype != x.dtype else nm.flush_denormals(x)) != 0,
+                               nm.BOOL)
+        return nm.as_array(nm.widen_int(x) != 0, nm.BOOL)
     if src.is_complex:
         if dst.is_complex:
             return x.astype(dt)
@@ -42,6 +47,12 @@ def convert_array(x: np.ndarray, dt) -> np.ndarray:
 def _from_float(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     d = nm.info(dt)
     if d.is_float:
+        if nm.F64 in (x.dtype, dt) and x.dtype != dt:
+            # f32 <-> f64 is an FP instruction (denormals flushed); f32 -> bf16/f16/f8 is done
+            # with integer operations that keep them.
+            x = nm.flush_denormals(x)
+            if dt != nm.F64 and d.bits >= 16:  # f64 -> f32/bf16/f16 rounds through f32
+                x = nm.flush_denormals(x.astype(nm.F32))
         return nm.round_float(x, dt)
     if d.is_complex:
         return x.astype(dt)
@@ -112,7 +123,7 @@ def _bitcast_by_bits(x: np.ndarray, dt: np.dtype, src_bits: int, dst_bits: int) 
 
 @impl(Opcode.BITCAST_CONVERT)
 def bitcast_convert(ctx, instr, ops):
-    return bitcast_convert_array(ops[0], instr.shape.np_dtype).reshape(instr.shape.dims)
+    return bitcast_convert_array(ops[0], instr.shape.np_dtype)
 
 
 # ---- reduce-precision -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Elementwise arithmetic: add ... power, negate/abs/sign, select, clamp, complex parts, map.
 
 Semantics follow XLA CPU: integer arithmetic wraps; x/0 is -1 (all ones) and x%0 is x;
-INT_MIN/-1 is INT_MIN and INT_MIN%-1 is 0; float maximum/minimum propagate NaN and order
--0 < +0; low-precision floats are computed in f32 and rounded once.
+INT_MIN/-1 is INT_MIN and INT_MIN%-1 is 0; integer power uses the exponent's low 6 bits;
+float maximum/minimum propagate NaN and order -0 < +0; low-precision floats are computed in
+f32 and rounded once; f32/f64 denormals are flushed (numeric.py has the details).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Opcode
 from ...ir.opcodes import ELEMENTWISE
+from . import libm
 from . import numeric as nm
 from .registry import impl
 
 
 @dataclass(frozen=True)
 class ArithRule:
-    """How one elementwise opcode computes on each element kind (None: not defined there).
+    """How one elementwise opcode computes on each element kind (None: not defined there,
+    which raises UnsupportedError).
 
     Integer functions receive the operands (sub-byte types widened to int64) and the result
     dtype; the caller wraps their result modulo 2**bits.
@@ -32,6 +35,9 @@ class ArithRule:
     pred_fn: Callable | None = None
     complex_fn: Callable | None = None
     precise: bool = False  # compute f32 in f64 (transcendental accuracy)
+    daz: bool = True  # denormal operands read as ±0 (off for bit operations)
+    ftz: bool = True  # denormal results flushed to ±0 (off for bit operations)
+    post: Callable | None = None  # fix-up of float results (e.g. NaN bit patterns)
 
 
 def apply_rule(rule: ArithRule, instr, ops: list[np.ndarray], out_dt=None) -> np.ndarray:
@@ -43,10 +49,13 @@ def apply_rule(rule: ArithRule, instr, ops: list[np.ndarray], out_dt=None) -> np
             return nm.as_array(rule.pred_fn(*ops), out_dt)
     if kind in ("int", "uint") and rule.int_fn is not None:
         return nm.int_op(lambda *a: rule.int_fn(*a, out_dt), ops, out_dt)
-    if kind == "complex" and (rule.complex_fn or rule.float_fn) is not None:
-        return nm.float_op(rule.complex_fn or rule.float_fn, ops, out_dt, precise=rule.precise)
+    if kind == "complex" and rule.complex_fn is not None:
+        return nm.float_op(rule.complex_fn, ops, out_dt, precise=rule.precise, daz=rule.daz,
+                           ftz=rule.ftz)
     if kind == "float" and rule.float_fn is not None:
-        return nm.float_op(rule.float_fn, ops, out_dt, precise=rule.precise)
+        result = nm.float_op(rule.float_fn, ops, out_dt, precise=rule.precise, daz=rule.daz,
+                             ftz=rule.ftz)
+        return result if rule.post is None else rule.post(result)
     raise UnsupportedError(
         f"{instr.opcode.value} is not defined for {nm.info(ops[0].dtype).name} operands "
         f"(instruction %{instr.name})")
@@ -55,20 +64,56 @@ def apply_rule(rule: ArithRule, instr, ops: list[np.ndarray], out_dt=None) -> np
 # ---- float helpers --------------------------------------------------------------------------
 
 def float_max(x, y):
-    """IEEE maximum: NaN wins, and +0 is greater than -0."""
-    both_zero = (x == 0) & (y == 0)
-    return np.where(both_zero, np.where(np.signbit(x), y, x), np.maximum(x, y))
+    """IEEE maximum (NaN wins, +0 > -0) with XLA CPU's NaN bits.
+
+    A NaN x comes back as is; a NaN y (x not NaN) comes back with its sign bit ANDed with x's.
+    """
+    with np.errstate(invalid="ignore"):
+        both_zero = (x == 0) & (y == 0)
+        result = np.where(both_zero, np.where(np.signbit(x), y, x), np.where(x > y, x, y))
+        y_nan = np.where(np.signbit(x) & np.signbit(y), y, np.abs(y))
+        return np.where(np.isnan(x), x, np.where(np.isnan(y), y_nan, result))
 
 
 def float_min(x, y):
-    """IEEE minimum: NaN wins, and -0 is less than +0."""
-    both_zero = (x == 0) & (y == 0)
-    return np.where(both_zero, np.where(np.signbit(x), x, y), np.minimum(x, y))
+    """IEEE minimum (NaN wins, -0 < +0) with XLA CPU's NaN bits.
+
+    A NaN x comes back as is; a NaN y (x not NaN) comes back with its sign bit ORed with x's.
+    """
+    with np.errstate(invalid="ignore"):
+        both_zero = (x == 0) & (y == 0)
+        result = np.where(both_zero, np.where(np.signbit(x), x, y), np.where(x < y, x, y))
+        y_nan = np.where(np.signbit(x) | np.signbit(y), -np.abs(y), y)
+        return np.where(np.isnan(x), x, np.where(np.isnan(y), y_nan, result))
+
+
+def _canonical_f16_nan(x: np.ndarray) -> np.ndarray:
+    """XLA CPU's f16 maximum/minimum/clamp return the positive quiet NaN 0x7e00."""
+    if x.dtype != np.dtype(np.float16):
+        return x
+    return np.where(np.isnan(x), np.array(0x7E00, np.uint16).view(np.float16), x)
+
+
+def _float_remainder(x, y):
+    # XLA CPU's fmod is exact bit arithmetic on x; only the divisor goes through a flushing
+    # FP compare (a denormal divisor gives NaN like a zero one).
+    return np.fmod(x, nm.flush_denormals(y))
 
 
 def _float_sign(x):
     keep = np.isnan(x) | (x == 0)  # NaN and ±0 come back unchanged
     return np.where(keep, x, np.copysign(np.ones_like(x), x))
+
+
+def _complex_power(a, b):
+    wide = np.power(a.astype(np.complex128), b.astype(np.complex128))
+    return wide.astype(a.dtype)
+
+
+def _complex_abs(z):
+    # XLA computes max * sqrt(1 + (min/max)**2): a NaN part wins even over an infinite one.
+    nan = np.isnan(z.real) | np.isnan(z.imag)
+    return np.where(nan, np.nan, np.abs(z))
 
 
 def _complex_sign(z):
@@ -106,11 +151,17 @@ def _int_remainder(a, b, dt):
 def _int_power(base, exp, dt):
     """XLA's integer power: square-and-multiply over the exponent's low 6 bits.
 
-    A negative exponent (sign bit set, also for unsigned types) gives 1 for base 1, ±1 for
-    base all-ones (by the exponent's parity) and 0 otherwise.
+    A negative exponent gives 1 for base 1, ±1 for base all-ones (by the exponent's parity)
+    and 0 otherwise. "Negative" means the sign bit of the storage byte(s) is set: for u8..u64
+    that includes exponents >= 2**(bits-1); u4/u2 sit zero-extended in a byte, so never.
     """
     lo, hi = nm.int_limits(dt)
-    negative = exp < 0 if lo < 0 else exp > hi // 2
+    if lo < 0:
+        negative = exp < 0
+    elif nm.bits_of(dt) >= 8:
+        negative = exp > hi // 2
+    else:
+        negative = np.zeros(np.shape(exp), bool)
     acc = np.ones_like(base)
     b = base.copy()
     e = np.asarray(exp) & 63
@@ -124,25 +175,28 @@ def _int_power(base, exp, dt):
     return np.where(negative, neg_result.astype(acc.dtype), acc)
 
 
-def _no_int(*_):
-    return None
-
-
 BINARY_RULES: dict[Opcode, ArithRule] = {
-    Opcode.ADD: ArithRule(np.add, lambda a, b, dt: a + b, np.logical_or),
-    Opcode.SUBTRACT: ArithRule(np.subtract, lambda a, b, dt: a - b),
-    Opcode.MULTIPLY: ArithRule(np.multiply, lambda a, b, dt: a * b, np.logical_and),
-    Opcode.DIVIDE: ArithRule(np.divide, _int_divide),
-    Opcode.REMAINDER: ArithRule(np.fmod, _int_remainder),
-    Opcode.MAXIMUM: ArithRule(float_max, lambda a, b, dt: np.maximum(a, b), np.logical_or),
-    Opcode.MINIMUM: ArithRule(float_min, lambda a, b, dt: np.minimum(a, b), np.logical_and),
-    Opcode.POWER: ArithRule(np.power, _int_power, precise=True),
+    Opcode.ADD: ArithRule(np.add, lambda a, b, dt: a + b, np.logical_or, np.add),
+    Opcode.SUBTRACT: ArithRule(np.subtract, lambda a, b, dt: a - b, None, np.subtract),
+    Opcode.MULTIPLY: ArithRule(np.multiply, lambda a, b, dt: a * b, np.logical_and,
+                               np.multiply),
+    Opcode.DIVIDE: ArithRule(np.divide, _int_divide, None, np.divide),
+    Opcode.REMAINDER: ArithRule(_float_remainder, _int_remainder, daz=False, ftz=False),
+    Opcode.MAXIMUM: ArithRule(float_max, lambda a, b, dt: np.maximum(a, b), np.logical_or,
+                              post=_canonical_f16_nan),
+    Opcode.MINIMUM: ArithRule(float_min, lambda a, b, dt: np.minimum(a, b), np.logical_and,
+                              post=_canonical_f16_nan),
+    # libm's pow tests the operands' bits itself (see libm.power); its result is flushed.
+    # (libm.power computes in f64 itself; complex pow goes through c128.)
+    Opcode.POWER: ArithRule(libm.power, _int_power, complex_fn=_complex_power, daz=False),
 }
 
 UNARY_RULES: dict[Opcode, ArithRule] = {
-    Opcode.NEGATE: ArithRule(np.negative, lambda a, dt: -a),
+    # negate and abs only touch the sign bit: denormals survive.
+    Opcode.NEGATE: ArithRule(np.negative, lambda a, dt: -a, complex_fn=np.negative, daz=False,
+                             ftz=False),
     Opcode.ABS: ArithRule(np.abs, lambda a, dt: np.abs(a) if nm.info(dt).is_signed_int else a,
-                          complex_fn=np.abs, precise=True),
+                          daz=False, ftz=False),
     Opcode.SIGN: ArithRule(_float_sign, lambda a, dt: np.sign(a), complex_fn=_complex_sign),
 }
 
@@ -153,8 +207,14 @@ def binary_arith(ctx, instr, ops):
     return apply_rule(BINARY_RULES[instr.opcode], instr, [a, b])
 
 
+# Complex abs is arithmetic (denormals flushed), unlike the sign-bit-only real abs.
+_COMPLEX_ABS = ArithRule(None, None, complex_fn=_complex_abs, precise=True)
+
+
 @impl(*UNARY_RULES)
 def unary_arith(ctx, instr, ops):
+    if instr.opcode == Opcode.ABS and nm.is_complex(ops[0].dtype):
+        return apply_rule(_COMPLEX_ABS, instr, ops)
     return apply_rule(UNARY_RULES[instr.opcode], instr, ops)
 
 
@@ -167,9 +227,11 @@ def select(ctx, instr, ops):
     return nm.as_array(np.where(pred.astype(bool), on_true, on_false), instr.shape.np_dtype)
 
 
-_CLAMP = ArithRule(lambda lo, x, hi: float_min(hi, float_max(lo, x)),
-                   lambda lo, x, hi, dt: np.minimum(hi, np.maximum(lo, x)),
-                   lambda lo, x, hi: np.logical_and(hi, np.logical_or(lo, x)))
+# min(max(lo, x), hi) in this operand order: it decides which NaN bits come out.
+_CLAMP = ArithRule(lambda lo, x, hi: float_min(float_max(lo, x), hi),
+                   lambda lo, x, hi, dt: np.minimum(np.maximum(lo, x), hi),
+                   lambda lo, x, hi: np.logical_and(np.logical_or(lo, x), hi),
+                   post=_canonical_f16_nan)
 
 
 @impl(Opcode.CLAMP)
@@ -181,11 +243,7 @@ def clamp(ctx, instr, ops):
 @impl(Opcode.COMPLEX)
 def complex_(ctx, instr, ops):
     re, im = np.broadcast_arrays(*ops)
-    out = np.empty(re.shape, instr.shape.np_dtype)
-    # Assign parts separately: re + 1j*im would turn (x, inf) into (nan, inf).
-    out.real = re
-    out.imag = im
-    return out
+    return nm.make_complex(re, im, instr.shape.np_dtype)
 
 
 @impl(Opcode.REAL, Opcode.IMAG)

@@ -1,8 +1,13 @@
 """Numeric helpers shared by the elementwise interpreter ops (no opcode registrations here).
 
-XLA CPU computes every float type narrower than f32 (bf16, f16, the f8/f4 family) by widening
-to f32, doing the f32 operation, and rounding the result back once. Integer arithmetic wraps
-modulo 2**bits. These helpers implement both rules so each opcode stays a one-liner.
+Three XLA CPU facts live here so each opcode stays short:
+- Float types narrower than f32 (bf16, f16, the f8/f4 family) are computed by widening to
+  f32, doing the f32 operation and rounding the result back once.
+- f32/f64 arithmetic runs with denormals flushed to zero: denormal operands read as ±0
+  (DAZ) and denormal results become ±0 (FTZ). Pure bit operations (negate, abs, select,
+  bitcast, f32 → bf16 rounding) keep denormals. f16 values are normal in f32, so f16
+  denormals survive; bf16 denormals are f32 denormals and do not.
+- Integer arithmetic wraps modulo 2**bits.
 """
 
 from __future__ import annotations
@@ -55,6 +60,28 @@ def as_array(value, dt: np.dtype) -> np.ndarray:
 
 # ---- floats -------------------------------------------------------------------------------
 
+_FLUSHABLE = frozenset((F32, F64, C64, C128))
+
+
+def flush_denormals(x: np.ndarray) -> np.ndarray:
+    """Denormal f32/f64 (or complex parts) replaced by zero of the same sign; others unchanged."""
+    if x.dtype not in _FLUSHABLE:
+        return x
+    if x.dtype.kind == "c":
+        return make_complex(flush_denormals(x.real), flush_denormals(x.imag), x.dtype)
+    tiny = np.finfo(x.dtype).tiny
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(x) < tiny, np.copysign(np.zeros_like(x), x), x)
+
+
+def make_complex(re: np.ndarray, im: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """A complex array from its parts (re + 1j*im would turn (x, inf) into (nan, inf))."""
+    out = np.empty(np.shape(re), dt)
+    out.real = re
+    out.imag = im
+    return out
+
+
 def widen(x: np.ndarray) -> np.ndarray:
     """Low-precision floats widened (exactly) to f32; other arrays unchanged."""
     return x.astype(F32) if is_low_float(x.dtype) else x
@@ -87,27 +114,31 @@ def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
 
 
 def float_op(fn: Callable, args: list[np.ndarray], out_dt: np.dtype, *,
-             precise: bool = False) -> np.ndarray:
-    """Apply `fn` elementwise on floats with XLA CPU's precision rules.
+             precise: bool = False, daz: bool = True, ftz: bool = True) -> np.ndarray:
+    """Apply `fn` elementwise on floats with XLA CPU's precision and denormal rules.
 
     Low-precision floats are computed in f32 and rounded back once. With `precise`, f32 and
     c64 are computed in f64/c128 and rounded (transcendental functions: the reference should
     be the correctly rounded value, XLA's own approximations are within the tolerances).
+    `daz` reads denormal operands as ±0, `ftz` flushes denormal results (both are on for
+    arithmetic, off for bit operations and for libm calls that test bits themselves).
     """
     out_dt = np.dtype(out_dt)
     work = [widen(a) for a in args]
+    if daz:
+        work = [flush_denormals(a) for a in work]
     if precise:
         work = [_precise(a) for a in work]
     with np.errstate(all="ignore"):
         result = np.asarray(fn(*work))
-    if is_complex(out_dt) or is_complex(result.dtype):
-        return as_array(result, out_dt)
-    if out_dt == BOOL:
-        return as_array(result, BOOL)
-    if precise and result.dtype == F64 and out_dt != F64:
-        with np.errstate(all="ignore"):
-            result = result.astype(F32)
-    return round_float(result, out_dt)
+        if out_dt == BOOL:
+            return as_array(result, BOOL)
+        if is_complex(out_dt) or is_complex(result.dtype):
+            result = as_array(result, out_dt)
+            return flush_denormals(result) if ftz else result
+        if result.dtype == F64 and out_dt != F64:
+            result = result.astype(F32)  # XLA computed in f32
+    return round_float(flush_denormals(result) if ftz else result, out_dt)
 
 
 def _precise(a: np.ndarray) -> np.ndarray:
@@ -204,9 +235,4 @@ def int_limits(dt: np.dtype) -> tuple[int, int]:
     if d.is_signed_int:
         return -(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1
     return 0, (1 << d.bits) - 1
-
-
-def is_ml_float(dt: np.dtype) -> bool:
-    """True for ml_dtypes float types (bf16, f8*, f4*), which numpy has no ufunc loops for."""
-    return is_float(dt) and np.dtype(dt) not in (np.dtype(np.float16), F32, F64)
 

@@ -169,12 +169,14 @@ def fold_columns(ctx, comp, columns: list[np.ndarray], inits: list[np.ndarray]):
         for r in range(count):
             acc = apply_scalar(ctx, comp, acc + [c[:, r] for c in columns], liftable)
         return [np.array(a) for a in acc]
+    # Combine neighbours pairwise: the order of elements is kept, so an associative reducer
+    # gives the sequential result even when it is not commutative.
     vals = columns
     while vals[0].shape[1] > 1:
-        half = vals[0].shape[1] // 2
-        combined = apply_scalar(ctx, comp, [v[:, :half] for v in vals]
-                                + [v[:, half:2 * half] for v in vals], liftable)
-        vals = [np.concatenate([c, v[:, 2 * half:]], axis=1) for c, v in zip(combined, vals, strict=False)]
+        pairs = vals[0].shape[1] // 2 * 2
+        combined = apply_scalar(ctx, comp, [v[:, 0:pairs:2] for v in vals]
+                                + [v[:, 1:pairs:2] for v in vals], liftable)
+        vals = [np.concatenate([c, v[:, pairs:]], axis=1) for c, v in zip(combined, vals, strict=True)]
     return [np.array(a) for a in apply_scalar(ctx, comp, acc + [v[:, 0] for v in vals], liftable)]
 
 

@@ -47,6 +47,11 @@ def _rotl32(v, r):
 
 def threefry2x32(x0, x1, key0, key1):
     """Threefry-2x32 with 20 rounds (Salmon et al. 2011) on uint32 arrays."""
+    with np.errstate(over="ignore"):  # uint32 arithmetic wraps by design
+        return _threefry_rounds(x0, x1, key0, key1)
+
+
+def _threefry_rounds(x0, x1, key0, key1):
     ks = (U32(key0), U32(key1), U32(_THREEFRY_PARITY ^ int(key0) ^ int(key1)))
     x0 = x0 + ks[0]
     x1 = x1 + ks[1]
@@ -101,14 +106,14 @@ def threefry_bits64(key: int, counter: int, dims: tuple[int, ...]):
 
 def philox4x32(ctr: list[np.ndarray], key0: int, key1: int) -> list[np.ndarray]:
     """Philox-4x32 with 10 rounds on four uint32 counter words."""
-    k0, k1 = U32(key0), U32(key1)
     c0, c1, c2, c3 = ctr
-    for _ in range(10):
+    for r in range(10):
+        # Round r uses the key bumped r times by the Weyl constants (mod 2**32).
+        k0 = U32((key0 + r * _PHILOX_W[0]) & 0xFFFFFFFF)
+        k1 = U32((key1 + r * _PHILOX_W[1]) & 0xFFFFFFFF)
         p0 = c0.astype(U64) * U64(_PHILOX_M[0])
         p1 = c2.astype(U64) * U64(_PHILOX_M[1])
         c0, c1, c2, c3 = (_hi32(p1) ^ c1 ^ k0, _lo32(p1), _hi32(p0) ^ c3 ^ k1, _lo32(p0))
-        k0 = k0 + U32(_PHILOX_W[0])
-        k1 = k1 + U32(_PHILOX_W[1])
     return [c0, c1, c2, c3]
 
 

@@ -1,7 +1,9 @@
 """sort (variadic, comparator computation) and topk.
 
-Comparators of the lexicographic form JAX emits (`lt(k0)`, or `or(lt(k0), and(eq(k0), ...))`)
-are recognized and sorted with np.lexsort on order-preserving integer keys. Any other comparator
+Comparators of the lexicographic form JAX emits (`lt(k0)`, or `or(lt(k0), and(eq(k0), ...))`,
+where each key may be an elementwise expression of the operand, such as JAX's NaN/zero
+canonicalization or XLA's total-order bit trick) are recognized; the key expressions are evaluated
+once on whole operands and sorted with np.lexsort on order-preserving keys. Any other comparator
 runs through a stable bottom-up merge sort whose merges are computed by vectorized binary
 searches: each comparator call evaluates one search step for every element at once, so a sort of
 n elements takes about log2(n)^2 / 2 calls regardless of the number of rows.
@@ -14,17 +16,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir import Computation, Instruction, Opcode
+from ...ir.opcodes import ELEMENTWISE
+from . import registry
 from .reduce import apply_scalar, is_liftable
 from .registry import impl
 
 
 @dataclass(frozen=True)
 class SortKey:
-    """One key of a lexicographic comparator: operand index, direction and comparison type."""
+    """One key of a lexicographic comparator: `expr` computes the key from comparator parameter
+    `param` (the parameter itself in the plain case), compared in `compare_type` order."""
 
     operand: int
     descending: bool
     compare_type: str
+    expr: Instruction
+    param: int
+
+
+# Ops a key expression may use: they act elementwise, so the key of a whole operand array is the
+# expression evaluated once on that array.
+_KEY_OPS = (ELEMENTWISE - {Opcode.MAP, Opcode.STOCHASTIC_CONVERT}) | {Opcode.CONSTANT, Opcode.BITCAST}
 
 
 def _default_type(instr: Instruction) -> str:
@@ -34,35 +46,64 @@ def _default_type(instr: Instruction) -> str:
     return "UNSIGNED" if d.is_unsigned_int or d.kind == "pred" else "SIGNED"
 
 
-def _param_pair(instr: Instruction) -> tuple[int, bool] | None:
-    """(operand index, swapped) if instr compares the lhs/rhs parameters of one operand."""
+def _params_read(instr: Instruction) -> set[int]:
+    found, stack, seen = set(), [instr], set()
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode == Opcode.PARAMETER:
+            found.add(i.attrs.parameter_number)
+        stack.extend(i.operands)
+    return found
+
+
+def _mirrors(a: Instruction, b: Instruction, pa: int, pb: int, depth: int = 0) -> bool:
+    """True if b computes what a computes, with parameter pa replaced by parameter pb."""
+    if a is b:
+        return pa == pb or not _params_read(a)
+    if a.opcode == Opcode.PARAMETER or b.opcode == Opcode.PARAMETER:
+        return (a.opcode == b.opcode and a.attrs.parameter_number == pa
+                and b.attrs.parameter_number == pb)
+    if (a.opcode != b.opcode or a.opcode not in _KEY_OPS or a.attrs != b.attrs or a.shape != b.shape
+            or len(a.operands) != len(b.operands) or depth > 64):
+        return False
+    return all(_mirrors(x, y, pa, pb, depth + 1) for x, y in zip(a.operands, b.operands, strict=True))
+
+
+def _key_pair(instr: Instruction) -> tuple[int, bool, Instruction, int] | None:
+    """(operand, swapped, lhs-side expression, its parameter) if `instr` compares one key
+    expression applied to the lhs and the rhs element of one operand."""
     a, b = instr.operands
-    if a.opcode != Opcode.PARAMETER or b.opcode != Opcode.PARAMETER:
+    ra, rb = _params_read(a), _params_read(b)
+    if len(ra) != 1 or len(rb) != 1:
         return None
-    ia, ib = a.attrs.parameter_number, b.attrs.parameter_number
-    if ia // 2 != ib // 2 or ia == ib:
+    (pa,), (pb,) = ra, rb
+    if pa // 2 != pb // 2 or pa == pb or not _mirrors(a, b, pa, pb):
         return None
-    return ia // 2, ia % 2 == 1
+    return pa // 2, pa % 2 == 1, a, pa
 
 
 def _strict_key(instr: Instruction) -> SortKey | None:
-    if instr.opcode != Opcode.COMPARE:
+    if instr.opcode != Opcode.COMPARE or instr.attrs.comparison_direction not in ("LT", "GT"):
         return None
-    direction = instr.attrs.comparison_direction
-    pair = _param_pair(instr)
-    if pair is None or direction not in ("LT", "GT"):
+    pair = _key_pair(instr)
+    if pair is None:
         return None
-    operand, swapped = pair
-    descending = swapped if direction == "LT" else not swapped
-    return SortKey(operand, descending, instr.attrs.comparison_type or _default_type(instr))
+    operand, swapped, expr, param = pair
+    descending = swapped if instr.attrs.comparison_direction == "LT" else not swapped
+    return SortKey(operand, descending, instr.attrs.comparison_type or _default_type(instr), expr, param)
 
 
 def _is_equal(instr: Instruction, key: SortKey) -> bool:
     if instr.opcode != Opcode.COMPARE or instr.attrs.comparison_direction != "EQ":
         return False
-    pair = _param_pair(instr)
+    pair = _key_pair(instr)
+    if pair is None or pair[0] != key.operand:
+        return False
     ctype = instr.attrs.comparison_type or _default_type(instr)
-    return pair is not None and pair[0] == key.operand and ctype == key.compare_type
+    return ctype == key.compare_type and _mirrors(pair[2], key.expr, pair[3], key.param)
 
 
 def _lexicographic(expr: Instruction, depth: int = 0) -> list[SortKey] | None:
@@ -86,6 +127,34 @@ def _lexicographic(expr: Instruction, depth: int = 0) -> list[SortKey] | None:
 def comparator_keys(comp: Computation) -> list[SortKey] | None:
     """The lexicographic keys a comparator computation implements, or None."""
     return _lexicographic(comp.root) if comp.root is not None else None
+
+
+def key_values(ctx, key: SortKey, operand: np.ndarray) -> np.ndarray:
+    """The key expression evaluated on a whole operand array."""
+    values: dict[int, np.ndarray] = {}
+    for instr in _post_order(key.expr):
+        if instr.opcode == Opcode.PARAMETER:
+            values[id(instr)] = operand
+            continue
+        with np.errstate(all="ignore"):
+            out = registry.lookup(instr)(ctx, instr, [values[id(o)] for o in instr.operands])
+        values[id(instr)] = np.asarray(out)
+    return np.broadcast_to(values[id(key.expr)], operand.shape)
+
+
+def _post_order(root: Instruction) -> list[Instruction]:
+    order, seen = [], set()
+
+    def visit(i):
+        if id(i) in seen:
+            return
+        seen.add(id(i))
+        for o in i.operands:
+            visit(o)
+        order.append(i)
+
+    visit(root)
+    return order
 
 
 # ---- keys ------------------------------------------------------------------------------------
@@ -118,11 +187,11 @@ def _key_array(x: np.ndarray, key: SortKey) -> np.ndarray | None:
     return None
 
 
-def lexsort_perm(operands: list[np.ndarray], keys: list[SortKey]) -> np.ndarray | None:
+def lexsort_perm(ctx, operands: list[np.ndarray], keys: list[SortKey]) -> np.ndarray | None:
     """A stable sorting permutation along the last axis, or None if the keys do not apply."""
     arrays = []
     for key in reversed(keys):
-        k = _key_array(operands[key.operand], key)
+        k = _key_array(key_values(ctx, key, operands[key.operand]), key)
         if k is None:
             return None
         arrays.append(k)
@@ -181,7 +250,7 @@ def sort_perm(ctx, comp: Computation, operands: list[np.ndarray]) -> np.ndarray:
     """Stable permutation sorting (R, n) operands along axis 1."""
     keys = comparator_keys(comp)
     if keys is not None:
-        perm = lexsort_perm(operands, keys)
+        perm = lexsort_perm(ctx, operands, keys)
         if perm is not None:
             return perm
     return merge_sort_perm(ctx, comp, operands)
