@@ -491,7 +491,7 @@ def _sample_signature(meta: dict) -> Signature:
 
 
 def _all_samples() -> list[str]:
-    from conftest import sample_names
+    from tests.conftest import sample_names
 
     return sample_names() + sample_names("ops")
 
@@ -500,7 +500,7 @@ def _all_samples() -> list[str]:
 def test_sample_files_load_and_compare(tmp_path, name):
     """Every sample's inputs load with the right types; its expected outputs compare equal to
     themselves bit for bit after a write/read round trip (bf16/f8 bits included)."""
-    from conftest import SAMPLES, require_samples, sample_arrays, sample_meta
+    from tests.conftest import SAMPLES, require_samples, sample_arrays, sample_meta
 
     require_samples()
     meta = sample_meta(name)
