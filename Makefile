@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JAXENV ?= .jaxenv
 DEMO   ?= mlp
+DEMO_TARGET ?= interpreter
 
 .DEFAULT_GOAL := help
 .PHONY: help venv demo test lint format proto proto-check samples bench clean
@@ -22,7 +23,7 @@ venv: $(STAMP) ## create the virtualenv and install hloc with dev extras
 
 demo: $(STAMP) ## compile and run a sample end to end
 	@mkdir -p demo-out
-	$(VENV)/bin/hloc compile samples/$(DEMO).pb -o demo-out/$(DEMO).bundle --dump-dir demo-out/dump
+	$(VENV)/bin/hloc compile samples/$(DEMO).pb -o demo-out/$(DEMO).bundle --target $(DEMO_TARGET) --dump-dir demo-out/dump
 	$(VENV)/bin/hloc inspect demo-out/$(DEMO).bundle
 	$(VENV)/bin/hlo-run demo-out/$(DEMO).bundle --inputs samples/$(DEMO).inputs.npz \
 		--expected samples/$(DEMO).expected.npz --benchmark 20
