@@ -5,8 +5,10 @@ Each tests/golden/passes/*.hlo file holds cases separated by `// -----`. A case 
     // CHECK: <text>          (in order; {{regex}} holes)
     // CHECK-NEXT: <text>     (on the line right after the previous match)
     // CHECK-NOT: <text>      (not between the surrounding matches)
+    // CHECK-DAG: <text>      (a run of these matches in any order)
+    // NO-EVAL:               (skip the before/after evaluation)
     HloModule ...
-The module is parsed, the spec is run with the verifier after every pass, the printed result
+`%_` in a check matches any instruction name. The module is parsed, the spec is run with the verifier after every pass, the printed result
 must satisfy the checks, and the module must compute bit-identical results before and after
 on random inputs in the reference interpreter.
 """
@@ -29,7 +31,7 @@ from .test_pass_util import filecheck, results_equal, run_passes
 
 pytestmark = pytest.mark.pure
 GOLDEN = Path(__file__).parent / "golden" / "passes"
-_DIRECTIVE = re.compile(r"^\s*//\s*(RUN|CHECK-NEXT|CHECK-NOT|CHECK|NO-EVAL):\s?(.*)$")
+_DIRECTIVE = re.compile(r"^\s*//\s*(RUN|CHECK-NEXT|CHECK-NOT|CHECK-DAG|CHECK|NO-EVAL):\s?(.*)$")
 
 
 def _cases():

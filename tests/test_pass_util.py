@@ -90,8 +90,9 @@ def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     fa = a.reshape(-1)
     fb = b.reshape(-1)
     if fa.dtype.kind in "fc" or fa.dtype.name in _ML_FLOATS:
-        nan_a = np.isnan(fa.astype(np.complex128 if fa.dtype.kind == "c" else np.float64))
-        nan_b = np.isnan(fb.astype(np.complex128 if fb.dtype.kind == "c" else np.float64))
+        with np.errstate(invalid="ignore"):
+            nan_a = np.isnan(fa.astype(np.complex128 if fa.dtype.kind == "c" else np.float64))
+            nan_b = np.isnan(fb.astype(np.complex128 if fb.dtype.kind == "c" else np.float64))
         if not np.array_equal(nan_a, nan_b):
             return False
         fa, fb = fa[~nan_a], fb[~nan_b]
@@ -120,15 +121,27 @@ def _check_regex(pattern: str) -> re.Pattern:
 
 
 def filecheck(text: str, checks: list[tuple[str, str]]) -> None:
-    """Apply (kind, pattern) checks in order to `text`; kinds CHECK, CHECK-NEXT, CHECK-NOT.
-    Raises AssertionError naming the first failing check."""
+    """Apply (kind, pattern) checks in order to `text`; kinds CHECK, CHECK-NEXT, CHECK-NOT and
+    CHECK-DAG (a run of DAG checks matches distinct lines after the previous match, in any
+    order). Raises AssertionError naming the first failing check."""
     lines = text.splitlines()
     pos = 0  # next line to search from
     pending_not: list[re.Pattern] = []
+    dag_used: set[int] = set()
+    dag_end = -1
     for kind, pattern in checks:
         rx = _check_regex(pattern)
+        if kind != "CHECK-DAG" and dag_end >= 0:
+            pos, dag_end, dag_used = dag_end + 1, -1, set()
         if kind == "CHECK-NOT":
             pending_not.append(rx)
+            continue
+        if kind == "CHECK-DAG":
+            found = next((n for n in range(pos, len(lines))
+                          if n not in dag_used and rx.search(lines[n])), None)
+            assert found is not None, f"CHECK-DAG: {pattern!r} not found after line {pos}:\n{text}"
+            dag_used.add(found)
+            dag_end = max(dag_end, found)
             continue
         if kind == "CHECK-NEXT":
             found = pos if pos < len(lines) and rx.search(lines[pos]) else None
@@ -150,7 +163,9 @@ def test_filecheck_itself():
     filecheck(text, [("CHECK", "add("), ("CHECK-NEXT", "mul"), ("CHECK-NOT", "sub"),
                      ("CHECK", "ROOT {{\\w+}} = neg")])
     filecheck("ROOT %neg.1 = f32[] negate(%x.2)", [("CHECK", "ROOT %_ = f32[] negate(%_)")])
+    filecheck(text, [("CHECK-DAG", "mul("), ("CHECK-DAG", "add("), ("CHECK", "neg")])
     for bad in ([("CHECK", "sub(")], [("CHECK", "mul"), ("CHECK-NEXT", "add")],
+                [("CHECK-DAG", "add("), ("CHECK-DAG", "add("), ("CHECK", "neg")],
                 [("CHECK-NOT", "mul"), ("CHECK", "neg")]):
         try:
             filecheck(text, bad)

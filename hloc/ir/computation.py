@@ -53,8 +53,7 @@ class Computation:
         if instr is self.root:
             raise ValueError(f"cannot remove {instr.name}: it is the root of {self.name}")
         for op in instr.operands:
-            if instr in op.users:
-                op.users.remove(instr)
+            op.users.discard(instr)
         instr.drop_all_control_deps()
         self.instructions.remove(instr)
         instr.parent = None

@@ -12,6 +12,55 @@ if TYPE_CHECKING:
     from .computation import Computation
 
 
+class UseList:
+    """An insertion-ordered set of users with list-like reading (iterate, len, in, index).
+
+    Membership, append and remove are O(1), so instructions with thousands of users (a shared
+    constant) don't make passes quadratic.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items=()):
+        self._items: dict[Instruction, None] = dict.fromkeys(items)
+
+    def append(self, user: Instruction) -> None:
+        self._items[user] = None
+
+    def remove(self, user: Instruction) -> None:
+        del self._items[user]
+
+    def discard(self, user: Instruction) -> None:
+        self._items.pop(user, None)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __contains__(self, user) -> bool:
+        return user in self._items
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __getitem__(self, index):
+        return list(self._items)[index]
+
+    def __add__(self, other) -> list:
+        return list(self._items) + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + list(self._items)
+
+    def __repr__(self) -> str:
+        return f"UseList({list(self._items)!r})"
+
+
 class Instruction:
     """One HLO instruction. Identity matters: use lists hold objects, not names.
 
@@ -32,7 +81,7 @@ class Instruction:
         self.called: list[Computation] = list(called)
         self.attrs = attrs
         self.metadata = metadata or OpMetadata()
-        self.users: list[Instruction] = []
+        self.users = UseList()
         self.parent: Computation | None = None
         self.control_predecessors: list[Instruction] = []
         self.control_successors: list[Instruction] = []
@@ -43,7 +92,7 @@ class Instruction:
             self.users.append(user)
 
     def _drop_user(self, user: Instruction) -> None:
-        if user in self.users and user not in user.operands:
+        if user in self.users and self not in user.operands:
             self.users.remove(user)
 
     def replace_operand(self, index: int, new: Instruction) -> None:

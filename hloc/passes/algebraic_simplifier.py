@@ -27,6 +27,7 @@ class AlgebraicSimplifier(Pass):
     would change results for NaN, inf or signed zeros do not fire (the one XLA-style exception,
     a reduce over size-1 dimensions with a ±0 sum init, may keep a -0.0), shapes and layouts of
     replaced instructions are unchanged, and side-effecting instructions are never touched.
+    Copies with an unchanged layout are removed, so it belongs before copy insertion.
     """
 
     name = "algebraic-simplifier"

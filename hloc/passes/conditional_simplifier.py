@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..ir import Instruction, Module, Opcode
 from .base import Pass, register_pass
 from .call_inliner import inline_call
-from .rewrite import splat_value
+from .rewrite import splat_value, update_schedule
 
 
 def chosen_branch(cond: Instruction) -> int | None:
@@ -74,6 +74,7 @@ class ConditionalSimplifier(Pass):
                 changed = True
         if changed:
             remove_unreachable_computations(module)
+            update_schedule(module)
         return changed
 
 

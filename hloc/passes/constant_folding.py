@@ -46,9 +46,9 @@ def _foldable(instr: Instruction, max_elements: int) -> bool:
         return False
     if _result_elements(instr) > max_elements or has_side_effects(instr):
         return False
-    # A broadcast scalar is cheaper to keep (and to emit) than the constant array it makes.
-    return not (instr.opcode == Op.BROADCAST and instr.operands[0].shape.num_elements == 1
-                and instr.shape.num_elements > 1)
+    # A broadcast is cheaper to keep (and to emit) than the larger constant array it makes.
+    return not (instr.opcode == Op.BROADCAST
+                and instr.shape.num_elements > instr.operands[0].shape.num_elements)
 
 
 def fold_table(max_elements: int) -> RuleTable:
@@ -77,7 +77,7 @@ class ConstantFolding(Pass):
     """Replaces instructions whose operands are all constants by the constant they compute.
 
     Assumes: a valid module. Guarantees: values are the reference interpreter's (XLA
-    semantics); results with more than max_elements elements, broadcasts of scalars, iota,
+    semantics); results with more than max_elements elements, size-increasing broadcasts, iota,
     tuples, control flow, random numbers and side-effecting ops are left alone; an op the
     interpreter cannot evaluate is skipped (debug log), never an error.
     """

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..ir import Computation, Instruction, Module, Opcode
 from .base import Pass, register_pass
-from .rewrite import has_side_effects
+from .rewrite import detach, drop_detached, has_side_effects, update_schedule
 
 
 class _Fingerprints:
@@ -65,23 +65,43 @@ class CommonSubexpressionElimination(Pass):
         order += [c for c in module.computations if id(c) not in reachable]
         for comp in order:
             changed |= self._run_computation(comp, prints, effects)
+        if changed:
+            update_schedule(module)
         return changed
 
     def _run_computation(self, comp: Computation, prints: _Fingerprints,
                          effects: dict[int, bool]) -> bool:
+        # Keys use each operand's surviving representative, so duplicates are found in one
+        # post-order sweep without rewiring them first; only survivors get rewired after.
+        canon: dict[int, Instruction] = {}
         seen: dict[tuple, Instruction] = {}
-        changed = False
+        merged: list[Instruction] = []
         for instr in comp.post_order():
             if not _mergeable(instr, effects):
                 continue
             key = (instr.opcode, instr.shape, instr.attrs,
                    tuple(prints.of(c) for c in instr.called),
-                   tuple(id(o) for o in instr.operands))
+                   tuple(id(canon.get(id(o), o)) for o in instr.operands))
             first = seen.setdefault(key, instr)
-            if first is instr:
-                continue
-            instr.replace_all_uses_with(first)
-            if not instr.users and not instr.is_root:
-                comp.remove(instr)
-            changed = True
-        return changed
+            if first is not instr:
+                canon[id(instr)] = first
+                merged.append(instr)
+        if not merged:
+            return False
+        _rewire(comp, canon)
+        for instr in reversed(merged):  # users (later in post order) go first
+            detach(instr)
+        drop_detached(comp)
+        return True
+
+
+def _rewire(comp: Computation, canon: dict[int, Instruction]) -> None:
+    """Point every surviving instruction (and the root) at the representatives."""
+    for instr in comp.instructions:
+        if id(instr) in canon:
+            continue
+        for op in dict.fromkeys(instr.operands):
+            if id(op) in canon:
+                instr.replace_operand_with(op, canon[id(op)])
+    if comp.root is not None and id(comp.root) in canon:
+        comp.root = canon[id(comp.root)]

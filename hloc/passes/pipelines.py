@@ -2,6 +2,11 @@
 
 Each pipeline is a spec string (see spec.py). Passes not yet registered in this build are a
 hard error when the pipeline is built, never silently skipped.
+
+The native targets follow XLA CPU's order: flatten calls, expand ops the code generators do
+not emit directly, put dots in their one Gemm form, move narrow-float arithmetic to f32/f16,
+simplify, assign layouts, then fuse. Copy insertion, scheduling and buffer assignment run after
+these passes, as their own compile stages.
 """
 
 from __future__ import annotations
@@ -15,15 +20,48 @@ _REQUIRED = ["call-inliner", "dce"]
 
 # Cleanup that every optimizing level runs to a fixpoint.
 _SIMPLIFY = "fixpoint(algebraic-simplifier,tuple-simplifier,constant-folding,dce)"
+_CONTROL_FLOW = ["while-loop-simplifier", "conditional-simplifier"]
+
+# Native targets, -O0: only what correct code generation needs.
+#   expanders: ops the elemental emitters do not implement (select-and-scatter and erf are
+#     emitted natively, as XLA GPU does, so they are not expanded);
+#   dot-canonicalizer: every dot becomes [B,M,K] x [B,K,N], the one Gemm form backends take;
+#   float-normalization: bf16/f8 arithmetic runs in f32/f16 exactly as XLA CPU runs it;
+#   layout-assignment: row-major buffers, the entry computation layout at the edges.
+_EXPAND = ["rng-bit-generator-expander", "logistic-expander", "batch-norm-expander",
+           "comparison-expander"]
+_LOWER = ["dot-canonicalizer", "float-normalization"]
+_NATIVE_O0 = ["call-inliner", *_EXPAND, *_LOWER, "dce", "layout-assignment"]
+# -O1 adds simplification (then re-canonicalizes dots the simplifier may have rebuilt).
+_NATIVE_O1 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, "cse", "dot-canonicalizer", "dce",
+              "layout-assignment"]
+# -O2 adds loop/branch simplification and fusion (loop, reduction input, dot epilogue).
+_NATIVE_O2 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
+              "dot-canonicalizer", "dce", "layout-assignment", "fusion", "dce"]
+# -O3 fuses bigger kernels and merges sibling fusions that read the same operand.
+_NATIVE_O3 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
+              "dot-canonicalizer", "dce", "layout-assignment", "fusion{max-ops=1024,duplicate=8}",
+              "multi-output-fusion", "dce"]
 
 PIPELINES: dict[tuple[str, int], list[str]] = {
-    # The interpreter executes HLO directly: optimizations only shrink the work.
+    # The interpreter executes HLO directly: optimizations only shrink the work, and fusion
+    # (evaluated through the fused computation) checks that fused modules keep their values.
     ("interpreter", 0): _REQUIRED,
     ("interpreter", 1): _REQUIRED + [_SIMPLIFY, "cse", "dce"],
-    ("interpreter", 2): _REQUIRED + [_SIMPLIFY, "while-loop-simplifier", "conditional-simplifier",
-                                     "cse", _SIMPLIFY],
-    ("interpreter", 3): _REQUIRED + [_SIMPLIFY, "while-loop-simplifier", "conditional-simplifier",
-                                     "cse", _SIMPLIFY],
+    ("interpreter", 2): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY, "fusion",
+                                     "dce"],
+    ("interpreter", 3): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
+                                     "fusion{max-ops=1024,duplicate=8}", "multi-output-fusion", "dce"],
+    ("cpu", 0): _NATIVE_O0,
+    ("cpu", 1): _NATIVE_O1,
+    ("cpu", 2): _NATIVE_O2,
+    ("cpu", 3): _NATIVE_O3,
+    # CUDA uses the CPU pipelines: the same numerics (XLA CPU is the reference) and the same
+    # fusion kinds; the GPU backend maps kInput fusions to reduction kernels.
+    ("cuda", 0): _NATIVE_O0,
+    ("cuda", 1): _NATIVE_O1,
+    ("cuda", 2): _NATIVE_O2,
+    ("cuda", 3): _NATIVE_O3,
 }
 
 

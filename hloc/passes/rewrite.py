@@ -180,6 +180,63 @@ def is_splat_of(instr: Instruction, value) -> bool:
     return np.asarray(v).tobytes() == want.tobytes()
 
 
+# ---- removing instructions in bulk ----------------------------------------------------------
+def detach(instr: Instruction) -> None:
+    """Computation.remove without the instruction-list update (callers filter the list once
+    with `drop_detached`, so removing k of n instructions costs O(n), not O(k*n))."""
+    if instr.users or instr.is_root:
+        raise ValueError(f"cannot remove {instr.name}: it is still used")
+    for op in dict.fromkeys(instr.operands):
+        if instr in op.users:
+            op.users.remove(instr)
+    instr.drop_all_control_deps()
+    instr.parent = None
+
+
+def drop_detached(comp: Computation) -> None:
+    """Remove detached instructions from the computation's list."""
+    comp.instructions[:] = [i for i in comp.instructions if i.parent is comp]
+
+
+# ---- schedules ------------------------------------------------------------------------------
+def update_schedule(module: Module) -> None:
+    """Keep a scheduled module's schedule valid after a pass changed it (XLA's
+    HloSchedule::Update): removed instructions leave their sequence, surviving ones keep their
+    relative order, new ones go right before their first scheduled user, and every non-fusion
+    computation without a sequence gets one."""
+    if module.schedule is None:
+        return
+    names = {c.name for c in module.computations}
+    for stale in [k for k in module.schedule if k not in names]:
+        del module.schedule[stale]
+    for comp in module.computations:
+        if not comp.is_fusion:
+            old = module.schedule.get(comp.name, [])
+            module.schedule[comp.name] = [i.name for i in _order_after(comp, old)]
+
+
+def _order_after(comp: Computation, previous: list[str]) -> list[Instruction]:
+    """A dependency order that follows `previous` wherever it still applies."""
+    by_name = {i.name: i for i in comp.instructions}
+    seeds = [by_name[n] for n in previous if n in by_name] + comp.instructions
+    order: list[Instruction] = []
+    visited: set[int] = set()
+    for seed in seeds:
+        stack = [(seed, False)]
+        while stack:
+            instr, expanded = stack.pop()
+            if expanded:
+                order.append(instr)
+                continue
+            if id(instr) in visited:
+                continue
+            visited.add(id(instr))
+            stack.append((instr, True))
+            deps = instr.operands + instr.control_predecessors
+            stack.extend((d, False) for d in reversed(deps) if id(d) not in visited)
+    return order
+
+
 # ---- the driver -----------------------------------------------------------------------------
 @dataclass
 class RewriteStats:
@@ -204,6 +261,7 @@ def rewrite_module(module: Module, table: RuleTable) -> RewriteStats:
         stats += _Driver(comp, index).run()
     if stats.changed:
         log.debug("%s: %s", table.name, dict(stats.fired))
+        update_schedule(module)
     return stats
 
 
@@ -241,6 +299,7 @@ class _Driver:
         if budget <= 0:
             log.warning("rewrite budget exhausted in %s: rules may cycle", self.comp.name)
         if self.stats.changed:
+            drop_detached(self.comp)
             # New instructions were appended at the end; keep the list a valid def-before-use order.
             self.comp.instructions[:] = self.comp.post_order()
         return self.stats
@@ -301,7 +360,7 @@ class _Driver:
             if cur.parent is not self.comp or not _removable(cur):
                 continue
             operands = list(dict.fromkeys(cur.operands))
-            self.comp.remove(cur)
+            detach(cur)
             stack.extend(operands)
 
 

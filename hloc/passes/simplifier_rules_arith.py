@@ -8,7 +8,7 @@ for floats (NaN and inf times zero are NaN).
 
 from __future__ import annotations
 
-import numpy as np
+import ml_dtypes
 
 from ..ir import Instruction, Opcode, PrimitiveType
 from ..ir import dtypes as dt
@@ -42,7 +42,7 @@ def _all_ones(instr: Instruction):
         return True
     if kind == "int":
         return -1
-    return np.iinfo(instr.shape.np_dtype).max
+    return ml_dtypes.iinfo(instr.shape.np_dtype).max
 
 
 # ---- additive and multiplicative identities ---------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+import ml_dtypes
 
 from ..ir import Instruction, Opcode, Shape, SliceDim
 from .rewrite import P, RuleTable, new, splat_value
@@ -52,15 +52,17 @@ def dynamic_update_slice_full(instr):
 
 # ---- dot -------------------------------------------------------------------------------------
 def _as_batch_free(x: Instruction, batch, contracting) -> Instruction:
-    """x with its dimensions ordered (batch..., free...) and the size-1 contracting ones gone."""
+    """x with its size-1 contracting dimensions dropped and the rest ordered (batch..., free...)."""
     rank = x.shape.rank
-    free = [d for d in range(rank) if d not in batch and d not in contracting]
-    perm = tuple(batch) + tuple(free) + tuple(contracting)
-    if perm != tuple(range(rank)):
-        dims = [x.shape.dims[d] for d in perm]
-        x = new(Op.TRANSPOSE, x.shape.with_dims(dims), [x], dimensions=perm)
+    kept = [d for d in range(rank) if d not in contracting]
     if contracting:
-        x = new(Op.RESHAPE, x.shape.with_dims(x.shape.dims[:rank - len(contracting)]), [x])
+        # Dropping size-1 dimensions keeps the row-major order: a reshape, never a transpose.
+        x = new(Op.RESHAPE, x.shape.with_dims([x.shape.dims[d] for d in kept]), [x])
+    free = [d for d in kept if d not in batch]
+    perm = tuple(kept.index(d) for d in (*batch, *free))
+    if perm != tuple(range(len(kept))):
+        x = new(Op.TRANSPOSE, x.shape.with_dims([x.shape.dims[p] for p in perm]), [x],
+                dimensions=perm)
     return x
 
 
@@ -107,7 +109,7 @@ def _identity(opcode: Opcode, shape: Shape):
     if kind == "float":
         table = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM: math.inf}
     elif kind in ("int", "uint"):
-        info = np.iinfo(shape.np_dtype)
+        info = ml_dtypes.iinfo(shape.np_dtype)
         table = {Op.ADD: 0, Op.MULTIPLY: 1, Op.MAXIMUM: info.min, Op.MINIMUM: info.max,
                  Op.OR: 0, Op.XOR: 0, Op.AND: -1 if kind == "int" else info.max}
     elif kind == "pred":

@@ -79,7 +79,7 @@ def plan_hoisting(body: Computation, hoist_size_inflating: bool) -> _Plan:
 def _clone_before_loop(wl: Instruction, plan: _Plan) -> list[Instruction]:
     """Compute the frontier values in the loop's computation; returns them in frontier order."""
     comp = wl.parent
-    body = wl.called[1]
+    body = wl.while_body
     param = body.parameter(0)
     init = wl.operands[0]
     mapped: dict[int, Instruction] = {}
@@ -105,19 +105,19 @@ def _clone_before_loop(wl: Instruction, plan: _Plan) -> list[Instruction]:
 def hoist_invariant_code(wl: Instruction, hoist_size_inflating: bool = False) -> Instruction | None:
     """Move invariant computations out of the loop body into new state elements computed
     before the loop; returns the new loop, or None if nothing was worth hoisting."""
-    body = wl.called[1]
+    body = wl.while_body
     if body.root.opcode != Op.TUPLE or param_element_users(body) is None:
         return None
-    if param_element_users(wl.called[0]) is None:
+    if param_element_users(wl.while_condition) is None:
         return None
     if not plan_hoisting(body, hoist_size_inflating).frontier:
         return None
-    body = own_computation(wl, 1)  # the plan must name instructions of the body we edit
+    body = own_computation(wl, wl.while_body)  # the plan must name instructions of the body we edit
     plan = plan_hoisting(body, hoist_size_inflating)
     values = _clone_before_loop(wl, plan)
     n = len(wl.shape.tuple_shapes)
     new_wl, extras = rebuild_while(wl, list(range(n)), values)
-    new_body = new_wl.called[1]
+    new_body = new_wl.while_body
     for instr, gte in zip(plan.frontier, extras, strict=True):
         if instr.parent is new_body:  # (it may have been dead code the rebuild removed)
             instr.replace_all_uses_with(gte)

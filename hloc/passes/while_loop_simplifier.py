@@ -12,7 +12,7 @@ from ..ir import Computation, Instruction, Module, Opcode
 from .base import Pass, register_pass
 from .call_inliner import inline_call
 from .conditional_simplifier import remove_unreachable_computations
-from .rewrite import computation_has_side_effects, new, splat_value
+from .rewrite import computation_has_side_effects, new, splat_value, update_schedule
 from .while_loop_licm import hoist_invariant_code
 from .while_loop_state import (
     dead_elements,
@@ -47,7 +47,7 @@ def _constant_init(wl: Instruction, k: int):
 
 
 def _invariant(wl: Instruction, k: int) -> bool:
-    body = wl.called[1]
+    body = wl.while_body
     root = body.root
     return root.opcode == Op.TUPLE and _is_element(root.operands[k], body.parameter(0)) == k
 
@@ -96,7 +96,7 @@ class InductionVariable:
 
 def _condition(wl: Instruction):
     """(element index, direction, bound) of a condition `compare(element, loop constant)`."""
-    cond = wl.called[0]
+    cond = wl.while_condition
     root, param = cond.root, cond.parameter(0)
     if root.opcode != Op.COMPARE or root.shape.rank != 0:
         return None
@@ -127,7 +127,7 @@ def _step(body: Computation, k: int) -> int | None:
 
 def induction_variable(wl: Instruction) -> InductionVariable | None:
     """Match the counted-loop pattern `i = c0; while (i < n) { ...; i = i + c }`."""
-    body = wl.called[1]
+    body = wl.while_body
     found = _condition(wl) if body.root.opcode == Op.TUPLE else None
     if found is None:
         return None
@@ -143,7 +143,7 @@ def induction_variable(wl: Instruction) -> InductionVariable | None:
 
 def trip_count(wl: Instruction, limit: int = 1) -> int | None:
     """The loop's trip count if it is known and at most `limit`."""
-    root = wl.called[0].root
+    root = wl.while_condition.root
     if root.opcode == Op.CONSTANT:
         return 0 if not bool(splat_value(root)) else None
     iv = induction_variable(wl)
@@ -164,7 +164,7 @@ def remove_zero_trip_loop(wl: Instruction) -> bool:
 def inline_single_trip_loop(wl: Instruction) -> bool:
     """A loop that runs once is its body applied to the initial state."""
     comp = wl.parent
-    body = wl.called[1]
+    body = wl.while_body
     if body.root.shape != wl.shape:
         return False
     call = comp.add(new(Op.CALL, wl.shape, [wl.operands[0]], called=[body]))
@@ -187,7 +187,7 @@ def remove_dead_elements(wl: Instruction) -> Instruction | None:
 
 
 def _pure_condition(wl: Instruction) -> bool:
-    return not computation_has_side_effects(wl.called[0])
+    return not computation_has_side_effects(wl.while_condition)
 
 
 def simplify_loop(wl: Instruction, licm: bool, hoist_size_inflating: bool) -> bool:
@@ -236,4 +236,5 @@ class WhileLoopSimplifier(Pass):
                 changed |= simplify_loop(wl, self.licm, self.hoist_size_inflating)
         if changed:
             remove_unreachable_computations(module)
+            update_schedule(module)
         return changed

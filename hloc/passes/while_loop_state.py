@@ -9,10 +9,9 @@ from .rewrite import computation_has_side_effects, has_side_effects, new
 Op = Opcode
 
 
-def own_computation(wl: Instruction, which: int) -> Computation:
-    """wl.called[which], cloned first if any other instruction also calls it (so editing it
-    cannot change another loop)."""
-    comp = wl.called[which]
+def own_computation(wl: Instruction, comp: Computation) -> Computation:
+    """`comp` (one of wl's called computations), cloned first if any other instruction also
+    calls it, so editing it cannot change another loop."""
     module: Module = wl.parent.parent
     shared = any(c is comp and user is not wl
                  for caller in module.computations for user in caller.instructions
@@ -24,7 +23,7 @@ def own_computation(wl: Instruction, which: int) -> Computation:
     # Keep callees before their callers in the module's list (the proto order).
     module.computations.remove(copy)
     module.computations.insert(module.computations.index(wl.parent), copy)
-    wl.called[which] = copy
+    wl.called[wl.called.index(comp)] = copy
     return copy
 
 
@@ -51,7 +50,7 @@ def element_dependencies(body: Computation) -> list[set[int]]:
 def dead_elements(wl: Instruction) -> list[int]:
     """State elements nothing observes: not read by the condition, not read after the loop
     and not needed to compute any element that is (empty if the loop is not analyzable)."""
-    cond, body = wl.called
+    cond, body = wl.while_condition, wl.while_body
     if body.root.opcode != Op.TUPLE or wl.is_root:
         return []
     if computation_has_side_effects(cond) or computation_has_side_effects(body):
@@ -127,7 +126,8 @@ def rebuild_while(wl: Instruction, keep: list[int],
     Returns the new while and, for each extra element, its get-tuple-element in the body.
     """
     comp = wl.parent
-    cond, body = own_computation(wl, 0), own_computation(wl, 1)
+    cond = own_computation(wl, wl.while_condition)
+    body = own_computation(wl, wl.while_body)
     old_shapes = wl.shape.tuple_shapes
     state_shape = Shape.tuple_of([old_shapes[k] for k in keep] + [e.shape for e in extra_inits])
     extras = _rebuild_body_root(body, keep, [e.shape for e in extra_inits], state_shape)
@@ -136,7 +136,7 @@ def rebuild_while(wl: Instruction, keep: list[int],
     init = wl.operands[0]
     elements = [state_element(comp, init, k) for k in keep] + list(extra_inits)
     new_init = comp.add(new(Op.TUPLE, state_shape, elements))
-    new_wl = comp.add(new(Op.WHILE, state_shape, [new_init], called=[cond, body]))
+    new_wl = comp.add(new(Op.WHILE, state_shape, [new_init], called=[body, cond]))
     new_wl.metadata = wl.metadata
     _redirect_loop_users(wl, new_wl, keep)
     comp.instructions[:] = comp.post_order()
