@@ -69,6 +69,10 @@ class PassRunner:
         timing.runs += 1
         timing.changes += int(changed)
         self.ran.append(p.spec())
+        if changed and module.schedule is not None:
+            # An input schedule (XLA's optimized modules carry one) no longer describes the
+            # changed module; the schedule stage computes a fresh one.
+            module.schedule = None
         log.debug("pass %s: changed=%s in %.3f ms", p.name, changed, seconds * 1e3)
         if self.verify and changed:
             self._verify_after(p, module)
