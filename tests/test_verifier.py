@@ -3,7 +3,6 @@ plus a valid module of every control-flow kind and a 20,000-instruction timing c
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +14,22 @@ from hloc.ir.verifier import verify
 
 try:  # tests/ may or may not be a package
     from test_shape_inference_helpers import (
-    Builder,
-    comparator,
-    module_of,
-    scalar_computation,
-    sh,
-    single_op_module,
-)
+        Builder,
+        comparator,
+        module_of,
+        scalar_computation,
+        sh,
+        single_op_module,
+    )
 except ModuleNotFoundError:
     from tests.test_shape_inference_helpers import (
-    Builder,
-    comparator,
-    module_of,
-    scalar_computation,
-    sh,
-    single_op_module,
-)
+        Builder,
+        comparator,
+        module_of,
+        scalar_computation,
+        sh,
+        single_op_module,
+    )
 
 O = Opcode  # noqa: E741  (short alias, as in hloc.ir.opcodes)
 
@@ -361,15 +360,11 @@ def big_module(n: int) -> Module:
     return module_of(b.comp, add)
 
 
-def test_verifies_20000_instructions_quickly(capsys):
+def test_verifies_20000_instructions():
+    # Speed is measured in benchmarks/bench_frontend.py (`make bench`), not asserted here.
     m = big_module(20_000)
     assert m.instruction_count() >= 19_990
-    start = time.perf_counter()
     verify(m)
-    elapsed = time.perf_counter() - start
-    with capsys.disabled():
-        print(f"\nverify: {m.instruction_count()} instructions in {elapsed * 1000:.0f} ms")
-    assert elapsed < 1.0
 
 
 # ---- XLA's own modules --------------------------------------------------------------------------
@@ -379,29 +374,16 @@ SAMPLE_FILES = sorted(p for pattern in ("*.pb", "*.hlo", "ops/*.pb", "ops/*.hlo"
 
 
 def _load_sample(path: Path) -> Module:
-    load = pytest.importorskip("hloc.frontend.load")
-    try:
-        return load.load(str(path)).module
-    except ModuleNotFoundError as e:  # the text parser may not exist yet
-        pytest.skip(f"cannot load {path.name} yet: {e}")
+    from hloc.frontend.load import load
+
+    return load(str(path)).module
 
 
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_xla_sample_modules_verify(path):
     """JAX's modules and XLA's optimized ones (fusion, bitcast, copy, custom-call) are valid."""
     module = _load_sample(path)
-    if path.suffix == ".hlo" and _while_condition_first(module):
-        pytest.xfail("the text parser lists while computations as [condition, body]; protos "
-                     "(and the interpreter) use XLA's [body, condition]")
     assert verify(module, all_errors=True, path=str(path)) == []
-
-
-def _while_condition_first(module: Module) -> bool:
-    whiles = (i for c in module.computations for i in c.instructions if i.opcode == O.WHILE)
-    pred = sh("pred[]")
-    return any(len(w.called) == 2 and None not in (w.called[0].root, w.called[1].root)
-               and w.called[0].root.shape.compatible(pred)
-               and not w.called[1].root.shape.compatible(pred) for w in whiles)
 
 
 def test_a_corrupted_sample_is_rejected():

@@ -12,8 +12,6 @@ import bisect
 import re
 
 from ..errors import ParseError
-from . import dtypes
-from .shape import Layout, Shape, Tile
 
 _WS_TEXT = r"(?:[ \t\r\n]+|/\*(?:[^*]|\*(?!/))*\*/|//[^\n]*)*"
 _WS = re.compile(_WS_TEXT)
@@ -94,7 +92,7 @@ class Cursor:
         try:
             return c_unescape(raw)
         except ValueError as e:
-            raise self.error(f"bad escape in string: {e}", m.start() + len(m.group(0)) - len(raw) - 2)
+            raise self.error(f"bad escape in string: {e}", m.end() - len(raw) - 1) from None
 
     def expect_bool(self) -> bool:
         m = self.expect(WORD, "true or false")
@@ -123,6 +121,8 @@ class Cursor:
         if pos is None:
             pos = self.skip_ws()
         pos = min(max(pos, 0), len(self.text))
+        if self.text.startswith("/*", pos) and self.text.find("*/", pos + 2) < 0:
+            message = "unterminated /* comment"
         line, col = self.line_col(pos)
         got = self.text[pos:pos + 20].split("\n", 1)[0]
         detail = f" (found '{got}')" if got else " (found end of text)"
@@ -135,25 +135,24 @@ def braced_end(text: str, start: int) -> int:
     """Index just past the '}' matching text[start] == '{', or -1 (strings are skipped whole)."""
     depth = 0
     i = start
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            m = _DQ_STRING.match(text, i)
-            if m is None:
+    while True:
+        m = _BRACE_OR_QUOTE.search(text, i)
+        if m is None:
+            return -1
+        j = m.start()
+        if m.group() == '"':
+            s = _DQ_STRING.match(text, j)
+            if s is None:
                 return -1
-            i = m.end()
+            i = s.end()
             continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -1
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return j + 1
+        i = j + 1
 
 
+_BRACE_OR_QUOTE = re.compile(r'[{}"]')
 _DQ_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
 
@@ -238,70 +237,3 @@ def _unescape_one(data: bytes, i: int, out: bytearray) -> int:
         out.extend(chr(value).encode("utf-8"))
     return j
 
-
-# ---- shapes -------------------------------------------------------------------------------
-_ARRAY_SHAPE = token(r"([a-z][a-z0-9]*)\[([^\]\n]*)\](?:[ \t\r\n]*(\{(?=[ \t\r\n]*[\d:])[^{}]*\}))?")
-_DIM = re.compile(r"\s*(?:(\?)|(<=)?\s*(\d+))\s*")
-_LAYOUT = re.compile(r"\{\s*((?:\d+\s*(?:,\s*\d+\s*)*)?)(?::\s*(?:T((?:\([\d,*\s]*\))+))?"
-                     r"(?:E\((\d+)\))?(?:S\((\d+)\))?\s*)?\}")
-_SHAPES: dict[str, Shape] = {}
-UNBOUNDED = -(1 << 63)
-
-
-def parse_shape(cur: Cursor) -> Shape:
-    """An array shape `f32[2,<=3]{1,0}` (missing layouts become row-major) or a tuple `(..)`."""
-    if cur.eat("("):
-        elems = []
-        if not cur.eat(")"):
-            while True:
-                elems.append(parse_shape(cur))
-                if cur.eat(")"):
-                    break
-                cur.expect_char(",", "',' or ')' in a tuple shape")
-        return Shape.tuple_of(elems)
-    m = cur.expect(_ARRAY_SHAPE, "a shape like f32[2,3]{1,0}")
-    key = m.group(0)[m.start(1) - m.start():]
-    shape = _SHAPES.get(key)
-    if shape is None:
-        shape = _array_shape(cur, m)
-        if len(_SHAPES) < 100_000:
-            _SHAPES[key] = shape
-    return shape
-
-
-def _array_shape(cur: Cursor, m: re.Match) -> Shape:
-    type_name = m.group(1)
-    if not dtypes.is_type_name(type_name) or type_name in ("tuple", "buffer", "invalid"):
-        raise cur.error(f"unknown element type '{type_name}'", m.start(1))
-    dims, dynamic = [], []
-    if m.group(2).strip():
-        for part in m.group(2).split(","):
-            d = _DIM.fullmatch(part)
-            if d is None:
-                raise cur.error(f"bad dimension '{part.strip()}' in shape", m.start(2))
-            dims.append(UNBOUNDED if d.group(1) else int(d.group(3)))
-            dynamic.append(bool(d.group(1) or d.group(2)))
-    et = dtypes.from_name(type_name)
-    if et in (dtypes.PrimitiveType.TOKEN, dtypes.PrimitiveType.OPAQUE_TYPE):
-        if dims or m.group(3):
-            raise cur.error(f"{type_name} shapes have no dimensions or layout", m.start(1))
-        return Shape(et)
-    layout = _layout(cur, m, len(dims)) if m.group(3) else Layout.row_major(len(dims))
-    return Shape.array(et, dims, layout, dynamic)
-
-
-def _layout(cur: Cursor, m: re.Match, rank: int) -> Layout:
-    lm = _LAYOUT.fullmatch(m.group(3))
-    if lm is None:
-        raise cur.error("unsupported or malformed layout (hloc reads minor-to-major, T(..), "
-                        "E(..) and S(..))", m.start(3))
-    m2m = tuple(int(v) for v in lm.group(1).split(",")) if lm.group(1).strip() else ()
-    if sorted(m2m) != list(range(rank)):
-        raise cur.error(f"layout {{{lm.group(1)}}} is not a permutation of the {rank} dimensions",
-                        m.start(3))
-    tiles = ()
-    if lm.group(2):
-        tiles = tuple(Tile(tuple(UNBOUNDED if v.strip() == "*" else int(v)
-                                 for v in t.split(",") if v.strip()))
-                      for t in re.findall(r"\(([^)]*)\)", lm.group(2)))
-    return Layout(m2m, tiles, int(lm.group(3) or 0), int(lm.group(4) or 0))

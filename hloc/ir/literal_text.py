@@ -182,6 +182,12 @@ def parse_literal(cur: Cursor, shape: Shape) -> Literal | None:
     body = cur.raw_braced()
     if body[1:-1].strip() == "...":
         return None
+    values = _fast_body(body, shape.dims)
+    if values is not None:
+        try:
+            return Literal(shape, _to_array(cur, values, [], shape, start))
+        except ValueError:
+            pass  # a malformed number: the walker below says which and where
     values, cplx = _walk_body(cur, body, start, shape.dims)
     return Literal(shape, _to_array(cur, values, cplx, shape, start))
 
@@ -209,49 +215,142 @@ def _parse_scalar(cur: Cursor, shape: Shape) -> Literal:
     return Literal(shape, _to_array(cur, values, cplx, shape, start))
 
 
+_ROW = re.compile(r"\{([^{}]*)\}")
+_COMMENTS = re.compile(r"/\*(?:[^*]|\*(?!/))*\*/|//[^\n]*")
+_SKELETON = re.compile(r"[ \t\r\n,]+|(\{)|(\})|(R)")
+_NUMS = re.compile(rf"(?:{_NUM})(?: (?:{_NUM}))*")
+_DIGITS_ONLY = re.compile(r"[0-9eE.+\- ]*")
+_LEADING_PLUS = re.compile(r"(?:^| )\+")
+_INT_LIST = re.compile(r"-?\d+(?: -?\d+)*")
+
+
+def _plain_numbers(values: list[str]) -> bool:
+    """A cheap check that the texts are numbers: only digits and signs (malformed ones such as
+    `1.2.3` then fail numeric conversion, and the exact walker reports them)."""
+    joined = " ".join(values)
+    if _DIGITS_ONLY.fullmatch(joined):
+        return _LEADING_PLUS.search(joined) is None
+    return _NUMS.fullmatch(joined) is not None
+
+
+def _fast_body(body: str, dims: tuple[int, ...]) -> list[str] | None:
+    """The element texts of a well-formed real-valued body using C-speed splitting, or None
+    (then the exact walker runs and reports any error where it is)."""
+    if "(" in body or "..." in body:
+        return None
+    if "/" in body:
+        body = _COMMENTS.sub(" ", body)
+    rows: list[str] = []
+
+    def take(m: re.Match) -> str:
+        rows.append(m.group(1))
+        return " R "
+
+    skeleton = _ROW.sub(take, body)
+    if not _skeleton_ok(skeleton, dims[:-1]):
+        return None
+    values: list[str] = []
+    for row in rows:
+        items = row.replace(",", " ").split()
+        if len(items) != dims[-1]:
+            return None
+        values += items
+    return values if _plain_numbers(values) else None
+
+
+def _skeleton_ok(skeleton: str, dims: tuple[int, ...]) -> bool:
+    """Whether `skeleton` (innermost rows replaced by R) nests exactly like an array of dims."""
+    counts = [0] * (len(dims) + 1)
+    depth = 0
+    for m in _SKELETON.finditer(skeleton):
+        if m.lastindex == 1:
+            depth += 1
+            if depth > len(dims) or (depth > 1 and _bump(counts, depth - 2, dims)):
+                return False
+        elif m.lastindex == 2:
+            if depth == 0 or counts[depth - 1] != dims[depth - 1]:
+                return False
+            counts[depth - 1] = 0
+            depth -= 1
+        elif m.lastindex == 3:
+            if depth != len(dims) or (dims and _bump(counts, depth - 1, dims)):
+                return False
+            counts[-1] += not dims
+    consumed = sum(len(m.group(0)) for m in _SKELETON.finditer(skeleton))
+    return depth == 0 and consumed == len(skeleton) and (bool(dims) or counts[-1] == 1)
+
+
+def _bump(counts: list[int], dim: int, dims: tuple[int, ...]) -> bool:
+    """Count one more element in dim; True when that is too many."""
+    counts[dim] += 1
+    return counts[dim] > dims[dim]
+
+
 def _walk_body(cur: Cursor, body: str, base: int, dims: tuple[int, ...]):
     """Check the brace structure against dims; return the element texts (and imaginary parts)."""
-    rank = len(dims)
-    seen = [0] * (rank + 1)
-    depth = 0
-    values: list[str] = []
-    imag: list[str] = []
+    walk = _BodyWalk(cur, base, dims)
     pos = 0
     while pos < len(body):
         m = _BODY_TOKEN.match(body, pos)
         if m is None:
             raise cur.error("unexpected text in literal", base + pos)
         kind = m.lastindex
-        if kind == 4:
-            kind = 3  # a complex element: groups 3 and 4 hold its parts
         if kind == 1:
-            depth += 1
-            if depth > rank:
-                raise cur.error(f"literal nests deeper than its rank {rank}", base + pos)
-            if depth > 1:
-                seen[depth - 2] += 1
-                if seen[depth - 2] > dims[depth - 2]:
-                    raise cur.error(f"too many elements in dimension {depth - 2} (expected {dims[depth - 2]})", base + pos)
+            walk.open(pos)
         elif kind == 2:
-            if seen[depth - 1] != dims[depth - 1]:
-                raise cur.error(f"expected {dims[depth - 1]} elements in dimension {depth - 1}, found {seen[depth - 1]}", base + pos)
-            seen[depth - 1] = 0
-            depth -= 1
-        elif kind in (3, 5):
-            if depth != rank:
-                raise cur.error(f"element at nesting depth {depth} of a rank-{rank} literal", base + pos)
-            seen[rank - 1] += 1
-            if seen[rank - 1] > dims[rank - 1]:
-                raise cur.error(f"too many elements in dimension {rank - 1} (expected {dims[rank - 1]})", base + pos)
-            values.append(m.group(kind))
-            if kind == 3:
-                imag.append(m.group(4))
+            walk.close(pos)
+        elif kind in (3, 4):  # a complex element: groups 3 and 4 hold its parts
+            walk.element(pos, m.group(3), m.group(4))
+        elif kind == 5:
+            walk.element(pos, m.group(5), None)
         elif kind == 6:
             raise cur.error("'...' (an elided constant) is only allowed as the whole literal", base + pos)
         pos = m.end()
-    if imag and len(imag) != len(values):
+    if walk.imag and len(walk.imag) != len(walk.values):
         raise cur.error("mixes complex and real elements", base)
-    return values, imag
+    return walk.values, walk.imag
+
+
+class _BodyWalk:
+    """Brace-nesting bookkeeping of a literal body (how many elements each dimension saw)."""
+
+    def __init__(self, cur: Cursor, base: int, dims: tuple[int, ...]):
+        self.cur, self.base, self.dims = cur, base, dims
+        self.seen = [0] * (len(dims) + 1)
+        self.depth = 0
+        self.values: list[str] = []
+        self.imag: list[str] = []
+
+    def _count(self, dim: int, pos: int) -> None:
+        self.seen[dim] += 1
+        if self.seen[dim] > self.dims[dim]:
+            raise self.cur.error(f"too many elements in dimension {dim} (expected {self.dims[dim]})",
+                                 self.base + pos)
+
+    def open(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > len(self.dims):
+            raise self.cur.error(f"literal nests deeper than its rank {len(self.dims)}", self.base + pos)
+        if self.depth > 1:
+            self._count(self.depth - 2, pos)
+
+    def close(self, pos: int) -> None:
+        dim = self.depth - 1
+        if self.seen[dim] != self.dims[dim]:
+            raise self.cur.error(f"expected {self.dims[dim]} elements in dimension {dim}, "
+                                 f"found {self.seen[dim]}", self.base + pos)
+        self.seen[dim] = 0
+        self.depth -= 1
+
+    def element(self, pos: int, value: str, imag: str | None) -> None:
+        rank = len(self.dims)
+        if self.depth != rank:
+            raise self.cur.error(f"element at nesting depth {self.depth} of a rank-{rank} literal",
+                                 self.base + pos)
+        self._count(rank - 1, pos)
+        self.values.append(value)
+        if imag is not None:
+            self.imag.append(imag)
 
 
 def _to_array(cur: Cursor, values: list[str], imag: list[str], shape: Shape, pos: int) -> np.ndarray:
@@ -283,19 +382,21 @@ def _preds(cur: Cursor, values: list[str], pos: int) -> np.ndarray:
 
 
 def _ints(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
-    bad = next((v for v in values if not _INT_RE.fullmatch(v)), None)
-    if bad is not None:
+    if values and not _INT_LIST.fullmatch(" ".join(values)):
+        bad = next(v for v in values if not _INT_RE.fullmatch(v))
         raise cur.error(f"expected an integer for {dtypes.name(ptype)}, found '{bad}'", pos)
-    ints = [int(v) for v in values]
-    dt = dtypes.to_numpy(ptype)
-    lo, hi = _int_range(ptype, dt)
-    if ints and (min(ints) < lo or max(ints) > hi):
-        v = next(x for x in ints if x < lo or x > hi)
+    try:
+        ints = np.array(values, dtype=np.str_).astype(np.int64)
+    except OverflowError:  # beyond int64 (u64 values): exact Python integers
+        ints = np.array([int(v) for v in values], dtype=object)
+    lo, hi = _int_range(ptype)
+    if len(ints) and (ints.min() < lo or ints.max() > hi):
+        v = next(x for x in ints.tolist() if x < lo or x > hi)
         raise cur.error(f"value {v} is out of range for {dtypes.name(ptype)} [{lo}, {hi}]", pos)
-    return np.array(ints, dtype=dt)
+    return ints.astype(dtypes.to_numpy(ptype))
 
 
-def _int_range(ptype: P, dt: np.dtype) -> tuple[int, int]:
+def _int_range(ptype: P) -> tuple[int, int]:
     bits = dtypes.info(ptype).bits
     if dtypes.info(ptype).is_signed_int:
         return -(1 << (bits - 1)), (1 << (bits - 1)) - 1

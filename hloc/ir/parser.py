@@ -12,25 +12,19 @@ elided ({...}) in the text; use the proto form").
 
 from __future__ import annotations
 
+import gc
 import re
 
 from ..errors import ParseError
-from .attrs import Attrs
+from .attrs import NO_ATTRS, Attrs, OpMetadata
 from .computation import Computation
 from .instruction import Instruction
-from .lexer import INT, NAME, Cursor, parse_shape, token
+from .lexer import INT, NAME, Cursor, token
 from .literal_text import parse_literal
-from .module import AliasEntry, BufferDonor, Module
+from .module import Module
 from .opcodes import Opcode as O
-from .parser_attrs import (
-    REQUIRED,
-    InstrRec,
-    finalize,
-    frontend_attributes,
-    int_list,
-    parse_attribute,
-    skip_value,
-)
+from .parser_attrs import REQUIRED, InstrRec, finalize, parse_attribute
+from .parser_values import MODULE_READERS, cached_shape, parse_shape, skip_value
 from .printer_attrs import default_comparison_type
 
 __all__ = ["parse_module"]
@@ -44,10 +38,19 @@ _FILE_NAMES = token(r"FileNames(?![\w.\-])")
 _SECTION = token(r"(?:FunctionNames|FileLocations|StackFrames)(?![\w.\-])")
 _THREAD = token(r",[ \t\r\n]*execution_thread[ \t]*=")
 _MODULE_ATTR = token(r"([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*=")
+# Fast path for the usual one-line form `[ROOT ]%n = f32[2]{0} add(%a, %b)`: one regex for the
+# head and one for a plain operand list; anything else goes through the general path.
+_ID = r"%?[A-Za-z_][A-Za-z0-9_.\-]*"
+_FAST_HEAD = token(r"(ROOT[ \t]+)?%?([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*"
+                   r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?)[ \t]+([a-z][a-z0-9\-]*)\(")
+_FAST_OPERANDS = re.compile(rf"[ \t]*((?:{_ID})(?:,[ \t]*(?:/\*index=\d+\*/)?{_ID})*)?[ \t]*\)")
+_LISTED_NAME = re.compile(r"(?:/\*index=\d+\*/)?%?([A-Za-z_][A-Za-z0-9_.\-]*)")
+_OPCODES = {op.value: op for op in O} | {"optimization-barrier": O.OPT_BARRIER}
 
-# Which attribute names fill an opcode's called-computation list, in order.
+# Which attribute names fill an opcode's called-computation list, in XLA's order (while keeps
+# its body first although the text prints condition= first).
 _SLOTS: dict[O, tuple[str, ...]] = {
-    O.WHILE: ("condition", "body"), O.SELECT_AND_SCATTER: ("select", "scatter"),
+    O.WHILE: ("body", "condition"), O.SELECT_AND_SCATTER: ("select", "scatter"),
     O.CONDITIONAL: ("true_computation", "false_computation", "branch_computations"),
     O.CUSTOM_CALL: ("to_apply", "called_computations"), O.FUSION: ("calls",),
     O.ASYNC_START: ("calls",),
@@ -63,6 +66,8 @@ _IGNORED_MODULE_ATTRS = frozenset({
 
 def parse_module(text: str, path: str = "<text>") -> Module:
     """Parse HLO text into a Module (ids assigned fresh, in text order)."""
+    collecting = gc.isenabled()
+    gc.disable()  # parsing allocates many linked objects; cyclic GC passes only slow it down
     try:
         return _Parser(text, path).module()
     except ParseError:
@@ -71,6 +76,9 @@ def parse_module(text: str, path: str = "<text>") -> Module:
         raise ParseError("the text nests too deeply to parse", path=path) from None
     except Exception as e:  # noqa: BLE001 - the contract is: bad text only ever gives ParseError
         raise ParseError(f"internal error while parsing: {type(e).__name__}: {e}", path=path) from e
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class _CompRec:
@@ -113,7 +121,7 @@ class _Parser:
         key, pos = m.group(1), m.start(1)
         if key in self.header:
             raise cur.error(f"module attribute '{key}' appears twice", pos)
-        reader = _MODULE_READERS.get(key)
+        reader = MODULE_READERS.get(key)
         if reader is not None:
             self.header[key] = (reader(cur), pos)
         elif key in _IGNORED_MODULE_ATTRS:
@@ -148,10 +156,14 @@ class _Parser:
             rec.result_pos = cur.skip_ws()
             rec.result = parse_shape(cur)
         cur.expect_char("{", "'{' to start the computation body")
-        while not cur.eat("}"):
-            if cur.at_end():
+        while True:
+            c = cur.peek()
+            if c == "}":
+                cur.pos += 1
+                break
+            if not c:
                 raise cur.error(f"computation '{rec.name}' is missing its closing '}}'")
-            rec.instrs.append(self._instruction())
+            rec.instrs.append(self._fast_instruction() or self._instruction())
         if not rec.instrs:
             raise cur.error(f"computation '{rec.name}' has no instructions", pos)
         if cur.match(_THREAD):
@@ -172,6 +184,34 @@ class _Parser:
             cur.expect_char(",", "',' or ')' in the parameter list")
 
     # ---- instructions ---------------------------------------------------------------------
+    def _fast_instruction(self) -> InstrRec | None:
+        cur = self.cur
+        m = _FAST_HEAD.match(cur.text, cur.pos)
+        if m is None:
+            return None
+        opcode = _OPCODES.get(m.group(4))
+        shape = cached_shape(m.group(3))
+        if opcode is None or shape is None or opcode in _OPERAND_FORMS:
+            return None
+        ops = _FAST_OPERANDS.match(cur.text, m.end())
+        if ops is None:
+            return None
+        rec = InstrRec(m.group(2), m.start(2), m.group(1) is not None)
+        rec.shape, rec.opcode = shape, opcode
+        listed = ops.group(1)
+        if listed:
+            # Positions point at the list; errors search the exact name from there.
+            base = ops.start(1)
+            if "/*" in listed:
+                names = [n.group(1) for n in _LISTED_NAME.finditer(listed)]
+            else:
+                names = [n.strip().lstrip("%") for n in listed.split(",")]
+            rec.operands = [(n, base, None) for n in names]
+        cur.pos = ops.end()
+        while cur.eat(","):
+            parse_attribute(cur, rec)
+        return rec
+
     def _instruction(self) -> InstrRec:
         cur = self.cur
         m = cur.expect(_HEAD, "an instruction ('name = shape opcode(...)') or '}'")
@@ -219,60 +259,7 @@ def _constant(cur: Cursor, rec: InstrRec) -> None:
 
 
 _OPERAND_FORMS = {O.PARAMETER: _parameter, O.CONSTANT: _constant}
-
-
-# ---- module header values -----------------------------------------------------------------
-def _computation_layout(cur: Cursor):
-    cur.expect_char("{")
-    cur.expect_char("(", "'(' to start the parameter layouts")
-    params = []
-    if not cur.eat(")"):
-        while True:
-            params.append(parse_shape(cur))
-            if cur.eat(")"):
-                break
-            cur.expect_char(",", "',' or ')'")
-    cur.expect_char("->")
-    result = parse_shape(cur)
-    cur.expect_char("}", "'}' to end entry_computation_layout")
-    return tuple(params), result
-
-
-def _alias_list(cur: Cursor, with_output: bool) -> list:
-    cur.expect_char("{")
-    out = []
-    if cur.eat("}"):
-        return out
-    while True:
-        output = int_list(cur) if with_output else None
-        if with_output:
-            cur.expect_char(":")
-        cur.expect_char("(")
-        param = cur.expect_int("a parameter number")
-        cur.expect_char(",")
-        index = int_list(cur)
-        kind = 1
-        if with_output and cur.eat(","):
-            word = cur.expect_name("may-alias or must-alias")
-            if word not in ("may-alias", "must-alias"):
-                raise cur.error(f"unknown alias kind '{word}' (expected may-alias or must-alias)")
-            kind = 2 if word == "must-alias" else 1
-        cur.expect_char(")")
-        out.append(AliasEntry(output, param, index, kind) if with_output else BufferDonor(param, index))
-        if cur.eat("}"):
-            return out
-        cur.expect_char(",", "',' or '}'")
-
-
-_MODULE_READERS = {
-    "is_scheduled": Cursor.expect_bool,
-    "entry_computation_layout": _computation_layout,
-    "input_output_alias": lambda c: _alias_list(c, True),
-    "buffer_donor": lambda c: _alias_list(c, False),
-    "replica_count": Cursor.expect_int,
-    "num_partitions": Cursor.expect_int,
-    "frontend_attributes": frontend_attributes,
-}
+_NO_METADATA = OpMetadata()  # immutable, so one instance serves every instruction without any
 
 
 # ---- building the module ------------------------------------------------------------------
@@ -315,8 +302,10 @@ class _Builder:
             if rec.name in by_name:
                 raise cur.error(f"instruction '{rec.name}' is defined twice in '{crec.name}'", rec.pos)
             _check_required(cur, rec)
+            fields = finalize(cur, rec)
             instr = Instruction(rec.opcode, rec.shape, name=rec.name,
-                                attrs=Attrs(**finalize(cur, rec)), metadata=rec.metadata)
+                                attrs=Attrs(**fields) if fields else NO_ATTRS,
+                                metadata=rec.metadata or _NO_METADATA)
             by_name[rec.name] = instr
             made.append((instr, rec))
         for instr, rec in made:
@@ -330,13 +319,16 @@ class _Builder:
             _normalize(cur, instr, rec)
         comp.root = self._root(crec, made)
         _check_parameters(cur, crec, made)
+        _check_acyclic(cur, crec, made)
         return comp
 
     def _operand(self, by_name, crec: _CompRec, name: str, pos: int, shape) -> Instruction:
         instr = by_name.get(name)
         if instr is None:
+            found = self.cur.text.find(name, pos)
+            pos = found if found >= 0 else pos
             raise self.cur.error(f"instruction '{name}' is not defined in computation '{crec.name}'", pos)
-        if shape is not None and not shape.compatible(instr.shape):
+        if shape is not None and not shape.compatible(instr.shape):  # (inline shapes: exact pos)
             raise self.cur.error(f"operand '{name}' is declared as {shape} but is {instr.shape}", pos)
         return instr
 
@@ -410,8 +402,9 @@ class _Builder:
         params, result = layout
         entry = module.entry
         shapes = [p.shape for p in entry.parameters]
-        if len(params) != len(shapes) or not all(a.compatible(b) for a, b in zip(params, shapes)) \
-                or not result.compatible(entry.root.shape):
+        same = len(params) == len(shapes) and all(
+            a.compatible(b) for a, b in zip(params, shapes, strict=True))
+        if not same or not result.compatible(entry.root.shape):
             raise self.cur.error("entry_computation_layout does not match the entry computation's "
                                  "parameters and result", pos)
 
@@ -433,6 +426,30 @@ def _normalize(cur: Cursor, instr: Instruction, rec: InstrRec) -> None:
         if instr.operands and instr.operands[0].shape.rank != 0:
             raise cur.error(f"broadcast '{rec.name}' of a non-scalar needs dimensions=", rec.pos)
         instr.with_attrs(dimensions=())
+
+
+def _check_acyclic(cur: Cursor, crec: _CompRec, made) -> None:
+    """Operands may be named before their definition, so a cycle is possible: reject it."""
+    pending = {id(i): len(i.operands) + len(i.control_predecessors) for i, _ in made}
+    ready = [i for i, _ in made if pending[id(i)] == 0]
+    done = 0
+    while ready:
+        instr = ready.pop()
+        done += 1
+        for user, uses in [(u, u.operands.count(instr)) for u in instr.users] + \
+                [(s, 1) for s in instr.control_successors]:
+            pending[id(user)] -= uses
+            if pending[id(user)] == 0:
+                ready.append(user)
+    if done == len(made):
+        return
+    # Walk back through unfinished operands until an instruction repeats: it is on the cycle.
+    instr, seen = next(i for i, _ in made if pending[id(i)] > 0), set()
+    while id(instr) not in seen:
+        seen.add(id(instr))
+        instr = next(d for d in instr.operands + instr.control_predecessors if pending[id(d)] > 0)
+    rec = next(r for i, r in made if i is instr)
+    raise cur.error(f"instruction '{rec.name}' depends on itself (a cycle) in '{crec.name}'", rec.pos)
 
 
 def _check_parameters(cur: Cursor, crec: _CompRec, made) -> None:

@@ -23,9 +23,11 @@ from .printer_attrs import (
     format_frontend_attributes,
     shape_text,
 )
+from .shape import Shape
 
 __all__ = ["PrintOptions", "print_module", "print_computation", "print_instruction",
            "shape_text", "default_comparison_type"]
+
 
 @dataclass(frozen=True)
 class PrintOptions:
@@ -50,6 +52,7 @@ def print_module(module: Module, *, print_ids: bool = False, print_metadata: boo
 
 def print_computation(comp: Computation, *, print_ids: bool = False,
                       print_metadata: bool = True, print_large_constants: bool = True) -> str:
+    """One computation (`[ENTRY ]%name (params) -> shape { ... }`) without a trailing newline."""
     opts = PrintOptions(print_ids, print_metadata, print_large_constants)
     module = comp.parent
     is_entry = module is not None and module.entry is comp
@@ -80,8 +83,8 @@ def _header(module: Module) -> str:
     layout = _entry_layout(module)
     if layout is not None:
         params, result = layout
-        parts.append("entry_computation_layout={(" + ", ".join(shape_text(p) for p in params)
-                     + ")->" + shape_text(result) + "}")
+        parts.append("entry_computation_layout={" + shape_text(Shape.tuple_of(params))
+                     + "->" + shape_text(result) + "}")
     if module.config.replica_count != 1:
         parts.append(f"replica_count={module.config.replica_count}")
     if module.config.num_partitions != 1:
@@ -105,7 +108,11 @@ def _entry_layout(module: Module):
 
 
 def _computation_order(module: Module) -> list[Computation]:
-    """Callees before callers (XLA's DFS post-order), starting from the module's own order."""
+    """Callees before callers, visiting computations in module order (depth first).
+
+    For a module parsed from XLA text this reproduces the text's order exactly; a module read
+    from a proto keeps the proto's (also callee-first) order instead.
+    """
     order: list[Computation] = []
     seen: set[int] = set()
     for root in module.computations:

@@ -444,8 +444,8 @@ def called(*opcodes):
 @called(O.WHILE)
 def _while(i: Instruction, out: list) -> None:
     if len(i.called) == 2:
-        out.append(f"condition=%{i.called[0].name}")
-        out.append(f"body=%{i.called[1].name}")
+        out.append(f"condition=%{i.while_condition.name}")
+        out.append(f"body=%{i.while_body.name}")
 
 
 @called(O.SELECT_AND_SCATTER)

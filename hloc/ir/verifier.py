@@ -34,7 +34,7 @@ class Report:
     def at(self, instr: Instruction, rule: str) -> None:
         self.add(f"{location(instr)}: {rule}")
 
-    def extend(self, err: VerifyError) -> None:
+    def add_error(self, err: VerifyError) -> None:
         self.add(err.message)
 
 
@@ -43,7 +43,7 @@ def verify(module: Module, *, all_errors: bool = False, path: str | None = None)
     report = Report(all_errors, path or getattr(module, "path", None))
     _check_module_structure(module, report)
     for comp in module.computations:
-        _check_computation(comp, module, report)
+        _check_computation(comp, report)
     check_aliases(module, report)
     check_entry_layout(module, report)
     check_schedule(module, report)
@@ -94,7 +94,7 @@ def _check_call_graph(module: Module, report: Report) -> None:
             visit(comp)
 
 
-def _check_computation(comp: Computation, module: Module, report: Report) -> None:
+def _check_computation(comp: Computation, report: Report) -> None:
     where = f"computation {comp.name}"
     if comp.root is None:
         report.add(f"{where}: has no root instruction")
@@ -210,7 +210,7 @@ def _check_shape(instr: Instruction, report: Report) -> None:
     try:
         inferred = infer_shape(instr)
     except VerifyError as e:
-        report.extend(e)
+        report.add_error(e)
         return
     if not same(instr.shape, inferred):
         report.at(instr, f"{instr.opcode.text}: declared shape {_text(instr.shape)} does not "

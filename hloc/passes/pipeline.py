@@ -15,6 +15,24 @@ from .spec import Fixpoint, PassItem
 log = logging.getLogger("hloc.passes")
 
 
+def schedule_still_valid(module: Module) -> bool:
+    """Whether module.schedule lists each scheduled computation's instructions once, in order."""
+    by_name = {c.name: c for c in module.computations}
+    for comp_name, names in module.schedule.items():
+        comp = by_name.get(comp_name)
+        if comp is None or len(names) != len(comp.instructions):
+            return False
+        position = {n: i for i, n in enumerate(names)}
+        for instr in comp.instructions:
+            here = position.get(instr.name)
+            if here is None:
+                return False
+            for dep in instr.operands + instr.control_predecessors:
+                if position.get(dep.name, here) >= here:
+                    return False
+    return True
+
+
 @dataclass
 class PassTiming:
     name: str
@@ -69,9 +87,10 @@ class PassRunner:
         timing.runs += 1
         timing.changes += int(changed)
         self.ran.append(p.spec())
-        if changed and module.schedule is not None:
-            # An input schedule (XLA's optimized modules carry one) no longer describes the
-            # changed module; the schedule stage computes a fresh one.
+        if changed and module.schedule is not None and not schedule_still_valid(module):
+            # Passes that don't maintain an input schedule (XLA's optimized modules carry one)
+            # leave it stale; drop it and let the schedule stage compute a fresh one.
+            log.debug("pass %s invalidated the module schedule; dropping it", p.name)
             module.schedule = None
         log.debug("pass %s: changed=%s in %.3f ms", p.name, changed, seconds * 1e3)
         if self.verify and changed:

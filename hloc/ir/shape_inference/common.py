@@ -8,6 +8,7 @@ from .. import dtypes
 from ..computation import Computation
 from ..dtypes import PrimitiveType
 from ..instruction import Instruction
+from ..opcodes import Opcode
 from ..shape import Shape
 from .registry import fail
 
@@ -134,8 +135,8 @@ def join(dims: Iterable[int]) -> str:
 
 def program_params(comp: Computation) -> list[Shape]:
     """Parameter shapes of a called computation in parameter-number order."""
-    params = [i for i in comp.instructions if i.opcode.value == "parameter"]
-    params.sort(key=lambda p: p.attrs.parameter_number if p.attrs.parameter_number is not None else -1)
+    params = [i for i in comp.instructions if i.opcode == Opcode.PARAMETER]
+    params.sort(key=lambda p: -1 if p.attrs.parameter_number is None else p.attrs.parameter_number)
     return [p.shape for p in params]
 
 

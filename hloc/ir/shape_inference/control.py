@@ -32,7 +32,7 @@ def _match(comp, index: int, param: Shape, arg: Shape, role: str) -> None:
 
 @register(O.WHILE, called=2)
 def while_(instr):
-    body, cond = instr.called  # XLA's order: body first (kBodyComputationIndex = 0)
+    body, cond = instr.while_body, instr.while_condition
     state = instr.operands[0].shape
     for comp, role in ((cond, "condition"), (body, "body")):
         (param,) = check_param_count(comp, 1, role)
