@@ -30,7 +30,8 @@ class CopyInsertion(Pass):
     pass guarantees that in each such buffer no value is overwritten while still needed:
     - while init elements that are constants or entry parameters (unless the body passes them
       through unchanged: then nobody writes them), that are defined outside the while's
-      computation, read by anything else, live out, or repeated, are copied;
+      computation, live out, repeated, or read by something that depends on the loop are
+      copied; other readers of an uncopied element get control edges to run before the loop;
     - branch root elements not created inside the branch (parameters, constants, outer
       values) or repeated are copied;
     - an in-place op's operand is copied when its storage is read-only, comes from outside the
@@ -48,11 +49,31 @@ class CopyInsertion(Pass):
     name = "copy-insertion"
 
     def run(self, module: Module) -> bool:
-        changed = flatten_call_graph(module)
-        for phase in (_while_inits, _branch_roots, _in_place_operands, _body_roots_structural,
-                      _entry_root_structural, _order_fresh_writes):
-            changed |= phase(_Context(module))
-        return changed
+        return insert_copies(module)[0]
+
+
+def insert_copies(module: Module) -> tuple[bool, Dataflow]:
+    """Run copy insertion; returns (changed, the dataflow of the resulting module)."""
+    changed = flatten_call_graph(module)
+    ctx = _Context(module)
+    opcodes = {i.opcode for c in ctx.graph.sequential for i in c.instructions}
+    if Opcode.WHILE in opcodes:
+        # A copy for an outer loop's init can change what an inner loop's init needs: repeat.
+        while _while_inits(ctx):
+            changed, ctx = True, _Context(module)
+    phases = [_in_place_operands, _entry_root_structural]
+    if Opcode.CONDITIONAL in opcodes:
+        phases.insert(0, _branch_roots)
+    if Opcode.WHILE in opcodes:
+        phases.insert(-1, _body_roots_structural)
+    if Opcode.WHILE in opcodes or module.input_output_alias:
+        phases.append(_order_fresh_writes)
+    for phase in phases:
+        size = module.instruction_count()
+        changed |= phase(ctx)
+        if module.instruction_count() != size:  # copies were added: recompute the dataflow
+            ctx = _Context(module)
+    return changed, ctx.df
 
 
 class _Context:
@@ -64,6 +85,7 @@ class _Context:
         self.graph = self.df.call_graph
         self._closures: dict[Computation, frozenset[Computation]] = {}
         self._orders: dict[Computation, DependencyOrder] = {}
+        self._by_root: dict[int, list[HloValue]] | None = None
 
     def inside(self, value: HloValue, comp: Computation) -> bool:
         if comp not in self._closures:
@@ -74,6 +96,14 @@ class _Context:
         if comp not in self._orders:
             self._orders[comp] = DependencyOrder(comp)
         return self._orders[comp]
+
+    def sharing(self, root: HloValue) -> list[HloValue]:
+        """Every value whose storage root is `root` (all will share its storage)."""
+        if self._by_root is None:
+            self._by_root = {}
+            for v in self.df.values:
+                self._by_root.setdefault(storage_root(self.df, v).id, []).append(v)
+        return self._by_root.get(root.id, [])
 
     def readers_in(self, value: HloValue, comp: Computation) -> list[Instruction]:
         return [r for r in value.readers() if r.parent is comp]
@@ -152,9 +182,16 @@ def _init_needs_copy(ctx: _Context, loop: Instruction, index, value: HloValue) -
         return not is_pass_through(ctx.df, loop, index)
     if is_read_only(storage_root(ctx.df, value)):
         return True
-    if not ctx.inside(value, loop.parent):
+    if not ctx.inside(value, loop.parent) or value.root_of:
         return True
-    return any(r is not loop for r in value.readers()) or bool(value.root_of)
+    # The loop takes the value's storage over: everything else reading it must run first.
+    others = [r for r in ctx.readers_in(value, loop.parent) if r is not loop]
+    order = ctx.order(loop.parent)
+    if any(order.reaches(loop, r) for r in others):
+        return True
+    for r in others:
+        order.add_edge(r, loop)
+    return False
 
 
 def _branch_roots(ctx: _Context) -> bool:
@@ -248,29 +285,34 @@ def _aliased_param(ctx: _Context, output_index) -> HloValue | None:
 
 
 def _order_fresh_writes(ctx: _Context) -> bool:
-    """Order every read of an overwritten old value (a while slot's parameter, a donated
-    entry parameter) before the instruction that creates the new value in its storage."""
+    """Order every read of the values a new value overwrites (a while slot's parameter or a
+    donated entry parameter, and everything already sharing that storage: in-place updates,
+    inner loops that carry it) before the instruction that creates the new value; copy the
+    new value where that is impossible."""
     changed = False
     for comp, old, index, value in _fresh_writes(ctx):
-        writer = storage_root(ctx.df, value).instruction
-        readers = [r for r in ctx.readers_in(old, comp) if r is not writer]
+        olds = ctx.sharing(storage_root(ctx.df, old))
+        new = storage_root(ctx.df, value)
+        writer = new.instruction
+        readers = list(dict.fromkeys(r for old in olds for r in ctx.readers_in(old, comp)
+                                     if r is not writer))
         order = ctx.order(comp)
-        legal = (all(not order.reaches(writer, r) for r in readers)
-                 and _shares_legally(ctx.df, storage_root(ctx.df, value), old))
+        legal = (writer.parent is comp and all(not order.reaches(writer, r) for r in readers)
+                 and all(_shares_legally(ctx.df, new, old) for old in olds))
         if legal:
             for r in readers:
                 changed |= order.add_edge(r, writer)
             continue
         (copy,) = _copy_root(comp, [index]).values()
-        for r in ctx.readers_in(old, comp):
+        for r in readers:
             order.add_edge(r, copy)
         changed = True
     return changed
 
 
 def _fresh_writes(ctx: _Context):
-    """(computation, old value, root index, new value) for root leaves written into the
-    storage of another value: non-pass-through body slots not updated in place, and donated
+    """(computation, old values, root index, new value) for root leaves written into the
+    storage of other values: non-pass-through body slots not updated in place, and donated
     outputs. Collected before any change, in a deterministic order."""
     out = []
     for comp in ctx.graph.sequential:
@@ -304,4 +346,4 @@ def _shares_legally(df: Dataflow, new: HloValue, old: HloValue) -> bool:
 
 
 # `while_body` is re-exported for tests that build loops by hand.
-__all__ = ["CopyInsertion", "copy_leaves", "while_body"]
+__all__ = ["CopyInsertion", "copy_leaves", "insert_copies", "while_body"]

@@ -118,8 +118,11 @@ def fusion_outputs(fusion: Instruction) -> int:
 def _inline_outputs(builder: _FusedBuilder, fusion: Instruction) -> list[Instruction]:
     """Copy a fusion's computation into the builder; the copied output values."""
     inner = fusion.fused_computation()
+    tuple_root = inner.root if inner.root.opcode == Op.TUPLE else None
     local: dict[int, Instruction] = {}
     for instr in inner.post_order():
+        if instr is tuple_root:
+            continue  # the merged fusion gets one tuple of every output
         if instr.opcode == Op.PARAMETER:
             local[id(instr)] = builder.value(fusion.operands[instr.attrs.parameter_number])
             continue
@@ -128,11 +131,11 @@ def _inline_outputs(builder: _FusedBuilder, fusion: Instruction) -> list[Instruc
                           metadata=instr.metadata)
         builder.comp.add(new)
         local[id(instr)] = new
+    if tuple_root is not None:
+        return [local[id(o)] for o in tuple_root.operands]
     root = local[id(inner.root)]
     if not root.shape.is_tuple:
         return [root]
-    if root.opcode == Op.TUPLE:
-        return list(root.operands)
     return [builder.comp.add(Instruction(Op.GET_TUPLE_ELEMENT, s, [root],
                                          attrs=Attrs(tuple_index=k)))
             for k, s in enumerate(root.shape.tuple_shapes)]

@@ -68,6 +68,8 @@ def producer_class(instr: Instruction) -> str | None:
     if op == Op.CONSTANT:
         # Array constants stay buffers of their own: fusing them only copies data into kernels.
         return "constant" if instr.shape.num_elements <= 1 else None
+    if op == Op.COPY and _changes_layout(instr):
+        return None  # a transposing copy is its own kernel: only it must know both layouts
     if op in ELEMENTWISE and op not in _NOT_FUSIBLE_ELEMENTWISE:
         return "elementwise"
     if op in INDEX_OPS:
@@ -77,6 +79,12 @@ def producer_class(instr: Instruction) -> str | None:
     if op in (Op.DOT, Op.CONVOLUTION):
         return "contraction"
     return None
+
+
+def _changes_layout(copy: Instruction) -> bool:
+    source = copy.operands[0].shape
+    return source.layout is not None and copy.shape.layout is not None \
+        and source.layout != copy.shape.layout
 
 
 def can_root_fusion(instr: Instruction) -> bool:

@@ -38,7 +38,7 @@ class MultiOutputFusion(Pass):
     """
 
     name = "multi-output-fusion"
-    max_ops: int = 64
+    max_ops: int = 256
     max_sweeps: int = 8
 
     def run(self, module: Module) -> bool:
@@ -142,9 +142,12 @@ class _Sweep:
         self.pos[id(merged)] = hi
 
     def as_fusion(self, instr: Instruction) -> Instruction:
+        """`instr` itself if a fusion, else a new fusion of it and its scalar constants."""
         if instr.opcode == Op.FUSION:
             return instr
-        return fuse_cluster(self.comp, instr, {id(instr): instr})
+        members = {id(o): o for o in instr.operands if producer_class(o) == "constant"}
+        members[id(instr)] = instr
+        return fuse_cluster(self.comp, instr, members)
 
     def candidates(self, operand: Instruction) -> list[Instruction]:
         out = [u for u in dict.fromkeys(operand.users)
