@@ -1,0 +1,1 @@
+"""Code generation: target facts, the elemental emitter, per-target kernel emitters, LLVM."""

@@ -1,0 +1,226 @@
+"""One CPU kernel: the ABI wrapper, the body function and its segments.
+
+A kernel is a sequence of segments (a loop nest over some outputs, a column reduction, an
+in-place update, ...). Each has its own number of work units; the kernel's unit space is their
+concatenation, so one [begin, end) range may cover parts of several segments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...errors import UnsupportedError
+from ...ir import Instruction, Opcode
+from ..elemental import computation_generators
+from ..elemental.context import EmitContext
+from ..elemental.memory import load_element
+from ..elemental.types import I32, I64, PTR
+from .spec import KernelInfo, KernelSpec
+
+
+@dataclass(frozen=True)
+class RootItem:
+    """One value the kernel writes: an instruction and the output buffers of its leaves."""
+
+    instr: Instruction
+    outputs: tuple[int, ...]
+
+
+@dataclass
+class KernelBuild:
+    """Everything a segment needs while emitting the body."""
+
+    ctx: EmitContext
+    spec: KernelSpec
+    operands: list[ir.Value]
+    outputs: list[ir.Value]
+    gens: dict[int, Callable]
+
+    def gen(self, instr: Instruction):
+        return self.gens[id(instr)]
+
+
+class Segment:
+    """A part of a kernel with `extent` independent work units."""
+
+    kind = "segment"
+    extent = 0
+
+    def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        raise NotImplementedError
+
+
+# Special segment planners by root opcode: fn(spec, item) -> Segment | None (None: plain loop).
+SPECIAL_SEGMENTS: dict[Opcode, Callable] = {}
+
+
+def special_segment(*opcodes: Opcode):
+    def register(fn):
+        for op in opcodes:
+            SPECIAL_SEGMENTS[op] = fn
+        return fn
+    return register
+
+
+def root_items(spec: KernelSpec) -> list[RootItem]:
+    items: list[RootItem] = []
+    next_output = 0
+
+    def visit(instr: Instruction) -> None:
+        nonlocal next_output
+        if instr.opcode == Opcode.TUPLE:
+            for o in instr.operands:
+                visit(o)
+            return
+        n = sum(1 for _ in instr.shape.leaves())
+        items.append(RootItem(instr, tuple(range(next_output, next_output + n))))
+        next_output += n
+
+    visit(spec.computation.root)
+    if next_output != len(spec.output_shapes):
+        raise UnsupportedError(f"kernel {spec.name}: root has {next_output} leaves but "
+                               f"{len(spec.output_shapes)} outputs were given")
+    return items
+
+
+def plan_segments(spec: KernelSpec) -> list[Segment]:
+    from .loops import LoopSegment
+
+    segments: list[Segment] = []
+    loops: dict[tuple, LoopSegment] = {}
+    for item in root_items(spec):
+        planner = SPECIAL_SEGMENTS.get(item.instr.opcode)
+        special = planner(spec, item) if planner is not None else None
+        if special is not None:
+            segments.append(special)
+            continue
+        shapes = [spec.output_shapes[k] for k in item.outputs]
+        key = tuple((s.dims, s.layout) for s in shapes[:1])
+        if key in loops and all(s.dims == shapes[0].dims for s in shapes):
+            loops[key].add(item, spec)
+            continue
+        loop = LoopSegment(item, spec)
+        loops[key] = loop
+        segments.append(loop)
+    return segments
+
+
+# ---- functions --------------------------------------------------------------------------------
+
+def emit_kernel(module: ir.Module, spec: KernelSpec, target) -> KernelInfo:
+    """Emit kernel `spec.name` (and its body) into `module`."""
+    segments = plan_segments(spec)
+    body = _emit_body(module, spec, target, segments)
+    _emit_wrapper(module, spec, target, body)
+    extent = sum(s.extent for s in segments)
+    return KernelInfo(spec.name, extent, len(spec.operand_shapes), len(spec.output_shapes),
+                      tuple(s.kind for s in segments), spec.instruction_names)
+
+
+def _aliased_buffers(spec: KernelSpec) -> set[int]:
+    n = len(spec.operand_shapes)
+    out = set()
+    for out_index, operand_index in spec.aliases:
+        out.update((operand_index, n + out_index))
+    return out
+
+
+def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.Function:
+    n_buffers = len(spec.operand_shapes) + len(spec.output_shapes)
+    fnty = ir.FunctionType(ir.VoidType(), [PTR] * n_buffers + [I64, I64])
+    fn = ir.Function(module, fnty, f"{spec.name}.body")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    add_denormal_mode(fn)
+    aliased = _aliased_buffers(spec)
+    for i, arg in enumerate(fn.args[:n_buffers]):
+        # noalias lets LLVM vectorize without run-time overlap checks; the buffer assignment
+        # shares an operand's buffer with an output only where the kernel says so (aliases).
+        if i not in aliased:
+            arg.add_attribute("noalias")
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    # f16 converts with integer code, not F16C: under the kernels' denormal mode LLVM may
+    # treat f16 denormals met by fpext/fptrunc as zero, and they are ordinary f16 values.
+    ctx = EmitContext(module, builder, target, prefix=spec.name, native_half=False)
+    n_ops = len(spec.operand_shapes)
+    operands, outputs = list(fn.args[:n_ops]), list(fn.args[n_ops:n_buffers])
+    params = [_param_generator(ctx, shape, ptr) for shape, ptr in zip(spec.operand_shapes, operands,
+                                                                       strict=True)]
+    gens = computation_generators(ctx, spec.computation, params)
+    kb = KernelBuild(ctx, spec, operands, outputs, gens)
+    begin, end = fn.args[n_buffers], fn.args[n_buffers + 1]
+    offset = 0
+    for seg in segments:
+        _emit_segment_range(kb, seg, begin, end, offset)
+        offset += seg.extent
+    builder.ret_void()
+    return fn
+
+
+def _param_generator(ctx, shape, ptr):
+    return lambda index: load_element(ctx, shape, ptr, index)
+
+
+def _emit_segment_range(kb: KernelBuild, seg: Segment, begin, end, offset: int) -> None:
+    """Run the part of [begin, end) that falls in this segment's units [offset, offset+extent)."""
+    if seg.extent == 0:
+        return
+    ctx, b = kb.ctx, kb.ctx.builder
+    lo = ctx.call("llvm.smax.i64", [b.sub(begin, ctx.i64(offset)), ctx.i64(0)])
+    hi = ctx.call("llvm.smin.i64", [b.sub(end, ctx.i64(offset)), ctx.i64(seg.extent)])
+    with b.if_then(b.icmp_signed("<", lo, hi)):
+        seg.emit(kb, lo, hi)
+
+
+def _emit_wrapper(module, spec: KernelSpec, target, body: ir.Function) -> None:
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), spec.name)
+    fn.attributes.add("nounwind")
+    add_denormal_mode(fn)
+    buffers, begin, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ctx = EmitContext(module, b, target, prefix=spec.name)
+    n = len(spec.operand_shapes) + len(spec.output_shapes)
+    ptrs = [b.load(b.gep(buffers, [ctx.i64(i)], inbounds=True, source_etype=PTR), typ=PTR)
+            for i in range(n)]
+    saved = _enter_flush_to_zero(ctx, target)
+    b.call(body, ptrs + [begin, end])
+    _leave_flush_to_zero(ctx, target, saved)
+    b.ret_void()
+
+
+_MXCSR_FTZ_DAZ = 0x8040
+# Tells LLVM that denormal inputs and outputs may read/become ±0 (the kernels run with
+# FTZ/DAZ): without it LLVM rewrites bit tests into float compares that DAZ then breaks.
+DENORMAL_MODE = '"denormal-fp-math"="preserve-sign,preserve-sign"'
+
+
+def add_denormal_mode(fn: ir.Function) -> None:
+    # llvmlite only validates the names of enum attributes; string attributes go in as text.
+    set.add(fn.attributes, DENORMAL_MODE)
+
+
+def _enter_flush_to_zero(ctx, target):
+    """Set FTZ|DAZ (x86 MXCSR) and return the saved control word slot."""
+    if not getattr(target, "is_x86", False):
+        return None
+    b = ctx.builder
+    saved = b.alloca(I32)
+    mode = b.alloca(I32)
+    ctx.call("llvm.x86.sse.stmxcsr", [saved], ret=ir.VoidType())
+    b.store(b.or_(b.load(saved, typ=I32), ir.Constant(I32, _MXCSR_FTZ_DAZ)), mode)
+    ctx.call("llvm.x86.sse.ldmxcsr", [mode], ret=ir.VoidType())
+    return saved
+
+
+def _leave_flush_to_zero(ctx, target, saved) -> None:
+    if saved is not None:
+        ctx.call("llvm.x86.sse.ldmxcsr", [saved], ret=ir.VoidType())
+
+
+def prod(values) -> int:
+    return math.prod(values)

@@ -1,0 +1,131 @@
+"""Loop nests in memory order, and the plain loop segment built on them.
+
+A `Nest` walks every index of a shape. Its work units are (row, block) pairs: a row is one
+position of every dimension but the contiguous (innermost in memory) one, and long rows are
+cut into blocks of at most BLOCK elements, so even a 1-D array splits across threads. The
+innermost loop walks the contiguous dimension with unit stride, which is what LLVM's loop
+vectorizer wants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from ...ir import Instruction, Opcode, Shape
+from ..elemental.compose import flatten
+from ..elemental.memory import major_to_minor, store_element
+from .kernel import KernelBuild, RootItem, Segment
+from .spec import KernelSpec
+
+BLOCK = 8192
+
+
+def delinearize(ctx, linear: ir.Value, dims: list[int]) -> list[ir.Value]:
+    """Row-major multi-index (over `dims`) of a linear position."""
+    b = ctx.builder
+    out = []
+    for k in range(len(dims) - 1, -1, -1):
+        if k == 0:
+            out.append(linear)
+            break
+        out.append(b.urem(linear, ctx.i64(dims[k])))
+        linear = b.udiv(linear, ctx.i64(dims[k]))
+    return list(reversed(out))
+
+
+class Nest:
+    """Units of (row, block) over a shape walked in memory order."""
+
+    def __init__(self, shape: Shape, block: int = BLOCK):
+        self.shape = shape
+        self.order = major_to_minor(shape)
+        if shape.rank == 0:
+            self.inner, self.block, self.blocks, self.rows = 1, 1, 1, 1
+        else:
+            n_inner = shape.dims[self.order[-1]]
+            self.inner = n_inner
+            self.block = max(1, min(n_inner, block))
+            self.blocks = -(-n_inner // self.block)
+            self.rows = math.prod(shape.dims[d] for d in self.order[:-1])
+        self.extent = self.rows * self.blocks
+
+    def unit_bounds(self, ctx, unit: ir.Value):
+        """(outer index values in `order[:-1]`, start, stop of the contiguous dimension)."""
+        b = ctx.builder
+        row = b.udiv(unit, ctx.i64(self.blocks)) if self.blocks > 1 else unit
+        start, stop = ctx.i64(0), ctx.i64(self.inner)
+        if self.blocks > 1:
+            blk = b.urem(unit, ctx.i64(self.blocks))
+            start = b.mul(blk, ctx.i64(self.block), flags=["nsw"])
+            stop = ctx.call("llvm.smin.i64", [b.add(start, ctx.i64(self.block)), stop])
+        outer_dims = [self.shape.dims[d] for d in self.order[:-1]]
+        outer = delinearize(ctx, row, outer_dims) if outer_dims else []
+        return outer, start, stop
+
+    def emit(self, ctx, lo: ir.Value, hi: ir.Value, body: Callable[[list[ir.Value]], None]):
+        """Call body(index) for every index of units [lo, hi)."""
+        if self.shape.rank == 0:
+            body([])
+            return
+        with ctx.loop(lo, hi, "unit") as unit:
+            outer, start, stop = self.unit_bounds(ctx, unit)
+            with ctx.loop(start, stop, "j") as j:
+                index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
+                for d, v in zip(self.order[:-1], outer, strict=True):
+                    index[d] = v
+                index[self.order[-1]] = j
+                body(index)
+
+
+def element_work(instr: Instruction) -> int:
+    """Rough operations per output element: the largest inner loop below `instr`."""
+    work, seen, stack = 1, set(), [instr]
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        work = max(work, _inner_trip_count(i))
+        stack.extend(i.operands)
+    return work
+
+
+def _inner_trip_count(i: Instruction) -> int:
+    if i.opcode == Opcode.REDUCE:
+        return math.prod(i.operands[0].shape.dims[d] for d in i.dimensions)
+    if i.opcode == Opcode.REDUCE_WINDOW:
+        return math.prod(w.size for w in i.attrs.window.dims)
+    if i.opcode == Opcode.DOT:
+        lhs = i.operands[0].shape
+        return math.prod(lhs.dims[d] for d in i.attrs.dot_dnums.lhs_contracting_dimensions)
+    return 1
+
+
+class LoopSegment(Segment):
+    """Writes one or more same-shaped outputs, each element from its generator."""
+
+    kind = "loop"
+
+    def __init__(self, item: RootItem, spec: KernelSpec):
+        self.items = [item]
+        self.spec = spec
+        # Elements that loop inside (reductions, windows, dots) get smaller blocks so a unit
+        # stays around BLOCK operations and parallel splits stay balanced.
+        block = max(1, BLOCK // element_work(item.instr))
+        self.nest = Nest(spec.output_shapes[item.outputs[0]], block)
+        self.extent = self.nest.extent
+
+    def add(self, item: RootItem, spec: KernelSpec) -> None:
+        self.items.append(item)
+
+    def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        def body(index):
+            for item in self.items:
+                values = flatten(kb.gen(item.instr)(index))
+                for k, v in zip(item.outputs, values, strict=True):
+                    store_element(kb.ctx, self.spec.output_shapes[k], kb.outputs[k], index, v)
+
+        self.nest.emit(kb.ctx, lo, hi, body)

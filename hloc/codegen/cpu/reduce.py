@@ -1,0 +1,117 @@
+"""Column reductions: the contiguous input dimension is kept, so accumulate whole rows.
+
+For a reduce whose input's innermost (contiguous) dimension survives, the element-by-element
+form would stride through memory. Instead each work unit owns a block of up to BLOCK
+positions of that dimension (plus one position of the other kept dims), keeps one
+accumulator per position on the stack, and sweeps the reduced dimensions with the block as
+the innermost, unit-stride (vectorizable) loop. Row reductions need nothing special: the
+elemental reduce already loops over the contiguous reduced dimension innermost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+from llvmlite import ir
+
+from ...ir import Opcode
+from ..elemental.memory import major_to_minor, store_element
+from ..elemental.reduction import Reducer
+from ..elemental.types import elem_type
+from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .loops import delinearize
+from .spec import KernelSpec
+
+BLOCK = 512
+
+
+@special_segment(Opcode.REDUCE)
+def plan_reduce(spec: KernelSpec, item: RootItem):
+    instr = item.instr
+    shape = instr.operands[0].shape
+    if shape.rank == 0 or not instr.dimensions:
+        return None
+    inner = major_to_minor(shape)[-1]
+    if inner in instr.dimensions or shape.dims[inner] == 1:
+        return None
+    return ColumnReduceSegment(spec, item)
+
+
+class ColumnReduceSegment(Segment):
+    kind = "column-reduce"
+
+    def __init__(self, spec: KernelSpec, item: RootItem):
+        self.spec, self.item = spec, item
+        instr = item.instr
+        self.n = len(instr.operands) // 2
+        shape = instr.operands[0].shape
+        self.in_shape = shape
+        self.reduced = [d for d in major_to_minor(shape) if d in instr.dimensions]
+        self.kept = [d for d in range(shape.rank) if d not in instr.dimensions]
+        self.col = major_to_minor(shape)[-1]
+        self.outer = [d for d in major_to_minor(shape) if d in self.kept and d != self.col]
+        n_col = shape.dims[self.col]
+        self.block = min(n_col, BLOCK)
+        self.blocks = -(-n_col // self.block)
+        self.extent = math.prod(shape.dims[d] for d in self.outer) * self.blocks
+
+    def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        ctx = kb.ctx
+        b = ctx.builder
+        instr = self.item.instr
+        ets = [elem_type(o.shape.element_type) for o in instr.operands[:self.n]]
+        reducer = Reducer(ctx, instr.called[0], ets)
+        inputs = [kb.gen(o) for o in instr.operands[:self.n]]
+        inits = [kb.gen(o) for o in instr.operands[self.n:]]
+        slots = [ctx.alloca(et.value_type, self.block) for et in ets]
+        with ctx.loop(lo, hi, "unit") as unit:
+            row = b.udiv(unit, ctx.i64(self.blocks))
+            start = b.mul(b.urem(unit, ctx.i64(self.blocks)), ctx.i64(self.block))
+            stop = ctx.call("llvm.smin.i64", [b.add(start, ctx.i64(self.block)),
+                                              ctx.i64(self.in_shape.dims[self.col])])
+            index: list[ir.Value] = [ctx.i64(0)] * self.in_shape.rank
+            outer_dims = [self.in_shape.dims[d] for d in self.outer]
+            for d, v in zip(self.outer, delinearize(ctx, row, outer_dims) if self.outer else [],
+                            strict=True):
+                index[d] = v
+            self._init(kb, reducer, inits, slots, start, stop)
+            self._sweep(kb, reducer, inputs, slots, index, start, stop)
+            self._store(kb, reducer, slots, index, start, stop)
+
+    def _slot_ptrs(self, kb, slots, j, start):
+        b = kb.ctx.builder
+        local = b.sub(j, start)
+        return [b.gep(s, [local], inbounds=True, source_etype=s.allocated_type) for s in slots]
+
+    def _init(self, kb, reducer, inits, slots, start, stop):
+        ctx = kb.ctx
+        values = reducer.start([g([]) for g in inits])
+        with ctx.loop(start, stop, "init") as j:
+            for ptr, v in zip(self._slot_ptrs(kb, slots, j, start), values, strict=True):
+                ctx.builder.store(v, ptr)
+
+    def _sweep(self, kb, reducer, inputs, slots, index, start, stop):
+        ctx = kb.ctx
+        b = ctx.builder
+        with contextlib.ExitStack() as stack:
+            for d in self.reduced:
+                index[d] = stack.enter_context(ctx.loop(0, self.in_shape.dims[d], "r"))
+            j = stack.enter_context(ctx.loop(start, stop, "col"))
+            index[self.col] = j
+            ptrs = self._slot_ptrs(kb, slots, j, start)
+            accs = [b.load(p, typ=s.allocated_type) for p, s in zip(ptrs, slots, strict=True)]
+            values = [g(list(index)) for g in inputs]
+            for p, v in zip(ptrs, reducer.combine(accs, values), strict=True):
+                b.store(v, p)
+
+    def _store(self, kb, reducer, slots, index, start, stop):
+        ctx = kb.ctx
+        b = ctx.builder
+        with ctx.loop(start, stop, "out") as j:
+            index[self.col] = j
+            ptrs = self._slot_ptrs(kb, slots, j, start)
+            accs = [b.load(p, typ=s.allocated_type) for p, s in zip(ptrs, slots, strict=True)]
+            out_index = [index[d] for d in self.kept]
+            for k, v in zip(self.item.outputs, reducer.finish(accs), strict=True):
+                store_element(ctx, self.spec.output_shapes[k], kb.outputs[k], out_index, v)

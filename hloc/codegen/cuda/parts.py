@@ -1,0 +1,101 @@
+"""Planning kernels for one HLO instruction: which variants, which root items, which launch.
+
+An item planner (registered per root opcode with `@plans(Opcode.X)`) looks at one root item of
+a kernel's computation and returns the kernel parts it needs, or None to leave the item to
+the plain loop kernel. Loop items of the same shape share one loop kernel. Parts run in
+order: loops and reductions first, in-place updates last (they may overwrite an operand the
+others read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...buffers.assignment import Slice
+from ...ir import Computation, Instruction, Opcode, Shape
+from .kernel import LaunchDims, RootItem, kernel_computation, leaf_shapes, root_items
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kernel launch planned for an instruction."""
+
+    variant: str
+    items: tuple[int, ...]
+    launch: LaunchDims
+    params: tuple[tuple[str, int], ...] = ()
+    shared_bytes: int = 0
+    scratch_bytes: int = 0
+    block_threads: int = 0  # launch bound; 0: the launch's block size
+    gemm: tuple[int, int, int, int] | None = None  # (batch, m, n, k) for Gemm thunks
+    late: bool = False  # runs after the other parts (in-place updates)
+
+
+@dataclass
+class PlanContext:
+    """What item planners may look at."""
+
+    instr: Instruction
+    comp: Computation
+    items: list[RootItem]
+    target: object
+    operand_slices: tuple[Slice, ...] = ()
+    output_slices: tuple[Slice, ...] = ()
+    operand_shapes: list[Shape] = field(default_factory=list)
+    output_shapes: list[Shape] = field(default_factory=list)
+
+    def aliased(self, output: int, operand: int) -> bool:
+        """Whether output leaf `output` is the very buffer of operand leaf `operand`."""
+        if not self.output_slices or not self.operand_slices:
+            return False
+        return self.output_slices[output] == self.operand_slices[operand]
+
+    def overlaps_operands(self, output: int) -> bool:
+        if not self.output_slices:
+            return False
+        o = self.output_slices[output]
+        return any(s.allocation == o.allocation and s.offset < o.offset + o.size
+                   and o.offset < s.offset + s.size for s in self.operand_slices)
+
+
+ItemPlanner = Callable[[PlanContext, int], list[Part] | None]
+ITEM_PLANNERS: dict[Opcode, ItemPlanner] = {}
+
+
+def plans(*opcodes: Opcode):
+    def register(fn: ItemPlanner) -> ItemPlanner:
+        for op in opcodes:
+            ITEM_PLANNERS[op] = fn
+        return fn
+    return register
+
+
+def plan_context(instr: Instruction, target, operand_slices=(), output_slices=()) -> PlanContext:
+    comp = kernel_computation(instr)
+    return PlanContext(instr, comp, root_items(comp), target, tuple(operand_slices),
+                       tuple(output_slices),
+                       [s for o in instr.operands for s in leaf_shapes(o.shape)],
+                       leaf_shapes(instr.shape))
+
+
+def plan_parts(pc: PlanContext) -> list[Part]:
+    """Every kernel part an instruction needs (empty when it writes nothing)."""
+    from .loop import plan_loop
+
+    parts: list[Part] = []
+    groups: dict[tuple, list[int]] = {}
+    for k, item in enumerate(pc.items):
+        shapes = [pc.output_shapes[i] for i in item.outputs]
+        if not shapes or all(s.num_elements == 0 for s in shapes):
+            continue
+        planner = ITEM_PLANNERS.get(item.instr.opcode)
+        special = planner(pc, k) if planner is not None else None
+        if special is not None:
+            parts.extend(special)
+            continue
+        key = tuple((s.dims, s.layout) for s in shapes[:1])
+        groups.setdefault(key, []).append(k)
+    loops = [plan_loop(pc, tuple(ks)) for ks in groups.values()]
+    ordered = [p for p in parts if not p.late] + loops + [p for p in parts if p.late]
+    return ordered

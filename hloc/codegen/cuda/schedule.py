@@ -1,0 +1,171 @@
+"""The GPU thunk schedule: what the CUDA runtime (and its emulator) executes.
+
+Built from the target-neutral thunk program (hloc.thunks) by mapping every thunk to GPU work:
+kernels (with launch dimensions, shared memory and argument slices), Gemm (the tiled GEMM
+kernel), device copies and memsets, While (the predicate is copied to the host after the
+condition, or a known trip count runs as a host loop), Conditional (the selector is copied
+to the host), Sequential, and HostCompute for the few ops without a GPU kernel (FFT, LAPACK
+custom-calls, complex arithmetic): their operands go to the host, the reference
+implementation runs there and the results come back.
+
+Three programs: host-to-device (parameter uploads, constants uploaded once per executable),
+main (the thunks, on the streams of hloc.schedule.streams with events for cross-stream
+dependencies; nested sequences run on their parent's stream), device-to-host (results).
+The top-level `main` sequence is parallel to the target-neutral one, so stream assignments
+index both; a thunk that needs several launches becomes a Sequential.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...buffers.assignment import Allocation, Slice
+from ...thunks.thunks import StreamAssignment
+from .kernel import KernelRecipe
+
+Slices = tuple[Slice, ...]
+
+
+@dataclass(frozen=True)
+class GpuThunk:
+    """Base class: `name` is the HLO instruction the thunk executes."""
+
+    kind: ClassVar[str] = ""
+    name: str
+
+
+@dataclass(frozen=True)
+class Kernel(GpuThunk):
+    """A kernel launch."""
+
+    kind: ClassVar[str] = "kernel"
+    kernel: str
+    variant: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    args: Slices
+
+
+@dataclass(frozen=True)
+class Gemm(Kernel):
+    """A launch of the tiled GEMM kernel: out[b] = lhs[b] x rhs[b] (m x k times k x n)."""
+
+    kind: ClassVar[str] = "gemm"
+    batch: int = 1
+    m: int = 0
+    n: int = 0
+    k: int = 0
+
+
+@dataclass(frozen=True)
+class Copy(GpuThunk):
+    kind: ClassVar[str] = "copy"
+    source: Slice
+    destination: Slice
+
+
+@dataclass(frozen=True)
+class Memset(GpuThunk):
+    kind: ClassVar[str] = "memset"
+    destination: Slice
+    byte: int = 0
+
+
+@dataclass(frozen=True)
+class While(GpuThunk):
+    """condition; copy the pred to the host; body; ... (or `trip_count` body runs)."""
+
+    kind: ClassVar[str] = "while"
+    condition: tuple[GpuThunk, ...]
+    body: tuple[GpuThunk, ...]
+    predicate: Slice
+    trip_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Conditional(GpuThunk):
+    kind: ClassVar[str] = "conditional"
+    selector: Slice
+    branches: tuple[tuple[GpuThunk, ...], ...]
+    selector_is_pred: bool = False
+
+
+@dataclass(frozen=True)
+class Sequential(GpuThunk):
+    kind: ClassVar[str] = "sequential"
+    thunks: tuple[GpuThunk, ...]
+
+
+@dataclass(frozen=True)
+class HostCompute(GpuThunk):
+    """Run HLO instruction `name` on the host (reference implementation) between transfers."""
+
+    kind: ClassVar[str] = "host"
+    opcode: str
+    operands: Slices
+    outputs: Slices
+
+
+GPU_THUNK_KINDS: dict[str, type[GpuThunk]] = {
+    cls.kind: cls for cls in (Kernel, Gemm, Copy, Memset, While, Conditional, Sequential,
+                              HostCompute)}
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Host → device: entry parameter `number` (leaf `index`) or constant `constant`."""
+
+    slice: Slice
+    number: int = -1
+    index: tuple[int, ...] = ()
+    constant: str = ""
+
+
+@dataclass(frozen=True)
+class Download:
+    """Device → host: result leaf `index` of the entry root."""
+
+    index: tuple[int, ...]
+    slice: Slice
+
+
+@dataclass(frozen=True)
+class GpuProgram:
+    """Everything the CUDA runtime needs besides the kernels' code and the HLO."""
+
+    module: str
+    allocations: tuple[Allocation, ...]
+    host_to_device: tuple[Upload, ...]
+    main: tuple[GpuThunk, ...]
+    device_to_host: tuple[Download, ...]
+    kernels: tuple[KernelRecipe, ...]
+    streams: StreamAssignment | None = None
+    notes: tuple[str, ...] = ()
+    kernel_ir_sha256: tuple[tuple[str, str], ...] = ()  # (kernel, sha256 of its IR text)
+
+    def walk(self):
+        """Every thunk, nested ones included, depth-first."""
+        stack = list(reversed(self.main))
+        while stack:
+            thunk = stack.pop()
+            yield thunk
+            stack.extend(reversed(list(nested(thunk))))
+
+    def kind_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in self.walk():
+            counts[t.kind] = counts.get(t.kind, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def nested(thunk: GpuThunk):
+    if isinstance(thunk, While):
+        yield from thunk.condition
+        yield from thunk.body
+    elif isinstance(thunk, Conditional):
+        for branch in thunk.branches:
+            yield from branch
+    elif isinstance(thunk, Sequential):
+        yield from thunk.thunks

@@ -1,0 +1,141 @@
+"""EmitContext: the builder, module and target shared by every generator of one function.
+
+Target-neutral helpers only: constants, intrinsic declarations, constant tables, allocas in
+the entry block and counted loops. Kernel emitters (cpu/, cuda/) create one per function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from llvmlite import ir
+
+from .types import I64
+
+
+class EmitContext:
+    """State for emitting one LLVM function with elemental generators."""
+
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder, target, *, prefix: str = "k",
+                 native_half: bool = False):
+        self.module = module
+        self.builder = builder
+        self.target = target
+        self.prefix = prefix
+        # True when the target converts f16 <-> f32 in hardware (fpext/fptrunc are cheap).
+        self.native_half = native_half
+        self._tables: dict[object, ir.GlobalVariable] = {}
+        self._counter = 0
+
+    @property
+    def target_kind(self) -> str:
+        return getattr(self.target, "kind", "")
+
+    # ---- constants and declarations ---------------------------------------------------------
+    @staticmethod
+    def i64(value: int) -> ir.Constant:
+        return ir.Constant(I64, int(value))
+
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """Declare (once per module) and return function `name`."""
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        return fn
+
+    def call(self, name: str, args: list[ir.Value], ret: ir.Type | None = None) -> ir.Value:
+        """Call intrinsic/function `name` whose result type defaults to the first arg's type."""
+        ret = ret if ret is not None else args[0].type
+        fn = self.intrinsic(name, ret, [a.type for a in args])
+        return self.builder.call(fn, args)
+
+    def unique(self, base: str) -> str:
+        self._counter += 1
+        return f"{self.prefix}.{base}.{self._counter}"
+
+    def table(self, key, element_type: ir.Type, values) -> ir.GlobalVariable:
+        """A private constant array, shared by every use of the same key in this context."""
+        glob = self._tables.get(key)
+        if glob is None:
+            values = list(values)
+            array_type = ir.ArrayType(element_type, len(values))
+            glob = ir.GlobalVariable(self.module, array_type, self.unique("table"))
+            glob.global_constant = True
+            glob.linkage = "private"
+            glob.unnamed_addr = True
+            glob.initializer = ir.Constant(array_type, [ir.Constant(element_type, v) for v in values])
+            glob.align = 64
+            self._tables[key] = glob
+        return glob
+
+    def bytes_table(self, key, data: bytes) -> ir.GlobalVariable:
+        """A private constant byte array (any element type is read from it through GEPs)."""
+        glob = self._tables.get(key)
+        if glob is None:
+            array_type = ir.ArrayType(ir.IntType(8), max(1, len(data)))
+            glob = ir.GlobalVariable(self.module, array_type, self.unique("const"))
+            glob.global_constant = True
+            glob.linkage = "private"
+            glob.unnamed_addr = True
+            glob.initializer = ir.Constant(array_type, bytearray(data or b"\0"))
+            glob.align = 64
+            self._tables[key] = glob
+        return glob
+
+    # ---- control flow -------------------------------------------------------------------------
+    def alloca(self, ty: ir.Type, count: int = 1, name: str = "") -> ir.Value:
+        """A stack slot allocated once in the function's entry block."""
+        fn = self.builder.function
+        entry = fn.entry_basic_block
+        saved = self.builder.block
+        with self.builder.goto_block(entry):
+            if entry.instructions and entry.instructions[-1].opname in ("br", "ret"):
+                self.builder.position_before(entry.instructions[-1])
+            else:
+                self.builder.position_at_start(entry)
+            size = ir.Constant(I64, count) if count != 1 else None
+            slot = self.builder.alloca(ty, size=size, name=name)
+        assert self.builder.block is saved
+        return slot
+
+    @contextlib.contextmanager
+    def loop(self, start: ir.Value | int, stop: ir.Value | int, name: str = "i",
+             step: int = 1) -> Iterator[ir.Value]:
+        """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable.
+
+        The body is emitted inside the `with`; the builder ends in the loop's exit block.
+        """
+        b = self.builder
+        start = self.i64(start) if isinstance(start, int) else start
+        stop = self.i64(stop) if isinstance(stop, int) else stop
+        pre = b.block
+        head = b.append_basic_block(f"{name}.head")
+        body = b.append_basic_block(f"{name}.body")
+        exit_ = b.append_basic_block(f"{name}.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        index = b.phi(I64, name=name)
+        index.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", index, stop), body, exit_)
+        b.position_at_end(body)
+        yield index
+        nxt = b.add(index, self.i64(step), name=f"{name}.next", flags=["nsw"])
+        index.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(exit_)
+
+    def select_branch(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:
+        """if cond: then_fn() else: else_fn(), merged with a phi (both return one value)."""
+        b = self.builder
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                v_then = then_fn()
+                bb_then = b.block
+            with otherwise:
+                v_else = else_fn()
+                bb_else = b.block
+        phi = b.phi(v_then.type)
+        phi.add_incoming(v_then, bb_then)
+        phi.add_incoming(v_else, bb_else)
+        return phi

@@ -1,0 +1,105 @@
+"""Array elements in memory: layout-aware offsets, loads and stores in storage form."""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir import Shape
+from . import lowfloat
+from .types import ElemType, elem_type
+
+
+def major_to_minor(shape: Shape) -> list[int]:
+    """Logical dimensions from the slowest-varying to the contiguous one."""
+    layout = shape.layout
+    if layout is None or len(layout.minor_to_major) != shape.rank:
+        return list(range(shape.rank))
+    return list(reversed(layout.minor_to_major))
+
+
+def strides(shape: Shape) -> list[int]:
+    """Element stride of each logical dimension under the shape's layout."""
+    out = [0] * shape.rank
+    step = 1
+    for d in reversed(major_to_minor(shape)):
+        out[d] = step
+        step *= shape.dims[d]
+    return out
+
+
+def linear_offset(ctx, shape: Shape, index: list[ir.Value]) -> ir.Value:
+    """The element offset of a multi-index in a dense buffer of `shape`."""
+    b = ctx.builder
+    total: ir.Value | None = None
+    for d, stride in enumerate(strides(shape)):
+        if shape.dims[d] == 1:
+            continue  # the index is 0 there
+        term = index[d] if stride == 1 else b.mul(index[d], ctx.i64(stride), flags=["nsw"])
+        total = term if total is None else b.add(total, term, flags=["nsw"])
+    return total if total is not None else ctx.i64(0)
+
+
+def from_storage(ctx, et: ElemType, raw: ir.Value) -> ir.Value:
+    b = ctx.builder
+    if et.kind == "pred":
+        return b.icmp_unsigned("!=", raw, ir.Constant(raw.type, 0))
+    if et.is_narrow_float:
+        return lowfloat.decode(ctx, et, raw)
+    if et.is_integral and et.bits < raw.type.width:
+        return b.trunc(raw, et.value_type)
+    return raw
+
+
+def to_storage(ctx, et: ElemType, value: ir.Value) -> ir.Value:
+    b = ctx.builder
+    if et.kind == "pred":
+        return b.zext(value, et.storage_type)
+    if et.is_narrow_float:
+        return lowfloat.encode(ctx, et, value)
+    if et.is_integral and et.bits < et.storage_type.width:
+        # Sub-byte integers sit in the low bits of their byte (ml_dtypes' layout).
+        return b.zext(value, et.storage_type)
+    return value
+
+
+def element_pointer(ctx, et: ElemType, base: ir.Value, offset: ir.Value) -> ir.Value:
+    return ctx.builder.gep(base, [offset], inbounds=True, source_etype=et.storage_type)
+
+
+def load_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value]) -> ir.Value:
+    """Load element `index` of an array of `shape` at `base`, in register form."""
+    et = elem_type(shape.element_type)
+    ptr = element_pointer(ctx, et, base, linear_offset(ctx, shape, index))
+    raw = ctx.builder.load(ptr, typ=et.storage_type)
+    return from_storage(ctx, et, raw)
+
+
+def store_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value], value) -> None:
+    et = elem_type(shape.element_type)
+    ptr = element_pointer(ctx, et, base, linear_offset(ctx, shape, index))
+    ctx.builder.store(to_storage(ctx, et, value), ptr)
+
+
+def storage_bytes(shape: Shape, array: np.ndarray) -> bytes:
+    """A literal's elements in row-major order as the bytes of their storage form."""
+    et = elem_type(shape.element_type)
+    arr = np.ascontiguousarray(array)
+    if et.kind == "pred":
+        return arr.astype(np.uint8).tobytes()
+    if et.is_narrow_float or et.is_integral:
+        width = et.storage_type.width // 8
+        if arr.dtype.itemsize == width:
+            return arr.view(f"u{width}").tobytes()
+    return arr.tobytes()
+
+
+def literal_table(ctx, key, shape: Shape, array: np.ndarray) -> ir.GlobalVariable:
+    """A constant global holding a literal row-major (storage form)."""
+    data = storage_bytes(shape, array)
+    return ctx.bytes_table(key, data)
+
+
+def row_major(shape: Shape) -> Shape:
+    return Shape.array(shape.element_type, shape.dims)
+

@@ -1,0 +1,252 @@
+"""Lowerings that loop inside one element: reduce, reduce-window, dot; plus map.
+
+Reducers are inlined scalar computations. A reducer that is a single commutative op of its
+two parameters (add, multiply, maximum, minimum, and, or, xor) is applied directly:
+float add/multiply carry LLVM's `reassoc` flag so the loop vectorizer may reorder them (as
+XLA does; results differ from a sequential sum within float rounding), and narrow floats
+accumulate in f32 and round once at the end (XLA CPU's float normalization).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from ...ir import Computation, Instruction, Opcode, PrimitiveType
+from .compose import emit_scalar_computation, flatten, operand_index
+from .convert import convert_value
+from .memory import major_to_minor
+from .registry import emits
+from .scalar import const, finish, fmax, fmin
+from .types import ElemType, elem_type
+
+_SIMPLE = (Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR,
+           Opcode.XOR)
+_F32 = elem_type(PrimitiveType.F32)
+
+
+def simple_reducer(comp: Computation) -> Opcode | None:
+    """The opcode if `comp` is exactly op(p0, p1) on scalars of one type, else None."""
+    root = comp.root
+    if root is None or comp.num_parameters != 2 or root.opcode not in _SIMPLE:
+        return None
+    params = comp.parameters
+    if {id(o) for o in root.operands} != {id(p) for p in params} or len(root.operands) != 2:
+        return None
+    if any(p.shape.dims or p.shape.element_type != root.shape.element_type for p in params):
+        return None
+    return root.opcode
+
+
+def _flagged(instr: ir.Instruction) -> ir.Instruction:
+    instr.flags.append("reassoc")
+    return instr
+
+
+def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
+    """a (op) x without rounding narrow floats (the caller rounds once at the end)."""
+    b = ctx.builder
+    if et.is_float:
+        table = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
+                 Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
+                 Opcode.MAXIMUM: lambda: fmax(ctx, a, x), Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
+        return table[op]()
+    if et.kind == "pred":
+        table = {Opcode.ADD: b.or_, Opcode.MULTIPLY: b.and_, Opcode.MAXIMUM: b.or_,
+                 Opcode.MINIMUM: b.and_, Opcode.AND: b.and_, Opcode.OR: b.or_, Opcode.XOR: b.xor}
+        return table[op](a, x)
+    if op in (Opcode.MAXIMUM, Opcode.MINIMUM):
+        name = {Opcode.MAXIMUM: "max", Opcode.MINIMUM: "min"}[op]
+        prefix = "s" if et.is_signed else "u"
+        return ctx.call(f"llvm.{prefix}{name}.i{et.bits}", [a, x])
+    table = {Opcode.ADD: b.add, Opcode.MULTIPLY: b.mul, Opcode.AND: b.and_, Opcode.OR: b.or_,
+             Opcode.XOR: b.xor}
+    return table[op](a, x)
+
+
+class Reducer:
+    """How accumulators combine with new values; accumulators may be in a wider type."""
+
+    def __init__(self, ctx, comp: Computation, ets: list[ElemType]):
+        self.ctx, self.comp, self.ets = ctx, comp, ets
+        self.op = simple_reducer(comp) if len(ets) == 1 else None
+
+    def start(self, values: list[ir.Value]) -> list[ir.Value]:
+        return values  # narrow floats already sit in f32 registers
+
+    def combine(self, accs: list[ir.Value], values: list[ir.Value]) -> list[ir.Value]:
+        if self.op is not None:
+            return [combine_simple(self.ctx, self.op, self.ets[0], accs[0], values[0])]
+        return emit_scalar_computation(self.ctx, self.comp, list(accs) + list(values))
+
+    def finish(self, accs: list[ir.Value]) -> list[ir.Value]:
+        return [finish(self.ctx, et, a) for et, a in zip(self.ets, accs, strict=True)]
+
+
+def accumulate_loops(ctx, bounds: list[tuple[ir.Value, ir.Value]], init: list[ir.Value],
+                     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]):
+    """Nested loops (outermost first) carrying accumulators in stack slots (SROA makes phis)."""
+    b = ctx.builder
+    slots = []
+    for v in init:
+        slot = ctx.alloca(v.type)
+        b.store(v, slot)
+        slots.append(slot)
+    with contextlib.ExitStack() as stack:
+        ivs = [stack.enter_context(ctx.loop(lo, hi, "r")) for lo, hi in bounds]
+        accs = [b.load(s, typ=v.type) for s, v in zip(slots, init, strict=True)]
+        for s, v in zip(slots, body(ivs, accs), strict=True):
+            b.store(v, s)
+    return [b.load(s, typ=v.type) for s, v in zip(slots, init, strict=True)]
+
+
+@emits(Opcode.REDUCE)
+def reduce(ctx, instr: Instruction, gens):
+    n = len(gens) // 2
+    inputs, inits = gens[:n], gens[n:]
+    in_shape = instr.operands[0].shape
+    dims = set(instr.dimensions)
+    kept = [d for d in range(in_shape.rank) if d not in dims]
+    order = [d for d in major_to_minor(in_shape) if d in dims]
+    ets = [elem_type(o.shape.element_type) for o in instr.operands[:n]]
+    reducer = Reducer(ctx, instr.called[0], ets)
+
+    def generate(index):
+        full: list[ir.Value] = [ctx.i64(0)] * in_shape.rank
+        for d, v in zip(kept, index, strict=True):
+            full[d] = v
+
+        def body(ivs, accs):
+            for d, v in zip(order, ivs, strict=True):
+                full[d] = v
+            return reducer.combine(accs, [g(list(full)) for g in inputs])
+
+        start = reducer.start([g([]) for g in inits])
+        bounds = [(ctx.i64(0), ctx.i64(in_shape.dims[d])) for d in order]
+        accs = accumulate_loops(ctx, bounds, start, body)
+        out = reducer.finish(accs)
+        return tuple(out) if instr.shape.is_tuple else out[0]
+
+    return generate
+
+
+@emits(Opcode.REDUCE_WINDOW)
+def reduce_window(ctx, instr: Instruction, gens):
+    n = len(gens) // 2
+    inputs, inits = gens[:n], gens[n:]
+    in_shape = instr.operands[0].shape
+    window = instr.attrs.window.dims
+    ets = [elem_type(o.shape.element_type) for o in instr.operands[:n]]
+    reducer = Reducer(ctx, instr.called[0], ets)
+    b = ctx.builder
+
+    def generate(index):
+        def body(ivs, accs):
+            valid = ir.Constant(ir.IntType(1), 1)
+            pos = []
+            for o, w, wd, size in zip(index, ivs, window, in_shape.dims, strict=True):
+                p = b.sub(b.add(b.mul(o, ctx.i64(wd.stride)), b.mul(w, ctx.i64(wd.window_dilation))),
+                          ctx.i64(wd.padding_low))
+                if wd.base_dilation > 1:
+                    step = ctx.i64(wd.base_dilation)
+                    valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
+                    p = b.sdiv(p, step)
+                valid = b.and_(valid, b.icmp_signed(">=", p, ctx.i64(0)))
+                valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
+                pos.append(_clamp(ctx, p, size))
+            new = reducer.combine(accs, [g(pos) for g in inputs])
+            return [b.select(valid, nv, a) for nv, a in zip(new, accs, strict=True)]
+
+        start = reducer.start([g([]) for g in inits])
+        if 0 in in_shape.dims:
+            accs = start
+        else:
+            bounds = [(ctx.i64(0), ctx.i64(wd.size)) for wd in window]
+            accs = accumulate_loops(ctx, bounds, start, body)
+        out = reducer.finish(accs)
+        return tuple(out) if instr.shape.is_tuple else out[0]
+
+    return generate
+
+
+def _clamp(ctx, v, size: int):
+    v = ctx.call("llvm.smax.i64", [v, ctx.i64(0)])
+    return ctx.call("llvm.smin.i64", [v, ctx.i64(max(0, size - 1))])
+
+
+@emits(Opcode.MAP)
+def map_(ctx, instr: Instruction, gens):
+    comp = instr.called[0]
+
+    def generate(index):
+        values = [g(operand_index(instr, i, index)) for i, g in enumerate(gens)]
+        return flatten(emit_scalar_computation(ctx, comp, values))[0]
+
+    return generate
+
+
+# ---- dot ---------------------------------------------------------------------------------------------
+
+def _dot_compute_type(ets: list[ElemType]) -> ElemType:
+    if any(e.is_float and e.bits == 64 for e in ets):
+        return elem_type(PrimitiveType.F64)
+    if any(e.is_float for e in ets):
+        return _F32
+    if all(e.kind != "int" for e in ets) and any(e.kind == "uint" for e in ets):
+        return elem_type(PrimitiveType.U64)
+    return elem_type(PrimitiveType.S64)
+
+
+def _dot_operand_indices(ctx, index, lhs_rank: int, rhs_rank: int, dims):
+    """Split an output index (batch, lhs free, rhs free) into operand indices."""
+    lb, rb, lf, rf = dims
+    li: list[ir.Value] = [ctx.i64(0)] * lhs_rank
+    ri: list[ir.Value] = [ctx.i64(0)] * rhs_rank
+    pos = iter(index)
+    for dl, dr in zip(lb, rb, strict=True):
+        li[dl] = ri[dr] = next(pos)
+    for d in lf:
+        li[d] = next(pos)
+    for d in rf:
+        ri[d] = next(pos)
+    return li, ri
+
+
+@emits(Opcode.DOT)
+def dot(ctx, instr: Instruction, gens):
+    """out[batch, lhs-free, rhs-free] = sum over contracting dims (a loop per element)."""
+    lhs_gen, rhs_gen = gens
+    dn = instr.attrs.dot_dnums
+    lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
+    lb, lc = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
+    rb, rc = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
+    lf = [d for d in range(lhs.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.rank) if d not in rb and d not in rc]
+    out_et = elem_type(instr.shape.element_type)
+    l_et, r_et = elem_type(lhs.element_type), elem_type(rhs.element_type)
+    cet = _dot_compute_type([l_et, r_et, out_et])
+    b = ctx.builder
+
+    def generate(index):
+        li, ri = _dot_operand_indices(ctx, index, lhs.rank, rhs.rank, (lb, rb, lf, rf))
+
+        def body(ivs, accs):
+            for dl, dr, v in zip(lc, rc, ivs, strict=True):
+                li[dl] = ri[dr] = v
+            if out_et.kind == "pred":
+                x = convert_value(ctx, l_et, out_et, lhs_gen(list(li)))
+                y = convert_value(ctx, r_et, out_et, rhs_gen(list(ri)))
+                return [b.or_(accs[0], b.and_(x, y))]
+            x = convert_value(ctx, l_et, cet, lhs_gen(list(li)))
+            y = convert_value(ctx, r_et, cet, rhs_gen(list(ri)))
+            return [combine_simple(ctx, Opcode.ADD, cet, accs[0],
+                                   b.fmul(x, y) if cet.is_float else b.mul(x, y))]
+
+        acc_et = out_et if out_et.kind == "pred" else cet
+        bounds = [(ctx.i64(0), ctx.i64(lhs.dims[d])) for d in lc]
+        (acc,) = accumulate_loops(ctx, bounds, [const(acc_et, 0)], body)
+        return acc if out_et.kind == "pred" else convert_value(ctx, cet, out_et, acc)
+
+    return generate

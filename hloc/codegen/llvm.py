@@ -1,0 +1,193 @@
+"""All llvmlite.binding work: initialization, parse/verify, optimization, object code, JIT.
+
+Code generation (`llvmlite.ir` construction) lives elsewhere; this module only turns LLVM IR
+text into optimized IR, relocatable object code and assembly for a `CpuTarget`, and loads
+object code into an MCJIT engine for the runtime and tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from ..errors import CheckFailed, InputError
+
+_INIT_LOCK = threading.Lock()
+_initialized = False
+
+
+def initialize() -> None:
+    """Initialize LLVM's native target, asm printer and parser once per process."""
+    global _initialized
+    with _INIT_LOCK:
+        if _initialized:
+            return
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        llvm.initialize_native_asmparser()
+        _initialized = True
+
+
+# ---- host facts ---------------------------------------------------------------------------
+
+def host_triple() -> str:
+    initialize()
+    return llvm.get_process_triple()
+
+
+def host_cpu_name() -> str:
+    initialize()
+    return llvm.get_host_cpu_name()
+
+
+def host_cpu_features() -> str:
+    """The host's features as LLVM's '+a,-b' string."""
+    initialize()
+    return llvm.get_host_cpu_features().flatten()
+
+
+@functools.cache
+def data_layout(triple: str, cpu: str, features: str) -> str:
+    return str(_target_machine(triple, cpu, features, 2).target_data)
+
+
+@functools.cache
+def known_cpu(triple: str, cpu: str) -> bool:
+    """True if LLVM knows `cpu` for `triple` (it only warns on stderr about unknown names)."""
+    initialize()
+    module = llvm.parse_assembly(f'target triple = "{triple}"\ndefine void @f() {{ ret void }}\n')
+    with _captured_stderr() as captured:
+        # An unknown CPU drops the 64-bit feature too and LLVM aborts: keep it explicit.
+        features = "+64bit" if triple.startswith("x86_64") else ""
+        tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features,
+                                                                   reloc="pic")
+        tm.emit_object(module)
+    return "not a recognized processor" not in captured.text()
+
+
+class _captured_stderr:
+    """Capture what native code writes to file descriptor 2."""
+
+    def __enter__(self):
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+    def text(self) -> str:
+        self._file.seek(0)
+        return self._file.read().decode(errors="replace")
+
+
+def _target_machine(triple: str, cpu: str, features: str, opt_level: int):
+    initialize()
+    try:
+        target = llvm.Target.from_triple(triple)
+    except RuntimeError as e:
+        raise InputError(f"unsupported target triple '{triple}': {e}") from None
+    # PIC keeps the object loadable at any address (MCJIT here, or a linker elsewhere).
+    return target.create_target_machine(cpu=cpu, features=features, opt=min(opt_level, 3),
+                                        reloc="pic", codemodel="small")
+
+
+def target_machine(target, opt_level: int = 2):
+    """An LLVM TargetMachine for a CpuTarget."""
+    return _target_machine(target.triple, target.cpu, target.features, opt_level)
+
+
+# ---- IR → optimized IR → object --------------------------------------------------------------
+
+def parse(ir_text: str):
+    """Parse and verify LLVM IR text; a malformed module is an internal error (CheckFailed)."""
+    initialize()
+    try:
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+    except RuntimeError as e:
+        raise CheckFailed(f"invalid LLVM IR: {e}") from None
+    return module
+
+
+def optimize(module, target, opt_level: int = 2) -> None:
+    """Run LLVM's default -O<level> pipeline (new pass manager) on `module`, in place.
+
+    Loop and SLP vectorization are on from -O2, as in clang.
+    """
+    tm = target_machine(target, opt_level)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    vectorize = opt_level >= 2
+    pto.loop_vectorization = vectorize
+    pto.slp_vectorization = vectorize
+    pto.loop_unrolling = opt_level >= 1
+    pass_builder = llvm.create_pass_builder(tm, pto)
+    pass_builder.getModulePassManager().run(module, pass_builder)
+
+
+def emit_object(module, target, opt_level: int = 2) -> bytes:
+    """Relocatable object code (ELF on Linux) for `target`."""
+    return target_machine(target, opt_level).emit_object(module)
+
+
+def emit_assembly(module, target, opt_level: int = 2) -> str:
+    return target_machine(target, opt_level).emit_assembly(module)
+
+
+@dataclass(frozen=True)
+class CompiledCode:
+    """What compiling one LLVM module produces (every stage, for dumps)."""
+
+    ir: str  # before optimization
+    optimized_ir: str
+    object_code: bytes
+    assembly: str | None = None
+
+
+def compile_ir(ir_text: str, target, opt_level: int = 2, *, assembly: bool = False) -> CompiledCode:
+    """Parse, verify, optimize and emit object code (and optionally assembly)."""
+    module = parse(ir_text)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    optimize(module, target, opt_level)
+    module.verify()
+    obj = emit_object(module, target, opt_level)
+    asm = emit_assembly(module, target, opt_level) if assembly else None
+    return CompiledCode(ir_text, str(module), obj, asm)
+
+
+# ---- JIT ----------------------------------------------------------------------------------------
+
+class JitLibrary:
+    """Object code loaded into an MCJIT engine; look functions up by name.
+
+    Keep the library alive as long as any function address from it is in use.
+    """
+
+    def __init__(self, object_code: bytes, target=None):
+        from .target import host_target
+
+        initialize()
+        target = target or host_target()
+        tm = target_machine(target, 2)
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self._engine.finalize_object()
+        self._lock = threading.Lock()
+
+    def address(self, name: str) -> int:
+        """The address of function `name`; KeyError if the object does not define it."""
+        with self._lock:
+            addr = self._engine.get_function_address(name)
+        if not addr:
+            raise KeyError(f"no function {name} in the loaded object code")
+        return addr

@@ -1,0 +1,131 @@
+"""Target facts for code generation: triple, CPU, features, data layout, vector width.
+
+A `CpuTarget` is a frozen value: everything the kernel emitters and the object-code step need
+to know about the machine the code will run on. `host_target()` describes this machine;
+`cpu_target(cpu, features)` parses the `--cpu` / `--cpu-features` flags for cross-compiling.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+# Feature sets of the x86-64 micro-architecture levels (psABI). LLVM knows these names as CPUs,
+# but llvmlite cannot list the features a CPU name implies, and bundles must record them.
+_X86_V1 = ("cx8", "cmov", "fxsr", "mmx", "sse", "sse2")
+_X86_V2 = _X86_V1 + ("cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3")
+_X86_V3 = _X86_V2 + ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave")
+_X86_V4 = _X86_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
+X86_LEVELS: dict[str, tuple[str, ...]] = {
+    "x86-64": _X86_V1, "x86-64-v2": _X86_V2, "x86-64-v3": _X86_V3, "x86-64-v4": _X86_V4,
+}
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """A CPU code-generation target.
+
+    `features` is LLVM's feature string ("+avx2,+fma,-avx512f"), normalized (sorted, no
+    duplicates); `required_features` are the features the generated code may use, which a
+    runtime must find on the host before running the code.
+    """
+
+    triple: str
+    cpu: str
+    features: str
+    data_layout: str
+    vector_bits: int  # width of the widest vector register the code may use
+    kind: str = "cpu"
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        return tuple(f[1:] for f in self.features.split(",") if f.startswith("+"))
+
+    def has(self, feature: str) -> bool:
+        return feature in self.required_features
+
+    @property
+    def is_x86(self) -> bool:
+        return self.triple.startswith(("x86_64", "i386", "i686"))
+
+    def lanes(self, element_bits: int) -> int:
+        """How many elements of `element_bits` fit one vector register."""
+        return max(1, self.vector_bits // max(8, element_bits))
+
+    def describe(self) -> dict:
+        """A JSON-ready summary (for bundle manifests and dumps)."""
+        return {"triple": self.triple, "cpu": self.cpu, "features": list(self.required_features),
+                "data_layout": self.data_layout, "vector_bits": self.vector_bits}
+
+
+def normalize_features(text: str) -> str:
+    """'+a,-b,+a' → '+a,-b': validate each entry and sort them (the last setting wins)."""
+    settings: dict[str, str] = {}
+    for raw in (t.strip() for t in text.split(",")):
+        if not raw:
+            continue
+        if raw[0] not in "+-" or len(raw) < 2:
+            raise InputError(f"bad CPU feature '{raw}': expected +name or -name")
+        settings[raw[1:]] = raw[0]
+    return ",".join(sign + name for name, sign in sorted(settings.items()))
+
+
+def _vector_bits(triple: str, features: str) -> int:
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if not triple.startswith(("x86_64", "i386", "i686")):
+        return 128
+    if "avx512f" in enabled:
+        return 512
+    if "avx" in enabled:
+        return 256
+    return 128
+
+
+def _make(triple: str, cpu: str, features: str) -> CpuTarget:
+    from . import llvm
+
+    features = normalize_features(features)
+    layout = llvm.data_layout(triple, cpu, features)
+    return CpuTarget(triple, cpu, features, layout, _vector_bits(triple, features))
+
+
+@functools.cache
+def host_target() -> CpuTarget:
+    """The machine this process runs on, with every feature it has."""
+    from . import llvm
+
+    return _make(llvm.host_triple(), llvm.host_cpu_name(), llvm.host_cpu_features())
+
+
+def cpu_target(cpu: str | None = None, features: str | None = None,
+               triple: str | None = None) -> CpuTarget:
+    """Parse `--cpu NAME` / `--cpu-features +a,-b`; missing parts default to the host's.
+
+    A CPU name alone implies its features: known for the x86-64 levels; for other names the
+    host's features are used only when the name is the host CPU, otherwise just the explicit
+    ones are recorded (LLVM still uses the CPU's full set when generating code).
+    """
+    from . import llvm
+
+    host = host_target()
+    triple = triple or host.triple
+    if not cpu or cpu in ("native", "host"):
+        if features is None and triple == host.triple:
+            return host
+        cpu = host.cpu
+    if not llvm.known_cpu(triple, cpu):
+        raise InputError(f"unknown CPU '{cpu}' for target {triple}")
+    base = _implied_features(cpu, host)
+    explicit = normalize_features(features or "")
+    merged = normalize_features(",".join(x for x in (base, explicit) if x))
+    return _make(triple, cpu, merged)
+
+
+def _implied_features(cpu: str, host: CpuTarget) -> str:
+    if cpu in X86_LEVELS:
+        return ",".join("+" + f for f in X86_LEVELS[cpu])
+    if cpu == host.cpu:
+        return host.features
+    return ""

@@ -1,0 +1,202 @@
+"""CPU kernels vs the interpreter for index-remapping ops, layouts and odd shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .test_codegen_harness import check_hlo
+
+pytestmark = pytest.mark.cpu
+
+CASES = {
+    "broadcast": """
+ENTRY e {
+  a = f32[3,4] parameter(0)
+  ROOT b = f32[2,4,5,3] broadcast(a), dimensions={3,1}
+}""",
+    "broadcast_scalar": """
+ENTRY e {
+  a = s32[] parameter(0)
+  ROOT b = s32[7,3] broadcast(a), dimensions={}
+}""",
+    "reshape_split": """
+ENTRY e {
+  a = f32[6,20] parameter(0)
+  ROOT b = f32[2,3,4,5] reshape(a)
+}""",
+    "reshape_odd": """
+ENTRY e {
+  a = f32[6,10] parameter(0)
+  ROOT b = f32[4,15] reshape(a)
+}""",
+    "reshape_ones": """
+ENTRY e {
+  a = bf16[1,6,1,5] parameter(0)
+  ROOT b = bf16[6,5,1] reshape(a)
+}""",
+    "transpose": """
+ENTRY e {
+  a = s8[2,3,4] parameter(0)
+  ROOT b = s8[4,2,3] transpose(a), dimensions={2,0,1}
+}""",
+    "transpose_layout": """
+ENTRY e {
+  a = f32[5,7]{0,1} parameter(0)
+  ROOT b = f32[7,5]{1,0} transpose(a), dimensions={1,0}
+}""",
+    "copy_layout": """
+ENTRY e {
+  a = f32[5,7,3]{2,1,0} parameter(0)
+  ROOT b = f32[5,7,3]{0,2,1} copy(a)
+}""",
+    "bitcast_layout": """
+ENTRY e {
+  a = f32[5,7]{0,1} parameter(0)
+  ROOT b = f32[7,5]{1,0} bitcast(a)
+}""",
+    "bitcast_type": """
+ENTRY e {
+  a = s32[4,6] parameter(0)
+  ROOT b = f32[24] bitcast(a)
+}""",
+    "slice": """
+ENTRY e {
+  a = f32[10,12] parameter(0)
+  ROOT b = f32[3,4] slice(a), slice={[1:10:3], [2:12:3]}
+}""",
+    "pad": """
+ENTRY e {
+  a = f32[4,5] parameter(0)
+  v = f32[] constant(-7)
+  ROOT b = f32[13,6] pad(a, v), padding=2_1_2x-1_2_0
+}""",
+    "pad_empty": """
+ENTRY e {
+  a = f32[0,5] parameter(0)
+  v = f32[] constant(3)
+  ROOT b = f32[2,6] pad(a, v), padding=1_1x0_1
+}""",
+    "concatenate": """
+ENTRY e {
+  a = u16[3,2] parameter(0)
+  b = u16[3,0] parameter(1)
+  c = u16[3,5] parameter(2)
+  ROOT d = u16[3,7] concatenate(a, b, c), dimensions={1}
+}""",
+    "reverse": """
+ENTRY e {
+  a = f16[4,5,6] parameter(0)
+  ROOT b = f16[4,5,6] reverse(a), dimensions={0,2}
+}""",
+    "iota": """
+ENTRY e {
+  ROOT a = f32[5,7] iota(), iota_dimension=1
+}""",
+    "iota_int_bf16": """
+ENTRY e {
+  a = s32[300] iota(), iota_dimension=0
+  b = bf16[300] iota(), iota_dimension=0
+  c = bf16[300] convert(a)
+  ROOT t = (s32[300], bf16[300], bf16[300]) tuple(a, b, c)
+}""",
+    "dynamic_slice": """
+ENTRY e {
+  a = f32[8,9] parameter(0)
+  i = s32[] parameter(1)
+  j = u8[] parameter(2)
+  ROOT b = f32[3,4] dynamic-slice(a, i, j), dynamic_slice_sizes={3,4}
+}""",
+    "dynamic_update_slice": """
+ENTRY e {
+  a = f32[8,9] parameter(0)
+  u = f32[3,4] parameter(1)
+  i = s64[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT b = f32[8,9] dynamic-update-slice(a, u, i, j)
+}""",
+    "constant_array": """
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  c = f32[2,3] constant({{1,2,3},{4,5,6}})
+  ROOT b = f32[2,3] multiply(a, c)
+}""",
+    "constant_pred_bf16": """
+ENTRY e {
+  c = pred[4] constant({1,0,1,1})
+  d = bf16[4] constant({1.5,-2,3.25,0.1})
+  z = bf16[4] constant({0,0,0,0})
+  ROOT b = bf16[4] select(c, d, z)
+}""",
+    "gather_rows": """
+ENTRY e {
+  a = f32[10,6] parameter(0)
+  i = s32[4,1] parameter(1)
+  ROOT g = f32[4,6] gather(a, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}
+}""",
+    "gather_2d": """
+ENTRY e {
+  a = f32[7,8,3] parameter(0)
+  i = s64[2,5,2] parameter(1)
+  ROOT g = f32[2,5,2,3] gather(a, i), offset_dims={2,3}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=2, slice_sizes={1,2,3}
+}""",
+    "gather_batching": """
+ENTRY e {
+  a = f32[3,10,4] parameter(0)
+  i = s32[3,5] parameter(1)
+  ROOT g = f32[3,5,4] gather(a, i), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,4}
+}""",
+    "empty_and_unit": """
+ENTRY e {
+  a = f32[0,3] parameter(0)
+  b = f32[1,1,3] parameter(1)
+  c = f32[0,3] negate(a)
+  d = f32[1,1,3] negate(b)
+  ROOT t = (f32[0,3], f32[1,1,3]) tuple(c, d)
+}""",
+    "scalar": """
+ENTRY e {
+  a = f64[] parameter(0)
+  ROOT b = f64[] multiply(a, a)
+}""",
+}
+
+
+def _inputs_with_indices(name: str):
+    """Index operands that hit clamping (negative, too large) besides ordinary values."""
+    rng = np.random.default_rng(11)
+    if name == "dynamic_slice":
+        return [rng.standard_normal((8, 9)).astype(np.float32), np.array(-3, np.int32),
+                np.array(200, np.uint8)]
+    if name == "dynamic_update_slice":
+        return [rng.standard_normal((8, 9)).astype(np.float32),
+                rng.standard_normal((3, 4)).astype(np.float32), np.array(6, np.int64),
+                np.array(-2, np.int32)]
+    if name == "gather_rows":
+        return [rng.standard_normal((10, 6)).astype(np.float32),
+                np.array([[3], [-5], [9], [40]], np.int32)]
+    if name == "gather_2d":
+        return [rng.standard_normal((7, 8, 3)).astype(np.float32),
+                rng.integers(-3, 10, (2, 5, 2)).astype(np.int64)]
+    if name == "gather_batching":
+        return [rng.standard_normal((3, 10, 4)).astype(np.float32),
+                rng.integers(-2, 12, (3, 5)).astype(np.int32)]
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_index_op(name, chunks):
+    check_hlo("HloModule m\n" + CASES[name], _inputs_with_indices(name), chunks=chunks)
+
+
+def test_dynamic_slice_unsigned_64_saturates():
+    text = """HloModule m
+ENTRY e {
+  a = f32[8] parameter(0)
+  i = u64[] parameter(1)
+  ROOT b = f32[3] dynamic-slice(a, i), dynamic_slice_sizes={3}
+}"""
+    a = np.arange(8, dtype=np.float32)
+    got = check_hlo(text, [a, np.array(2**64 - 1, np.uint64)])
+    assert got[0].tolist() == [5.0, 6.0, 7.0]

@@ -1,0 +1,139 @@
+"""Targets, the LLVM binding layer, vectorization, determinism and cross-compilation."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from hloc.codegen import llvm
+from hloc.codegen.cpu import emit_kernels
+from hloc.codegen.target import cpu_target, host_target, normalize_features
+from hloc.errors import InputError
+from hloc.ir.parser import parse_module
+
+from .test_codegen_harness import Compiled, assert_matches, entry_spec, random_inputs, reference
+
+pytestmark = pytest.mark.cpu
+
+CHAIN = """HloModule m
+ENTRY e {
+  x = f32[4096,1024] parameter(0)
+  y = f32[4096,1024] parameter(1)
+  one = f32[] constant(1)
+  ones = f32[4096,1024] broadcast(one), dimensions={}
+  xy = f32[4096,1024] multiply(x, y)
+  s = f32[4096,1024] add(xy, ones)
+  t = f32[4096,1024] tanh(s)
+  nx = f32[4096,1024] negate(x)
+  e = f32[4096,1024] exponential(nx)
+  ROOT r = f32[4096,1024] multiply(t, e)
+}
+"""
+
+ROW_SUM = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[512,1024] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[512] reduce(x, z), dimensions={1}, to_apply=add
+}
+"""
+
+COL_MAX = ROW_SUM.replace("add(a, b)", "maximum(a, b)").replace("dimensions={1}", "dimensions={0}") \
+    .replace("f32[512] reduce", "f32[1024] reduce")
+
+
+def _vector_widths(text: str) -> set[int]:
+    return {int(n) for n in re.findall(r"<(\d+) x float>", text)}
+
+
+@pytest.mark.skipif(not host_target().has("avx512f"), reason="needs AVX-512")
+@pytest.mark.parametrize("text", [CHAIN, ROW_SUM, COL_MAX], ids=["chain", "row-sum", "col-max"])
+def test_loops_vectorize_to_avx512(text):
+    spec = entry_spec(parse_module(text), name="k")
+    out = emit_kernels([spec], host_target(), 2, assembly=True)
+    assert 16 in _vector_widths(out.metadata.optimized_ir), "expected <16 x float> vector code"
+    assert "zmm" in out.metadata.assembly
+
+
+def test_cross_compile_to_avx2_uses_no_avx512():
+    target = cpu_target("x86-64-v3")
+    assert target.vector_bits == 256 and "avx512f" not in target.required_features
+    spec = entry_spec(parse_module(CHAIN), name="k")
+    out = emit_kernels([spec], target, 2, assembly=True)
+    assert "zmm" not in out.metadata.assembly and "ymm" in out.metadata.assembly
+    assert 8 in _vector_widths(out.metadata.optimized_ir)
+    # The host can run AVX2 code: results still match the interpreter.
+    small = parse_module(CHAIN.replace("4096,1024", "7,33"))
+    spec = entry_spec(small, name="k")
+    inputs = random_inputs(small.entry)
+    got = Compiled([spec], target=target).run("k", inputs)[0]
+    assert_matches(got, reference(small.entry, inputs)[0], rtol=2e-6, atol=1e-30)
+
+
+def test_object_code_is_deterministic():
+    spec = entry_spec(parse_module(CHAIN), name="k")
+    a = emit_kernels([spec], host_target(), 2)
+    spec2 = entry_spec(parse_module(CHAIN), name="k")
+    b = emit_kernels([spec2], host_target(), 2)
+    assert a.llvm_ir == b.llvm_ir
+    assert a.object_code == b.object_code
+    assert a.object_code[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("opt", [0, 1, 2, 3])
+def test_every_opt_level_gives_the_same_results(opt):
+    small = parse_module(CHAIN.replace("4096,1024", "5,40"))
+    spec = entry_spec(small, name="k")
+    inputs = random_inputs(small.entry, seed=opt)
+    got = Compiled([spec], opt_level=opt).run("k", inputs)[0]
+    assert_matches(got, reference(small.entry, inputs)[0], rtol=2e-6, atol=1e-30)
+
+
+def test_one_object_for_several_kernels_and_metadata():
+    m1, m2 = parse_module(ROW_SUM), parse_module(COL_MAX)
+    specs = [entry_spec(m1, name="rows"), entry_spec(m2, name="cols")]
+    out = emit_kernels(specs, host_target())
+    kernels = out.metadata.kernels
+    assert kernels["rows"].segments == ("loop",) and kernels["rows"].parallel_extent == 64
+    assert kernels["cols"].segments == ("column-reduce",)
+    assert kernels["cols"].parallel_extent == 2  # 1024 columns in blocks of 512
+    lib = llvm.JitLibrary(out.object_code)
+    assert lib.address("rows") and lib.address("cols")
+    with pytest.raises(KeyError):
+        lib.address("nope")
+    assert out.metadata.to_json()["kernels"][0]["name"] == "rows"
+
+
+def test_flush_to_zero_state_is_restored():
+    """Kernels set FTZ/DAZ only while they run (numpy afterwards still sees denormals)."""
+    small = parse_module(CHAIN.replace("4096,1024", "3,3"))
+    spec = entry_spec(small, name="k")
+    Compiled([spec]).run("k", random_inputs(small.entry))
+    tiny = np.float32(1e-45)
+    assert tiny * np.float32(1.0) != 0
+
+
+def test_target_parsing():
+    assert normalize_features("+b,-a,+b") == "-a,+b"
+    with pytest.raises(InputError):
+        normalize_features("avx2")
+    with pytest.raises(InputError):
+        cpu_target("no-such-cpu")
+    host = host_target()
+    assert cpu_target() == host
+    assert host.describe()["triple"] == host.triple
+    assert cpu_target(features="-avx512f").vector_bits <= 256
+
+
+def test_invalid_ir_is_reported():
+    from hloc.errors import CheckFailed
+
+    with pytest.raises(CheckFailed):
+        llvm.parse("define void @f( {")
