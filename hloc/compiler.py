@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import __version__
 from .dump import DumpManager, DumpOptions
-from .errors import InputError, UnsupportedError
+from .errors import InputError
 from .ir import Module
 
 log = logging.getLogger("hloc.compiler")
@@ -108,52 +108,110 @@ def _check_target(options: CompileOptions) -> None:
                          f"(choose from {', '.join(STAGES)})")
 
 
-def _check_backend(options: CompileOptions) -> None:
-    if options.target != "interpreter":
-        raise UnsupportedError(
-            f"target '{options.target}': native code generation is not implemented in this build; "
-            f"use --target interpreter")
+def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpManager | None):
+    """Code generation for the target: (members, target manifest section, notes)."""
+    if options.target == "interpreter":
+        return {}, {"kind": "interpreter"}, []
+    if options.target == "cpu":
+        from .codegen.cpu.compile import compile_cpu
+        from .codegen.target import cpu_target
+
+        target = cpu_target(options.cpu, options.cpu_features)
+        art = compile_cpu(module, plan, target, options.opt_level)
+        members, target_section, notes = dict(art.members), dict(art.target_manifest), list(getattr(art, "notes", []))
+    else:
+        from .codegen.cuda.compile import compile_cuda
+
+        members, target_section = compile_cuda(module, plan, options)
+        notes = list(target_section.pop("notes", []))
+    if dump:
+        for label, ext, data in getattr(art, "dumps", []) if options.target == "cpu" else []:
+            dump.artifact(label, ext, data, stage="code")
+    return members, target_section, notes
+
+
+def _thunk_counts(program) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def visit(thunks) -> None:
+        for t in thunks:
+            counts[t.kind] = counts.get(t.kind, 0) + 1
+            for nested in (getattr(t, "condition", ()), getattr(t, "body", ()), getattr(t, "thunks", ())):
+                visit(nested)
+            for branch in getattr(t, "branches", ()):
+                visit(branch)
+
+    visit(program.sequence)
+    return dict(sorted(counts.items()))
 
 
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
                   data: bytes | None = None) -> CompileResult:
-    """Compile the model file at `path` (any input form) into bundle contents."""
-    from .frontend import load_bytes, module_to_proto
+    """Compile the model file at `path` (any input form) into bundle contents.
+
+    Stages: frontend → passes → schedule/buffers/thunks (hloc.buffers.plan) → llvm/code
+    (per target) → bundle contents. `--stop-after` ends the run after a stage (no bundle).
+    """
+    from .buffers import plan as make_plan
     from .bundle.manifest import entry_section
+    from .frontend import load_bytes, module_to_proto
     from .ir.printer import print_module
     from .ir.verifier import verify
 
     _check_target(options)
-    data = read_file(path, 'model') if data is None else data
+    data = read_file(path, "model") if data is None else data
     loaded = load_bytes(data, path)
     module = loaded.module
     verify(module)
-    _check_backend(options)
     dump = DumpManager(dump_options, module.name) if dump_options else None
-    if dump:
-        dump.module("before_optimizations", module, stage="frontend")
-    runner = run_passes(module, options, dump)
-    verify(module)
-    if dump:
-        dump.module("after_optimizations", module, stage="passes")
-        dump.finish()
+    try:
+        if dump:
+            dump.module("before_optimizations", module, stage="frontend")
+        runner = run_passes(module, options, dump)
+        verify(module)
+        if dump:
+            dump.module("after_optimizations", module, stage="passes")
+        result = CompileResult(module, {}, {}, runner.timing_table(), runner.ran)
+        if options.stop_after == "passes":
+            result.stopped_after = "passes"
+            return result
+        plan = make_plan(module, target=options.target)
+        if dump:
+            dump.module("after_scheduling", module, stage="schedule")
+            for name, blob in sorted(plan.members().items()):
+                if name.endswith(".txt"):
+                    dump.artifact(name.rsplit(".", 1)[0], "txt", blob, stage="buffers")
+        if options.stop_after in ("schedule", "buffers", "thunks"):
+            result.stopped_after = options.stop_after
+            return result
+        backend_members, target_section, notes = _backend_stage(module, plan, options, dump)
+        if options.stop_after in ("llvm", "code"):
+            result.stopped_after = options.stop_after
+            return result
+    finally:
+        if dump:
+            dump.finish()
     members = {
         "module.pb": module_to_proto(module).SerializeToString(deterministic=True),
         "module.hlo": print_module(module).encode(),
+        **plan.members(),
+        **backend_members,
     }
-    manifest = {
+    result.members = members
+    result.manifest = {
         "format_version": "1.0",
         "hloc_version": __version__,
-        "target": {"kind": options.target},
+        "target": target_section,
         "entry": entry_section(module),
         "compiler": {"version": __version__, "flags": options.manifest_flags(),
                      "passes": runner.ran, "opt_level": options.opt_level},
         "input": {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
                   "module_name": module.name},
-        "notes": [],
+        "memory": plan.memory.as_dict(),
+        "thunks": {"counts": _thunk_counts(plan.program)},
+        "notes": notes,
     }
-    return CompileResult(module, manifest, members, runner.timing_table(), runner.ran,
-                         options.stop_after)
+    return result
 
 
 def compile(path: str, output: str, options: CompileOptions | None = None,

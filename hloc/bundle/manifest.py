@@ -121,6 +121,15 @@ def _member_map(value: Check) -> Check:
     return check
 
 
+def _count_map(v, path, strict):
+    if not isinstance(v, dict):
+        return f"{path}: expected an object"
+    for key, x in v.items():
+        if not isinstance(key, str) or not _is_int(x) or x < 0:
+            return f"{path}[{key!r}]: expected a non-negative integer"
+    return None
+
+
 _COUNT = _integer(0)
 _SHA256 = _string("^[0-9a-f]{64}$")
 _STRINGS = _array(_string())
@@ -151,6 +160,7 @@ _MANIFEST = _object(
     {
         "memory": _object({k: _COUNT for k in ("temp_bytes", "argument_bytes", "output_bytes",
                                               "constant_bytes")}),
+        "thunks": _object({"counts": _count_map}),
         "notes": _STRINGS,
     },
 )
