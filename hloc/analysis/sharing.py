@@ -1,0 +1,141 @@
+"""When an instruction's output may live in the same bytes as one of its operands.
+
+Two different facts:
+- *in-place pairs* (`in_place_pairs`): the output must be the operand's buffer —
+  dynamic-update-slice and scatter update their operand, fusions whose root is one of those on
+  a fusion parameter, and custom-calls with output_to_operand_aliasing. Alias analysis puts
+  the two in one HloBuffer; copy insertion makes that legal.
+- *shareable operands* (`can_share_operand`): the output may reuse a dying operand's bytes
+  because every output element is computed from the operand element at the same physical
+  address only (elementwise ops with identical layouts, and loop fusions that are elementwise
+  in that operand). Buffer assignment uses this to reuse memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir import Computation, Instruction, Opcode, Shape, ShapeIndex
+from ..ir.opcodes import ELEMENTWISE
+
+# (output index, operand number, operand index)
+InPlacePair = tuple[ShapeIndex, int, ShapeIndex]
+_IN_PLACE: dict[Opcode, Callable[[Instruction], list[InPlacePair]]] = {}
+
+
+def _in_place(*opcodes: Opcode):
+    def register(fn):
+        for op in opcodes:
+            _IN_PLACE[op] = fn
+        return fn
+    return register
+
+
+def in_place_pairs(instr: Instruction) -> list[InPlacePair]:
+    """The (output index, operand number, operand index) triples that must share storage."""
+    fn = _IN_PLACE.get(instr.opcode)
+    return fn(instr) if fn is not None else []
+
+
+@_in_place(Opcode.DYNAMIC_UPDATE_SLICE)
+def _dus(instr: Instruction) -> list[InPlacePair]:
+    return [((), 0, ())]
+
+
+@_in_place(Opcode.SCATTER)
+def _scatter(instr: Instruction) -> list[InPlacePair]:
+    if instr.shape.is_tuple:
+        return [((i,), i, ()) for i in range(len(instr.shape.tuple_shapes))]
+    return [((), 0, ())]
+
+
+@_in_place(Opcode.CUSTOM_CALL)
+def _custom_call(instr: Instruction) -> list[InPlacePair]:
+    pairs = instr.attrs.output_operand_aliasing or ()
+    return [(tuple(p.output_shape_index), p.operand_index, tuple(p.operand_shape_index))
+            for p in pairs]
+
+
+@_in_place(Opcode.FUSION)
+def _fusion(instr: Instruction) -> list[InPlacePair]:
+    fused = instr.called[0]
+    root = fused.root
+    if root.opcode == Opcode.TUPLE:
+        outputs = [((i,), op) for i, op in enumerate(root.operands)]
+    else:
+        outputs = [((), root)]
+    pairs = []
+    for index, out in outputs:
+        param = _updated_parameter(out)
+        if param is not None and len(param.users) == 1:
+            pairs.append((index, param.attrs.parameter_number, ()))
+    return pairs
+
+
+def _updated_parameter(instr: Instruction) -> Instruction | None:
+    """The fusion parameter an in-place root updates (operand 0 of DUS / first of scatter)."""
+    if instr.opcode not in (Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER) or instr.shape.is_tuple:
+        return None
+    target = instr.operands[0]
+    if target.opcode != Opcode.PARAMETER or target.shape != instr.shape:
+        return None
+    return target
+
+
+# ---- shareable operands ---------------------------------------------------------------------
+
+def _same_array(a: Shape, b: Shape) -> bool:
+    return (a.is_array and b.is_array and a.dims == b.dims and a.layout == b.layout
+            and a.byte_size == b.byte_size)
+
+
+def _same_indexing(a: Shape, b: Shape) -> bool:
+    """Element i of one is at the same position as element i of the other (types may differ)."""
+    return a.is_array and b.is_array and a.dims == b.dims and (
+        a.rank < 2 or a.layout is None or b.layout is None or a.layout == b.layout)
+
+
+def can_share_operand(user: Instruction, operand_number: int, output_index: ShapeIndex = ()) -> bool:
+    """Whether leaf `output_index` of `user`'s output may overwrite operand `operand_number`
+    (an array) while `user` reads it."""
+    operand = user.operands[operand_number]
+    output = user.shape.subshape(output_index) if user.shape.is_tuple else user.shape
+    if not _same_array(output, operand.shape):
+        return False
+    if user.opcode == Opcode.SORT:
+        # A sort permutes each operand into the output of the same position.
+        return output_index == ((operand_number,) if user.shape.is_tuple else ())
+    if output_index != () or user.shape.is_tuple:
+        return False
+    if user.opcode in ELEMENTWISE:
+        return user.opcode != Opcode.MAP or not user.dimensions or _full_map(user)
+    if user.opcode == Opcode.FUSION and user.attrs.fusion_kind in (None, "kLoop"):
+        return _elementwise_in_parameter(user.called[0], operand_number)
+    return False
+
+
+def _full_map(user: Instruction) -> bool:
+    return tuple(user.dimensions) == tuple(range(user.shape.rank))
+
+
+def _elementwise_in_parameter(fused: Computation, number: int) -> bool:
+    """Every path from fused parameter `number` to the root goes through elementwise ops of the
+    root's shape (so element i of the output reads only element i of the parameter)."""
+    root = fused.root
+    if root.opcode == Opcode.TUPLE:
+        return False
+    params = [p for p in fused.instructions
+              if p.opcode == Opcode.PARAMETER and p.attrs.parameter_number == number]
+    if len(params) != 1:
+        return False
+    stack, seen = [params[0]], set()
+    while stack:
+        instr = stack.pop()
+        if instr in seen:
+            continue
+        seen.add(instr)
+        if instr is not params[0] and (instr.opcode not in ELEMENTWISE or instr.opcode == Opcode.MAP
+                                       or not _same_indexing(instr.shape, root.shape)):
+            return False
+        stack.extend(instr.users)
+    return root in seen
