@@ -41,7 +41,9 @@ def computation_to_proto(comp: Computation, out: hlo_pb2.HloComputationProto) ->
     if comp.root is None:
         raise ValueError(f"computation {comp.name} has no root")
     out.name = comp.name
-    for instr in comp.instructions:
+    # Operands (and control predecessors) first, as the proto requires; passes may append
+    # instructions that earlier ones use (e.g. copies). A sorted list keeps its order.
+    for instr in comp.post_order():
         instruction_to_proto(instr, out.instructions.add())
     params = comp.parameters
     program_shape_to_proto(
