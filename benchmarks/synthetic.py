@@ -7,6 +7,8 @@ mixes (elementwise chains, index ops, reductions, constants) rather than one lon
 
 from __future__ import annotations
 
+import numpy as np
+
 from hloc.ir import (
     Attrs,
     Computation,
@@ -16,8 +18,6 @@ from hloc.ir import (
     Opcode,
     Shape,
 )
-
-import numpy as np
 
 
 def _adder(module: Module) -> Computation:

@@ -60,8 +60,8 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
             time_passes, debug):
     """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
-    from ..compiler import CompileOptions, compile_model
     from ..bundle import write_bundle
+    from ..compiler import CompileOptions, compile_model
 
     setup_logging(debug_enabled(debug))
     options = CompileOptions(

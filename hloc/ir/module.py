@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .attrs import Attrs
 from .computation import Computation
 from .instruction import Instruction
 from .shape import Shape, ShapeIndex

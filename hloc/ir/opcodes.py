@@ -149,7 +149,7 @@ _BY_TEXT = {op.value: op for op in Opcode}
 # Older dumps spell the barrier in full.
 _BY_TEXT["optimization-barrier"] = Opcode.OPT_BARRIER
 
-O = Opcode
+O = Opcode  # noqa: E741 - short alias for the opcode tables below
 UNARY_ELEMENTWISE = frozenset({
     O.ABS, O.CBRT, O.CEIL, O.CLZ, O.COPY, O.COS, O.ERF, O.EXP, O.EXPM1, O.FLOOR, O.IMAG,
     O.IS_FINITE, O.LOG, O.LOG1P, O.LOGISTIC, O.NEGATE, O.NOT, O.POPCNT, O.REAL,

@@ -29,7 +29,7 @@ class Fixpoint:
 
     def spec(self) -> str:
         inner = ",".join(p.spec() for p in self.passes)
-        opts = "" if self.max_iterations == 16 else "{max-iterations=%d}" % self.max_iterations
+        opts = "" if self.max_iterations == 16 else f"{{max-iterations={self.max_iterations}}}"
         return f"fixpoint({inner}){opts}"
 
 

@@ -76,8 +76,8 @@ class InterpreterExecutable:
 
     def run_profiled(self, args: list[np.ndarray]):
         """Evaluate the entry computation instruction by instruction, timing each."""
-        from .interpreter import evaluate_computation, registry, to_literal, to_value
         from ..ir import Opcode
+        from .interpreter import evaluate_computation, registry, to_literal, to_value
 
         entry = self.module.entry
         values: dict[int, object] = {}
