@@ -146,7 +146,7 @@ def _thunk_counts(program) -> dict[str, int]:
 
 
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
-                  data: bytes | None = None) -> CompileResult:
+                  data: bytes | None = None, progress=None) -> CompileResult:
     """Compile the model file at `path` (any input form) into bundle contents.
 
     Stages: frontend → passes → schedule/buffers/thunks (hloc.buffers.plan) → llvm/code
@@ -159,6 +159,8 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     from .ir.verifier import verify
 
     _check_target(options)
+    progress = progress or (lambda stage: None)
+    progress("loading")
     data = read_file(path, "model") if data is None else data
     loaded = load_bytes(data, path)
     module = loaded.module
@@ -167,6 +169,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     try:
         if dump:
             dump.module("before_optimizations", module, stage="frontend")
+        progress("passes")
         runner = run_passes(module, options, dump)
         verify(module)
         if dump:
@@ -175,6 +178,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         if options.stop_after == "passes":
             result.stopped_after = "passes"
             return result
+        progress("schedule, buffers, thunks")
         plan = make_plan(module, target=options.target)
         if dump:
             dump.module("after_scheduling", module, stage="schedule")
@@ -184,6 +188,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         if options.stop_after in ("schedule", "buffers", "thunks"):
             result.stopped_after = options.stop_after
             return result
+        progress(f"code generation ({options.target})")
         backend_members, target_section, notes = _backend_stage(module, plan, options, dump)
         if options.stop_after in ("llvm", "code"):
             result.stopped_after = options.stop_after

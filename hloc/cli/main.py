@@ -69,11 +69,32 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
         opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
         disabled_passes=tuple(disable_pass), pipeline_file=pipeline_file, stop_after=stop_after,
         verify_each_pass=debug_enabled(debug))
-    result = compile_model(model, options, dump_options=_dump_options(dump_dir, dump_after, dump_format))
+    progress = _Progress() if sys.stderr.isatty() else None
+    try:
+        result = compile_model(model, options, dump_options=_dump_options(dump_dir, dump_after, dump_format),
+                               progress=progress)
+    finally:
+        if progress:
+            progress.done()
     if time_passes:
         click.echo(result.pass_timing_table, err=True)
     if result.stopped_after is None:
         write_bundle(output, manifest=result.manifest, members=result.members)
+
+
+class _Progress:
+    """A one-line stage indicator on a terminal (never in pipes or CI logs)."""
+
+    def __init__(self):
+        self.width = 0
+
+    def __call__(self, stage: str) -> None:
+        text = f"hloc: {stage}..."
+        click.echo("\r" + text.ljust(self.width), err=True, nl=False)
+        self.width = len(text)
+
+    def done(self) -> None:
+        click.echo("\r" + " " * self.width + "\r", err=True, nl=False)
 
 
 def _dump_options(dump_dir, dump_after, dump_format):
