@@ -122,8 +122,9 @@ def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpMana
     else:
         from .codegen.cuda.compile import compile_cuda
 
-        members, target_section = compile_cuda(module, plan, options)
-        notes = list(target_section.pop("notes", []))
+        members, extra = compile_cuda(module, plan, options)
+        target_section = {"kind": "cuda", **extra.get("target", {})}
+        notes = list(extra.get("notes", []))
     if dump:
         for label, ext, data in getattr(art, "dumps", []) if options.target == "cpu" else []:
             dump.artifact(label, ext, data, stage="code")

@@ -76,6 +76,20 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def stage_reports(bundle) -> str:
+    """The buffer assignment summary and the thunk schedule (GPU program when present)."""
+    members = bundle.members
+    out = []
+    if "buffer_assignment.txt" in members:
+        text = bytes(members["buffer_assignment.txt"]).decode()
+        out.append("\n" + text.split("\n\n", 1)[0].rstrip() + "\n")
+    for name in ("gpu_thunks.txt", "thunks.txt"):
+        if name in members:
+            out.append("\n" + bytes(members[name]).decode().rstrip() + "\n")
+            break
+    return "".join(out)
+
+
 def extract(bundle, directory: str) -> list[str]:
     """Write every member to DIRECTORY (names are checked: no absolute or '..' paths)."""
     try:
@@ -112,3 +126,4 @@ def inspect(bundle_path, as_json, extract_dir, debug):
         click.echo(json.dumps(summary, indent=1, sort_keys=True))
     else:
         click.echo(format_summary(summary))
+        click.echo(stage_reports(bundle), nl=False)

@@ -41,9 +41,23 @@ def default_device(target: str) -> str:
     return {"interpreter": "interpreter", "cpu": "cpu", "cuda": "cuda"}.get(target, target)
 
 
+def _register_builtin_devices() -> None:
+    """Import the device modules (each registers itself; heavy imports stay lazy inside)."""
+    import importlib
+
+    for name in ("cpu", "cuda", "cuda_emulated"):
+        try:
+            importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as e:
+            if not (e.name or "").startswith(f"{__package__}.{name}"):
+                raise
+
+
 def load(path: str, device: str | None = None):
     """Read and check a bundle, then prepare it on `device` (default: the bundle's target)."""
     from ..bundle import read_bundle
+
+    _register_builtin_devices()
 
     bundle = read_bundle(path)
     target = bundle.manifest["target"]["kind"]

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from llvmlite import ir
 
@@ -201,15 +201,15 @@ def build_gpu_program(module: Module, program: nt.ThunkProgram, target: CudaTarg
                  for i, t in enumerate(program.sequence))
     allocations = list(program.allocations)
     if planner.scratch_bytes:
-        for s in range(num_streams):
+        for _ in range(num_streams):
             allocations.append(Allocation(len(allocations), planner.scratch_bytes, "scratch"))
     uploads = tuple(gt.Upload(s, number=n, index=tuple(i)) for n, i, s in program.parameters)
     uploads += tuple(gt.Upload(s, constant=name) for name, s in program.constants)
     downloads = tuple(gt.Download(tuple(i), s) for i, s in program.outputs)
-    digests = tuple((name, ir_digest(m)) for name, m in planner.modules.items())
+    digests = tuple(sorted((name, ir_digest(m)) for name, m in planner.modules.items()))
     gpu = gt.GpuProgram(program.module, tuple(allocations), uploads, main, downloads,
                         tuple(planner.recipes), streams, tuple(planner.notes), digests)
     return GpuBuild(gpu, planner.modules)
 
 
-__all__ = ["GpuBuild", "Planner", "build_gpu_program", "emit_recipe", "ir_digest", "replace"]
+__all__ = ["GpuBuild", "Planner", "build_gpu_program", "emit_recipe", "ir_digest"]

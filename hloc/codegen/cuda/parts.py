@@ -81,6 +81,7 @@ def plan_context(instr: Instruction, target, operand_slices=(), output_slices=()
 
 def plan_parts(pc: PlanContext) -> list[Part]:
     """Every kernel part an instruction needs (empty when it writes nothing)."""
+    from .epilogue import find_core
     from .loop import plan_loop
 
     parts: list[Part] = []
@@ -89,7 +90,8 @@ def plan_parts(pc: PlanContext) -> list[Part]:
         shapes = [pc.output_shapes[i] for i in item.outputs]
         if not shapes or all(s.num_elements == 0 for s in shapes):
             continue
-        planner = ITEM_PLANNERS.get(item.instr.opcode)
+        core = find_core(item.instr) or item.instr
+        planner = ITEM_PLANNERS.get(core.opcode)
         special = planner(pc, k) if planner is not None else None
         if special is not None:
             parts.extend(special)

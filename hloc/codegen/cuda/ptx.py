@@ -109,3 +109,14 @@ def limit_ptx_version(ptx: str, max_version: tuple[int, int] | None) -> tuple[st
     note = (f"PTX .version {version[0]}.{version[1]} lowered to {max_version[0]}."
             f"{max_version[1]} for the available ptxas")
     return _VERSION.sub(new, ptx, count=1), (note,)
+
+
+def link_texts(texts: list[str], name: str = "hloc_kernels") -> str:
+    """Link LLVM IR modules (each one kernel) into one module's text."""
+    initialize()
+    main = llvm.parse_assembly(f'; ModuleID = "{name}"\n'
+                               f'target triple = "{TRIPLE}"\n')
+    for text in texts:
+        part = parse(text)
+        main.link_in(part)
+    return str(main)

@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ...elemental.context import EmitContext
 from ...elemental.types import I32, I64, PTR
-from .transform import DONE, EmulatedKernel
+from .transform import DENORMALS, DONE, EmulatedKernel
 
 OK, DIVERGED, EXITED_AT_SYNC = 0, 1, 2
 _MXCSR_FTZ_DAZ = 0x8040
@@ -31,6 +31,8 @@ def emit_launch(module: ir.Module, info: EmulatedKernel, x86: bool) -> None:
     fnty = ir.FunctionType(I32, [PTR] * 6 + [I64, I64])
     fn = ir.Function(module, fnty, launch_name(info.name))
     fn.attributes.add("nounwind")
+    # The same denormal mode as the kernel, so LLVM inlines it without changing its meaning.
+    set.add(fn.attributes, DENORMALS)
     args, dims, frames, shared, exchange, states, begin, end = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx = EmitContext(module, b, None, prefix=info.step)

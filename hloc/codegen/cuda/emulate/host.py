@@ -51,8 +51,20 @@ def build_host_ir(module: ir.Module, names: list[str]) -> HostIR:
     return HostIR(str(module), kernels)
 
 
-def compile_for_host(host_ir: HostIR, opt_level: int = 2) -> bytes:
-    return llvm.compile_ir(host_ir.text, host_target(), opt_level).object_code
+def link_host_texts(texts: list[str]) -> str:
+    """Link host modules (one per kernel) into one module's text."""
+    llvm.initialize()
+    target = host_target()
+    main = llvm_binding.parse_assembly(f'target triple = "{target.triple}"\n'
+                                       f'target datalayout = "{target.data_layout}"\n')
+    for text in texts:
+        main.link_in(llvm.parse(text))
+    return str(main)
+
+
+def compile_for_host(ir_text: str | HostIR, opt_level: int = 2) -> bytes:
+    text = ir_text.text if isinstance(ir_text, HostIR) else ir_text
+    return llvm.compile_ir(text, host_target(), opt_level).object_code
 
 
 class EmulatedLibrary:

@@ -1,0 +1,218 @@
+"""The tiled GEMM kernel (dots, alone or under an elementwise epilogue).
+
+A dot's output is viewed as [batch, M, N] with M the lhs free dims, N the rhs free dims and
+K the contracting dims, each group linearized row-major in logical order. A block of 16x16
+threads computes a 64x64 output tile, each thread a 4x4 micro-tile (rows ty + 16i, columns
+tx + 16j). The K dimension goes in steps of 16: the block stages a 64x16 lhs tile and a
+16x64 rhs tile in shared memory (converted to the compute type, zero outside the matrix),
+synchronizes, accumulates, and synchronizes again before the next stage. Elements are read
+through the elemental generators, so any layout, element type or fused producer works.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...ir import Instruction, Opcode, PrimitiveType
+from ..elemental.convert import convert_value
+from ..elemental.scalar import const
+from ..elemental.types import ElemType, elem_type
+from .epilogue import find_core, store_with_core
+from .kernel import KernelBuild, dims, variant
+from .parts import Part, PlanContext, plans
+from .reduce_common import split_index
+
+T = 16  # threads per block side
+R = 4  # micro-tile side
+TILE = T * R
+TK = 16
+MIN_DIM = 16
+
+
+@dataclass(frozen=True)
+class DotShape:
+    instr: Instruction
+    batch: tuple[int, ...]
+    m_dims: tuple[int, ...]
+    n_dims: tuple[int, ...]
+
+    @staticmethod
+    def of(dot: Instruction) -> DotShape:
+        dn = dot.attrs.dot_dnums
+        lhs, rhs = dot.operands[0].shape, dot.operands[1].shape
+        lf = tuple(d for d in range(lhs.rank) if d not in dn.lhs_batch_dimensions
+                   and d not in dn.lhs_contracting_dimensions)
+        rf = tuple(d for d in range(rhs.rank) if d not in dn.rhs_batch_dimensions
+                   and d not in dn.rhs_contracting_dimensions)
+        return DotShape(dot, tuple(dn.lhs_batch_dimensions), lf, rf)
+
+    def size(self, side: int, dims_) -> int:
+        return math.prod(self.instr.operands[side].shape.dims[d] for d in dims_)
+
+    @property
+    def b(self) -> int:
+        return self.size(0, self.batch)
+
+    @property
+    def m(self) -> int:
+        return self.size(0, self.m_dims)
+
+    @property
+    def n(self) -> int:
+        return self.size(1, self.n_dims)
+
+    @property
+    def k(self) -> int:
+        return self.size(0, self.instr.attrs.dot_dnums.lhs_contracting_dimensions)
+
+
+def compute_type(dot: Instruction) -> ElemType:
+    ets = [elem_type(s.shape.element_type) for s in (dot, *dot.operands)]
+    if any(e.is_float and e.bits == 64 for e in ets):
+        return elem_type(PrimitiveType.F64)
+    if any(e.is_float for e in ets):
+        return elem_type(PrimitiveType.F32)
+    if all(e.kind != "int" for e in ets) and any(e.kind == "uint" for e in ets):
+        return elem_type(PrimitiveType.U64)
+    return elem_type(PrimitiveType.S64)
+
+
+@plans(Opcode.DOT)
+def plan_gemm(pc: PlanContext, k: int) -> list[Part] | None:
+    dot = find_core(pc.items[k].instr)
+    ds = DotShape.of(dot)
+    if elem_type(dot.shape.element_type).kind == "pred" or min(ds.m, ds.n, ds.k) < MIN_DIM:
+        return None
+    if ds.b > pc.target.limits.max_grid_yz or -(-ds.m // TILE) > pc.target.limits.max_grid_yz:
+        return None
+    cet = compute_type(dot)
+    size = 8 if cet.bits == 64 else 4
+    launch = dims((-(-ds.n // TILE), -(-ds.m // TILE), ds.b), (T, T))
+    return [Part("gemm.tiled", (k,), launch, shared_bytes=2 * TK * TILE * size,
+                 block_threads=T * T, gemm=(ds.b, ds.m, ds.n, ds.k))]
+
+
+class GemmEmitter:
+    def __init__(self, kb: KernelBuild):
+        self.kb = kb
+        self.item = kb.items()[0]
+        self.ds = DotShape.of(find_core(self.item.instr))
+        self.dot = self.ds.instr
+        self.cet = compute_type(self.dot)
+        self.zero = const(self.cet, 0)
+        size = 8 if self.cet.bits == 64 else 4
+        self.a_tile = kb.nvvm.shared(self.cet.value_type, TK * TILE, size)
+        self.b_tile = kb.nvvm.shared(self.cet.value_type, TK * TILE, size)
+
+    def operand_index(self, side: int, bidx, free, kpos) -> list[ir.Value]:
+        """The lhs (side 0) / rhs (side 1) index of batch `bidx`, free position, k position."""
+        kb, dn = self.kb, self.dot.attrs.dot_dnums
+        shape = self.dot.operands[side].shape
+        batch = dn.lhs_batch_dimensions if side == 0 else dn.rhs_batch_dimensions
+        contract = dn.lhs_contracting_dimensions if side == 0 else dn.rhs_contracting_dimensions
+        free_dims = self.ds.m_dims if side == 0 else self.ds.n_dims
+        index = {}
+        batch_vals = split_index(kb, bidx, self.dot.operands[0].shape, self.ds.batch)
+        for d0, d in zip(self.ds.batch, batch, strict=True):
+            index[d] = batch_vals[d0]
+        index.update(split_index(kb, free, shape, free_dims))
+        index.update(split_index(kb, kpos, shape, contract))
+        return [index.get(d, kb.i64(0)) for d in range(shape.rank)]
+
+    def load(self, side: int, bidx, free, kpos, limit_free: int) -> ir.Value:
+        """The converted element, or zero outside the matrix."""
+        kb = self.kb
+        b = kb.b
+        inside = b.and_(b.icmp_unsigned("<", free, kb.i64(limit_free)),
+                        b.icmp_unsigned("<", kpos, kb.i64(self.ds.k)))
+        src = elem_type(self.dot.operands[side].shape.element_type)
+        gen = kb.gen(self.dot.operands[side])
+
+        def read():
+            index = self.operand_index(side, bidx, free, kpos)
+            return convert_value(kb.ctx, src, self.cet, gen(index))
+
+        return kb.ctx.select_branch(inside, read, lambda: self.zero)
+
+    def stage(self, bidx, m0, n0, k0, tid) -> None:
+        """Copy the lhs tile [m0:m0+64, k0:k0+16] and rhs tile [k0:k0+16, n0:n0+64] to shared
+        memory, k-major (a_tile[k][m], b_tile[k][n])."""
+        kb = self.kb
+        b = kb.b
+        for q in range(TILE * TK // (T * T)):
+            flat = b.add(tid, kb.i64(q * T * T))
+            kk, mm = b.urem(flat, kb.i64(TK)), b.udiv(flat, kb.i64(TK))
+            value = self.load(0, bidx, b.add(m0, mm), b.add(k0, kk), self.ds.m)
+            b.store(value, self._at(self.a_tile, kk, mm))
+            nn, kk2 = b.urem(flat, kb.i64(TILE)), b.udiv(flat, kb.i64(TILE))
+            value = self.load(1, bidx, b.add(n0, nn), b.add(k0, kk2), self.ds.n)
+            b.store(value, self._at(self.b_tile, kk2, nn))
+
+    def _at(self, tile, k, i) -> ir.Value:
+        b = self.kb.b
+        flat = b.add(b.mul(k, self.kb.i64(TILE)), i)
+        return b.gep(tile, [flat], inbounds=True, source_etype=self.cet.value_type)
+
+    def multiply(self, acc, tx, ty) -> None:
+        kb = self.kb
+        b = kb.b
+        ty_ = self.cet.value_type
+        with kb.ctx.loop(0, TK, "kk") as kk:
+            a = [b.load(self._at(self.a_tile, kk, b.add(ty, kb.i64(T * i))), typ=ty_)
+                 for i in range(R)]
+            v = [b.load(self._at(self.b_tile, kk, b.add(tx, kb.i64(T * j))), typ=ty_)
+                 for j in range(R)]
+            for i in range(R):
+                for j in range(R):
+                    slot = acc[i][j]
+                    b.store(self._madd(b.load(slot, typ=ty_), a[i], v[j]), slot)
+
+    def _madd(self, s, x, y):
+        b = self.kb.b
+        if self.cet.is_float:
+            return b.fadd(s, b.fmul(x, y))
+        return b.add(s, b.mul(x, y))
+
+    def store(self, acc, bidx, m0, n0, tx, ty) -> None:
+        kb = self.kb
+        b = kb.b
+        out_et = elem_type(self.dot.shape.element_type)
+        batch = split_index(kb, bidx, self.dot.operands[0].shape, self.ds.batch)
+        for i in range(R):
+            for j in range(R):
+                m = b.add(m0, b.add(ty, kb.i64(T * i)))
+                n = b.add(n0, b.add(tx, kb.i64(T * j)))
+                inside = b.and_(b.icmp_unsigned("<", m, kb.i64(self.ds.m)),
+                                b.icmp_unsigned("<", n, kb.i64(self.ds.n)))
+                with b.if_then(inside):
+                    mi = split_index(kb, m, self.dot.operands[0].shape, self.ds.m_dims)
+                    ni = split_index(kb, n, self.dot.operands[1].shape, self.ds.n_dims)
+                    index = ([batch[d] for d in self.ds.batch] + [mi[d] for d in self.ds.m_dims]
+                             + [ni[d] for d in self.ds.n_dims])
+                    value = b.load(acc[i][j], typ=self.cet.value_type)
+                    value = convert_value(kb.ctx, self.cet, out_et, value)
+                    store_with_core(kb, self.item, self.dot, index, [value])
+
+
+@variant("gemm.tiled")
+def emit_gemm(kb: KernelBuild) -> None:
+    g = GemmEmitter(kb)
+    b = kb.b
+    tx, ty = kb.tid("x"), kb.tid("y")
+    tid = b.add(tx, b.mul(ty, kb.i64(T)))
+    n0 = b.mul(kb.ctaid("x"), kb.i64(TILE))
+    m0 = b.mul(kb.ctaid("y"), kb.i64(TILE))
+    bidx = kb.ctaid("z")
+    acc = [[kb.ctx.alloca(g.cet.value_type) for _ in range(R)] for _ in range(R)]
+    for row in acc:
+        for slot in row:
+            b.store(g.zero, slot)
+    with kb.ctx.loop(0, g.ds.k, "k0", step=TK) as k0:
+        g.stage(bidx, m0, n0, k0, tid)
+        kb.nvvm.barrier()
+        g.multiply(acc, tx, ty)
+        kb.nvvm.barrier()
+    g.store(acc, bidx, m0, n0, tx, ty)

@@ -1,0 +1,126 @@
+"""`--device cuda-emulated`: run a CUDA bundle's kernels on the host.
+
+The kernels are rebuilt from their recipes in gpu_thunks.json and the bundle's HLO, checked
+against the recorded digest of the bundled kernel IR (so exactly the bundled kernels run),
+rewritten for the host (hloc.codegen.cuda.emulate: thread/block indices as arguments,
+barriers and warp shuffles by phase splitting, shared memory per block) and compiled with
+LLVM for this CPU. Device memory is host memory: one byte array per allocation of the
+buffer assignment. The GPU thunk schedule runs with its streams serialized.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..buffers.assignment import Slice
+from ..codegen.cuda import schedule as gt
+from ..errors import InputError
+from .cuda_program import GpuRunner, profile_rows
+from .executable import register_device
+
+
+class HostMemory:
+    """Device memory emulated by aligned numpy byte arrays (streams run in program order)."""
+
+    ALIGN = 256
+
+    def __init__(self, allocations, library):
+        self.library = library
+        self.stream = 0
+        self.arrays = {}
+        self.base = {}
+        for a in allocations:
+            raw = np.zeros(a.size + self.ALIGN, np.uint8)
+            skip = (-raw.ctypes.data) % self.ALIGN
+            self.arrays[a.index] = raw[skip:skip + a.size]
+            self.base[a.index] = raw.ctypes.data + skip
+
+    def view(self, s: Slice) -> np.ndarray:
+        return self.arrays[s.allocation][s.offset:s.offset + s.size]
+
+    def upload(self, s: Slice, data: bytes) -> None:
+        self.view(s)[:] = np.frombuffer(data, np.uint8)
+
+    def download(self, s: Slice) -> bytes:
+        return self.view(s).tobytes()
+
+    def copy(self, src: Slice, dst: Slice) -> None:
+        self.view(dst)[:] = self.view(src).copy()
+
+    def memset(self, dst: Slice, byte: int) -> None:
+        self.view(dst)[:] = byte
+
+    def launch(self, t: gt.Kernel) -> None:
+        pointers = [self.base[s.allocation] + s.offset for s in t.args]
+        self.library.launch(t.kernel, t.grid, t.block, pointers)
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, event: int) -> None:
+        pass
+
+    def wait_event(self, event: int) -> None:
+        pass
+
+    def timed(self, fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+
+def load_emulated_kernels(bundle, module, program):
+    """Rebuild, check, transform and compile the bundle's kernels for the host."""
+    from ..codegen.cuda.build import emit_recipe, ir_digest
+    from ..codegen.cuda.emulate import EmulatedLibrary, build_host_ir, compile_for_host
+    from ..codegen.cuda.emulate.host import link_host_texts
+    from ..codegen.cuda.target import cuda_target
+
+    target = cuda_target(tuple(bundle.manifest["target"].get("cuda_archs", ())) or ("sm_80",))
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+    digests = dict(program.kernel_ir_sha256)
+    texts, infos = [], {}
+    for recipe in program.kernels:
+        instr = instructions.get(recipe.instruction)
+        if instr is None:
+            raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
+                             f"%{recipe.instruction}", bundle.path)
+        mod = emit_recipe(recipe, instr, target)
+        if digests.get(recipe.name) not in (None, ir_digest(mod)):
+            raise InputError(f"kernel {recipe.name}: rebuilt IR differs from the bundled "
+                             "kernel (bundle from another hloc version?)", bundle.path)
+        host = build_host_ir(mod, [recipe.name])
+        texts.append(host.text)
+        infos.update(host.kernels)
+    return EmulatedLibrary(compile_for_host(link_host_texts(texts)), infos)
+
+
+class CudaEmulatedExecutable:
+    """A CUDA bundle executed by the host emulator."""
+
+    device = "cuda-emulated"
+
+    def __init__(self, bundle):
+        from ..codegen.cuda.schedule_json import program_from_json
+        from ..frontend import load_bytes
+
+        self.bundle = bundle
+        if "gpu_thunks.json" not in bundle.members:
+            raise InputError("bundle has no gpu_thunks.json (not a CUDA bundle)", bundle.path)
+        self.program, self.resources = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+        self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
+        self.library = load_emulated_kernels(bundle, self.module, self.program)
+        self.memory = HostMemory(self.program.allocations, self.library)
+        self.runner = GpuRunner(self.program, self.module, self.memory)
+
+    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        return self.runner.run(args)
+
+    def run_profiled(self, args: list[np.ndarray]):
+        outputs = self.runner.run(args, profile=True)
+        return outputs, profile_rows(self.runner)
+
+
+register_device("cuda-emulated", frozenset({"cuda"}))(CudaEmulatedExecutable)
