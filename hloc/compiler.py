@@ -131,21 +131,6 @@ def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpMana
     return members, target_section, notes
 
 
-def _thunk_counts(program) -> dict[str, int]:
-    counts: dict[str, int] = {}
-
-    def visit(thunks) -> None:
-        for t in thunks:
-            counts[t.kind] = counts.get(t.kind, 0) + 1
-            for nested in (getattr(t, "condition", ()), getattr(t, "body", ()), getattr(t, "thunks", ())):
-                visit(nested)
-            for branch in getattr(t, "branches", ()):
-                visit(branch)
-
-    visit(program.sequence)
-    return dict(sorted(counts.items()))
-
-
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
                   data: bytes | None = None, progress=None) -> CompileResult:
     """Compile the model file at `path` (any input form) into bundle contents.
@@ -214,7 +199,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         "input": {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
                   "module_name": module.name},
         "memory": plan.memory.as_dict(),
-        "thunks": {"counts": _thunk_counts(plan.program)},
+        "thunks": {"counts": plan.program.kind_counts()},
         "notes": notes,
     }
     return result
