@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JAXENV ?= .jaxenv
 DEMO   ?= mlp
-DEMO_TARGET ?= interpreter
+DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
 .PHONY: help venv demo test lint format proto proto-check samples bench clean

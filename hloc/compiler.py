@@ -117,17 +117,25 @@ def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpMana
         from .codegen.target import cpu_target
 
         target = cpu_target(options.cpu, options.cpu_features)
-        art = compile_cpu(module, plan, target, options.opt_level)
-        members, target_section, notes = dict(art.members), dict(art.target_manifest), list(getattr(art, "notes", []))
+        art = compile_cpu(module, plan, target, options.opt_level, assembly=dump is not None)
+        members = dict(art.members)
+        members.pop("module.s", None)  # assembly goes to dumps only: bundles don't depend on --dump-dir
+        target_section = dict(art.target_manifest)
+        notes = [f"thunk {name} runs on the host reference implementation: {why}"
+                 for name, why in sorted(art.fallbacks.items())]
+        if dump:
+            for label, ext, data in art.dumps:
+                dump.artifact(label, ext, data, stage="code")
     else:
         from .codegen.cuda.compile import compile_cuda
 
         members, extra = compile_cuda(module, plan, options)
         target_section = {"kind": "cuda", **extra.get("target", {})}
         notes = list(extra.get("notes", []))
-    if dump:
-        for label, ext, data in getattr(art, "dumps", []) if options.target == "cpu" else []:
-            dump.artifact(label, ext, data, stage="code")
+        if dump:
+            for name, data in sorted(members.items()):
+                if name.endswith((".ll", ".ptx", ".txt")):
+                    dump.artifact(name.rsplit(".", 1)[0], name.rsplit(".", 1)[1], data, stage="code")
     return members, target_section, notes
 
 

@@ -1,0 +1,254 @@
+"""`compile_cpu`: a planned module → the CPU bundle members (one object for every kernel).
+
+Every Kernel thunk of the thunk program (nested ones included) becomes one kernel of the
+emitter's ABI (spec.py), named `kernel_symbol(thunk name)`, all in one LLVM module compiled to
+one relocatable object `cpu.o`. A fusion around dots or convolutions becomes a *composite*
+(outline.py): BLAS for the contraction, kernels for what is computed before and after it. A
+Kernel thunk the emitter cannot generate (complex numbers, sort, select-and-scatter,
+stochastic-convert: UnsupportedError) becomes a *host fallback*: the runtime runs the
+reference interpreter's implementation of the instruction on views of the arena.
+Runs of small thunks and whole loops of them get a native *driver* (driver.py) that runs
+them without returning to Python. `kernels.json` lists all of it, so `hloc inspect` and the
+runtime see the same facts.
+
+kernels.json (version 1):
+  {"version": 1, "object": "cpu.o", "abi": str, "target": {...}, "opt_level": int,
+   "external_symbols": [names the object imports: libm],
+   "kernels": {thunk name: {"symbol", "parallel_extent", "num_operands", "num_outputs",
+               "segments", "instruction_names", "aliases": [[output, operand]],
+               "work": rough scalar operations of the whole kernel}},
+   "composites": {thunk name: {"scratch": [[offset, size]], "scratch_bytes": int,
+               "steps": [{"kind": "kernel", "buffers": [ref], ...kernel fields} |
+                         {"kind": "gemm", "instruction", "lhs", "rhs", "output"} |
+                         {"kind": "convolution", "instruction", "input", "kernel", "output"}]}},
+   "drivers": [{"symbol", "thunks": [consecutive thunk names it runs], "slots": [ref]}],
+   "fallbacks": {thunk name: {"opcode", "reason"}}}
+  Driver slots (driver.py) are ["buffers", kernel thunk name] | ["slice", [alloc, offset, size]].
+  A ref is ["operand", i] | ["output", k] | ["scratch", j]; "instruction" names the
+  contraction inside the fused computation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ...errors import UnsupportedError
+from ...ir import Module
+from .. import llvm
+from .driver import emit_drivers, plan_drivers
+from .kernel import emit_kernel
+from .spec import KernelInfo
+from .thunk_kernels import composite_json, kernel_groups, kernel_json
+
+log = logging.getLogger("hloc.codegen.cpu")
+
+KERNELS_VERSION = 1
+ABI = ("void NAME(i8** buffers, i64 begin, i64 end); buffers: operand leaves then output "
+       "leaves; [begin, end) work units of parallel_extent")
+
+
+@dataclass(frozen=True)
+class CpuArtifacts:
+    """What compiling a module for the CPU produces."""
+
+    members: dict[str, bytes] = field(repr=False)  # cpu.o, kernels.json, module.ll, ...
+    target_manifest: dict  # the manifest's "target" section
+    dumps: tuple[tuple[str, str, bytes], ...] = field(repr=False, default=())  # (label, ext, data)
+    kernels: dict[str, KernelInfo] = field(default_factory=dict)
+    fallbacks: dict[str, str] = field(default_factory=dict)  # thunk name -> reason
+
+
+def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
+                assembly: bool = True) -> CpuArtifacts:
+    """Emit and compile every Kernel thunk of `plan.program` for `target` (default: host).
+
+    `assembly=False` leaves out module.s (generating it costs about a third of the LLVM
+    time: worth it for dumps, not for every compile)."""
+    from ..target import host_target
+
+    target = target or host_target()
+    groups, fallbacks = kernel_groups(module, plan.program)
+    ir_module, infos, failed = emit_all(groups, target)
+    fallbacks.update(failed)
+    emitted = [g for g in groups if g.thunk not in fallbacks]
+    kernels, composites = _kernel_entries(emitted, infos)
+    drivers = plan_drivers(plan.program, kernels)
+    emit_drivers(ir_module, drivers, plan.program, kernels)
+    text = str(ir_module)
+    compiled = compile_llvm(text, target, opt_level, assembly)
+    externals = object_imports(compiled.object_code)
+    doc = {"version": KERNELS_VERSION, "object": "cpu.o", "abi": ABI,
+           "module": module.name, "target": target.describe(), "opt_level": opt_level,
+           "external_symbols": externals, "kernels": kernels, "composites": composites,
+           "drivers": [d.to_json() for d in drivers],
+           "fallbacks": dict(sorted(fallbacks.items()))}
+    meta = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    members = {
+        "cpu.o": compiled.object_code,
+        "kernels.json": meta,
+        "module.ll": text.encode(),
+        "module.opt.ll": compiled.optimized_ir.encode(),
+    }
+    if compiled.assembly is not None:
+        members["module.s"] = compiled.assembly.encode()
+    dumps = tuple((label, ext, members[name]) for label, ext, name in (
+        ("cpu.module", "ll", "module.ll"), ("cpu.module.opt", "ll", "module.opt.ll"),
+        ("cpu.module", "s", "module.s"), ("cpu.kernels", "json", "kernels.json"))
+        if name in members)
+    return CpuArtifacts(members, target_manifest(target), dumps, infos,
+                        {k: v["reason"] for k, v in fallbacks.items()})
+
+
+def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> llvm.CompiledCode:
+    """Parse, optimize, then emit object code and (optionally) assembly concurrently: the
+    assembly comes from the optimized IR re-parsed in its own LLVM context (LLVM releases the
+    GIL)."""
+    import threading
+
+    import llvmlite.binding as binding
+
+    module = llvm.parse(text)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    llvm.optimize(module, target, opt_level)
+    optimized = str(module)
+    if not assembly:
+        return llvm.CompiledCode(text, optimized, llvm.emit_object(module, target, opt_level))
+    result: dict[str, object] = {}
+
+    def assembly() -> None:
+        try:
+            clone = binding.parse_assembly(optimized, context=binding.create_context())
+            result["asm"] = llvm.emit_assembly(clone, target, opt_level)
+        except Exception as e:  # re-raised on the calling thread
+            result["error"] = e
+
+    worker = threading.Thread(target=assembly, name="hloc-asm")
+    worker.start()
+    obj = llvm.emit_object(module, target, opt_level)
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return llvm.CompiledCode(text, optimized, obj, result["asm"])
+
+
+def target_manifest(target) -> dict:
+    """The manifest's target section: what a host needs to run the object code."""
+    return {"kind": "cpu", "triple": target.triple, "cpu": target.cpu,
+            "cpu_features": sorted(target.required_features)}
+
+
+# ---- emission -------------------------------------------------------------------------------
+
+def emit_all(groups, target):
+    """One LLVM module with every kernel group the emitter supports; the others are
+    returned as host fallbacks."""
+    module = ir.Module(name="hloc_cpu")
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    infos: dict[str, KernelInfo] = {}
+    failed: dict[str, dict] = {}
+    for group in groups:
+        saved = _snapshot(module)
+        try:
+            emitted = {s.name: emit_kernel(module, s, target) for s in group.specs}
+        except UnsupportedError as e:
+            _restore(module, saved)
+            failed[group.thunk] = {"opcode": group.opcode, "reason": str(e)}
+            log.info("kernel %s runs on the host: %s", group.thunk, e)
+            continue
+        infos.update(emitted)
+    return module, infos, failed
+
+
+def _snapshot(module: ir.Module):
+    # A kernel that fails half-way must leave nothing behind in the shared module.
+    return (dict(module.globals), set(module.scope._useset), list(module.metadata),
+            dict(module.namedmetadata))
+
+
+def _restore(module: ir.Module, saved) -> None:
+    globals_, names, metadata, named = saved
+    module.globals.clear()
+    module.globals.update(globals_)
+    module.scope._useset.clear()
+    module.scope._useset.update(names)
+    module.metadata[:] = metadata
+    module.namedmetadata.clear()
+    module.namedmetadata.update(named)
+
+
+def _kernel_entries(groups, infos) -> tuple[dict, dict]:
+    """kernels.json's "kernels" (plain kernel thunks) and "composites" sections."""
+    kernels, composites = {}, {}
+    for group in groups:
+        if group.composite is not None:
+            composites[group.thunk] = composite_json(group, infos)
+        else:
+            spec = group.specs[0]
+            kernels[group.thunk] = kernel_json(infos[spec.name], spec)
+    return dict(sorted(kernels.items())), dict(sorted(composites.items()))
+
+
+# ---- convenience for tests and tools ----------------------------------------------------------
+
+def build_cpu_bundle_contents(module: Module, options=None, *, assembly: bool = True
+                              ) -> tuple[dict, dict[str, bytes]]:
+    """Plan and compile an already-optimized `module` (HLO passes run) into a CPU bundle's
+    (manifest, members). `options` is a CompileOptions (cpu, cpu_features, opt_level)."""
+    import hashlib
+
+    from ... import __version__
+    from ...buffers import plan as plan_module
+    from ...bundle.manifest import entry_section
+    from ...frontend import module_to_proto
+    from ...ir.printer import print_module
+    from ..target import cpu_target
+
+    opt_level = getattr(options, "opt_level", 2)
+    target = cpu_target(getattr(options, "cpu", None), getattr(options, "cpu_features", None))
+    planned = plan_module(module, target="cpu")
+    artifacts = compile_cpu(module, planned, target, opt_level, assembly=assembly)
+    proto = module_to_proto(module).SerializeToString(deterministic=True)
+    members = {"module.pb": proto, "module.hlo": print_module(module).encode(),
+               **planned.members(), **artifacts.members}
+    flags = options.manifest_flags() if options is not None else ["--target=cpu", f"-O{opt_level}"]
+    manifest = {
+        "format_version": "1.0", "hloc_version": __version__,
+        "target": artifacts.target_manifest, "entry": entry_section(module),
+        "compiler": {"version": __version__, "flags": flags, "passes": [],
+                     "opt_level": opt_level},
+        "input": {"sha256": hashlib.sha256(proto).hexdigest(), "form": "HloModuleProto",
+                  "module_name": module.name},
+        "memory": planned.memory.as_dict(),
+        "notes": [f"host fallback: {name}: {why}" for name, why in sorted(artifacts.fallbacks.items())],
+    }
+    return manifest, members
+
+
+# ---- what an object file imports --------------------------------------------------------------
+
+def object_imports(obj: bytes) -> list[str]:
+    """Undefined global symbols of an ELF64 little-endian relocatable object: what the loader
+    must resolve (libm functions, compiler builtins). [] for other object formats."""
+    import struct
+
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _name, sh_type, _f, _a, offset, size, link, _i, _al, entsize in sections:
+        if sh_type != 2 or not entsize:  # SHT_SYMTAB
+            continue
+        strtab = sections[link][4]
+        for k in range(size // entsize):
+            st_name, st_info, _o, st_shndx = struct.unpack_from("<IBBH", obj, offset + k * entsize)
+            if st_shndx == 0 and st_name and (st_info >> 4) in (1, 2):  # UNDEF, GLOBAL/WEAK
+                end = obj.index(b"\0", strtab + st_name)
+                names.add(obj[strtab + st_name:end].decode())
+    return sorted(names)

@@ -1,0 +1,184 @@
+"""Native drivers: runs of small thunks (and whole loops) executed by one generated function.
+
+Calling a kernel from Python costs about half a microsecond; a while loop whose body is four
+small kernels pays that four times per iteration, where XLA pays nothing. A *driver* is a
+function `void hloc_drv_N(i8** table)` that performs a run of consecutive thunks of one
+sequence natively: kernel calls over all their units, copies (memcpy), memsets, and while /
+conditional / sequential thunks whose nested thunks are all of that kind.
+
+The table holds, per *slot*, either a kernel's pointer array (["buffers", thunk name]) or the
+address of a slice (["slice", [allocation, offset, size]]); the runtime builds it at load
+time. Kernels with a lot of work stay outside drivers, so the runtime can split them across
+threads; composites and host thunks never go into drivers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ..elemental.types import I1, I8, I32, I64, PTR
+
+# Kernels estimated at this many scalar operations or more are called by the runtime.
+DRIVER_MAX_WORK = 1 << 18
+_CONTROL = ("while", "conditional", "sequential")
+
+
+@dataclass
+class DriverPlan:
+    """One driver: the consecutive thunks it replaces and its table layout."""
+
+    symbol: str
+    thunks: tuple[str, ...]
+    slots: list[list] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"symbol": self.symbol, "thunks": list(self.thunks), "slots": self.slots}
+
+
+class _Planner:
+    def __init__(self, kernels: dict[str, dict]):
+        self.kernels = kernels  # thunk name -> {"symbol", "parallel_extent", "work"}
+        self.plans: list[DriverPlan] = []
+
+    def native(self, thunk) -> bool:
+        kind = thunk.kind
+        if kind == "kernel":
+            meta = self.kernels.get(thunk.name)
+            return meta is not None and int(meta["work"]) < DRIVER_MAX_WORK
+        if kind in ("copy", "memset"):
+            return True
+        if kind in _CONTROL:
+            return all(self.native(t) for t in _nested(thunk))
+        return False
+
+    def sequence(self, thunks) -> None:
+        run: list = []
+        for thunk in list(thunks) + [None]:
+            if thunk is not None and self.native(thunk):
+                run.append(thunk)
+                continue
+            if len(run) >= 2 or any(t.kind in _CONTROL for t in run):
+                self.plans.append(DriverPlan(f"hloc_drv_{len(self.plans)}",
+                                             tuple(t.name for t in run)))
+            run = []
+            if thunk is not None and thunk.kind in _CONTROL:
+                for nested in _sequences(thunk):  # not native as a whole: its parts may be
+                    self.sequence(nested)
+
+
+def _sequences(thunk) -> list:
+    if thunk.kind == "while":
+        return [thunk.condition, thunk.body]
+    if thunk.kind == "conditional":
+        return list(thunk.branches)
+    return [thunk.thunks]
+
+
+def _nested(thunk):
+    for seq in _sequences(thunk):
+        yield from seq
+
+
+def plan_drivers(program, kernels: dict[str, dict]) -> list[DriverPlan]:
+    """Driver plans for every worthwhile run of native thunks in the program."""
+    planner = _Planner(kernels)
+    planner.sequence(program.sequence)
+    return planner.plans
+
+
+# ---- emission ---------------------------------------------------------------------------------
+
+class _Emitter:
+    def __init__(self, module: ir.Module, fn: ir.Function, plan: DriverPlan, kernels):
+        self.module, self.fn, self.plan, self.kernels = module, fn, plan, kernels
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.table = fn.args[0]
+
+    def slot(self, ref: list) -> ir.Value:
+        self.plan.slots.append(ref)
+        index = ir.Constant(I64, len(self.plan.slots) - 1)
+        return self.b.load(self.b.gep(self.table, [index], inbounds=True, source_etype=PTR),
+                           typ=PTR)
+
+    def intrinsic(self, name: str, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        return fn or ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), name)
+
+    def thunks(self, thunks) -> None:
+        for t in thunks:
+            getattr(self, "_" + t.kind.replace("-", "_"))(t)
+
+    def _kernel(self, t) -> None:
+        meta = self.kernels[t.name]
+        extent = int(meta["parallel_extent"])
+        if extent == 0:
+            return
+        buffers = self.slot(["buffers", t.name])
+        self.b.call(self.module.globals[meta["symbol"]],
+                    [buffers, ir.Constant(I64, 0), ir.Constant(I64, extent)])
+
+    def _copy(self, t) -> None:
+        if t.source == t.destination or t.source.size == 0:
+            return
+        src, dst = self.slot(["slice", t.source.to_json()]), self.slot(["slice", t.destination.to_json()])
+        memcpy = self.intrinsic("llvm.memcpy.p0.p0.i64", [PTR, PTR, I64, I1])
+        self.b.call(memcpy, [dst, src, ir.Constant(I64, t.source.size), ir.Constant(I1, 0)])
+
+    def _memset(self, t) -> None:
+        dst = self.slot(["slice", t.destination.to_json()])
+        memset = self.intrinsic("llvm.memset.p0.i64", [PTR, I8, I64, I1])
+        self.b.call(memset, [dst, ir.Constant(I8, t.byte), ir.Constant(I64, t.destination.size),
+                             ir.Constant(I1, 0)])
+
+    def _sequential(self, t) -> None:
+        self.thunks(t.thunks)
+
+    def _while(self, t) -> None:
+        b = self.b
+        head = b.append_basic_block(f"{t.name}.cond")
+        body = b.append_basic_block(f"{t.name}.body")
+        done = b.append_basic_block(f"{t.name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        self.thunks(t.condition)
+        pred = b.load(self.slot(["slice", t.predicate.to_json()]), typ=I8)
+        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), body, done)
+        b.position_at_end(body)
+        self.thunks(t.body)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _conditional(self, t) -> None:
+        b = self.b
+        n = len(t.branches)
+        if t.selector_is_pred:
+            raw = b.load(self.slot(["slice", t.selector.to_json()]), typ=I8)
+            index = b.select(b.icmp_unsigned("!=", raw, ir.Constant(I8, 0)),
+                             ir.Constant(I32, 0), ir.Constant(I32, 1))
+        else:
+            index = b.load(self.slot(["slice", t.selector.to_json()]), typ=I32)
+        done = b.append_basic_block(f"{t.name}.done")
+        blocks = [b.append_basic_block(f"{t.name}.b{k}") for k in range(n)]
+        # Out-of-range indices run the last branch (XLA semantics): it is the default.
+        switch = b.switch(index, blocks[-1])
+        for k in range(n - 1):
+            switch.add_case(ir.Constant(I32, k), blocks[k])
+        for block, branch in zip(blocks, t.branches, strict=True):
+            b.position_at_end(block)
+            self.thunks(branch)
+            b.branch(done)
+        b.position_at_end(done)
+
+
+def emit_drivers(module: ir.Module, plans: list[DriverPlan], program, kernels) -> None:
+    """Define every planned driver in `module` (which holds the kernels), filling the plans'
+    slot lists."""
+    by_name = {t.name: t for t in program.walk()}
+    for plan in plans:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), plan.symbol)
+        fn.attributes.add("nounwind")
+        emitter = _Emitter(module, fn, plan, kernels)
+        emitter.thunks([by_name[name] for name in plan.thunks])
+        emitter.b.ret_void()

@@ -1,0 +1,147 @@
+"""Fusions around a dot or convolution: BLAS for the contraction, kernels for the rest.
+
+The elemental emitter can compute a dot inside a fused kernel, but as a naive loop (hundreds
+of times slower than BLAS on real sizes). A fusion whose computation contains contractions is
+therefore *outlined* into a composite: for each contraction,
+  - a prologue kernel per operand that is not a fusion parameter (it computes that operand
+    into a scratch buffer),
+  - the contraction itself, run by the runtime (gemm / convolution) from parameter or scratch
+    buffers into a scratch buffer (or straight into the output when it is the root),
+and then one epilogue kernel: the fused computation with each contraction replaced by a new
+parameter that reads its scratch buffer.
+
+Buffers are named by references: ("operand", i) the fusion's operand leaf i, ("output", k) its
+output leaf k, ("scratch", j) scratch buffer j of the composite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from .spec import KernelSpec
+
+CONTRACTIONS = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
+
+
+@dataclass
+class Composite:
+    """The outlined form of one fusion thunk."""
+
+    thunk: str
+    scratch: list[Shape] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # in order; kernels carry their spec
+    specs: list[KernelSpec] = field(default_factory=list)
+
+    def new_scratch(self, shape: Shape) -> tuple[str, int]:
+        self.scratch.append(shape)
+        return ("scratch", len(self.scratch) - 1)
+
+
+def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
+    """The composite for a fusion with contractions, or None (no contraction, or a form
+    this outliner does not handle: contractions feeding contractions, tuple parameters)."""
+    comp = fusion.fused_computation()
+    contractions = [i for i in comp.post_order() if i.opcode in CONTRACTIONS]
+    if not contractions or any(not p.shape.is_array for p in comp.parameters):
+        return None
+    if any(_reaches(o, contractions) for c in contractions for o in c.operands):
+        return None
+    composite = Composite(thunk)
+    params = comp.parameters
+    refs: dict[int, tuple[str, int]] = {id(p): ("operand", p.attrs.parameter_number)
+                                        for p in params}
+    for c in contractions:
+        operands = [_operand_ref(composite, params, refs, o, f"{symbol}_pro{len(composite.specs)}")
+                    for o in c.operands]
+        out = ("output", 0) if c is comp.root else composite.new_scratch(c.shape)
+        refs[id(c)] = out
+        composite.steps.append(_contraction_step(c, operands, out))
+    if comp.root not in contractions:
+        _epilogue(composite, comp, params, contractions, refs, f"{symbol}_epi")
+    return composite
+
+
+def _contraction_step(c: Instruction, operands, out) -> dict:
+    if c.opcode == Opcode.DOT:
+        return {"kind": "gemm", "instruction": c.name, "lhs": list(operands[0]),
+                "rhs": list(operands[1]), "output": list(out)}
+    return {"kind": "convolution", "instruction": c.name, "input": list(operands[0]),
+            "kernel": list(operands[1]), "output": list(out)}
+
+
+def _reaches(instr: Instruction, targets: list[Instruction]) -> bool:
+    """Whether `instr` is or depends on one of `targets`."""
+    wanted = {id(t) for t in targets}
+    stack, seen = [instr], set()
+    while stack:
+        i = stack.pop()
+        if id(i) in wanted:
+            return True
+        if id(i) not in seen:
+            seen.add(id(i))
+            stack.extend(i.operands)
+    return False
+
+
+def _operand_ref(composite: Composite, params, refs, operand: Instruction, symbol: str):
+    if id(operand) in refs:
+        return refs[id(operand)]
+    # A computed operand: a prologue kernel writes it to scratch.
+    out = composite.new_scratch(operand.shape)
+    sub = _clone(f"{symbol}.computation", params, operand, {})
+    spec = KernelSpec.for_computation(sub, symbol)
+    buffers = [["operand", p.attrs.parameter_number] for p in params] + [list(out)]
+    composite.specs.append(spec)
+    composite.steps.append({"kind": "kernel", "symbol": symbol, "buffers": buffers})
+    refs[id(operand)] = out
+    return out
+
+
+def _epilogue(composite: Composite, comp: Computation, params, contractions, refs, symbol):
+    stand_ins = {}
+    buffers = [["operand", p.attrs.parameter_number] for p in params]
+    for k, c in enumerate(contractions):
+        stand_ins[id(c)] = (len(params) + k, c.shape)
+        buffers.append(list(refs[id(c)]))
+    outputs = sum(1 for _ in comp.root.shape.leaves())
+    buffers += [["output", k] for k in range(outputs)]
+    sub = _clone(f"{symbol}.computation", params, comp.root, stand_ins)
+    composite.specs.append(KernelSpec.for_computation(sub, symbol))
+    composite.steps.append({"kind": "kernel", "symbol": symbol, "buffers": buffers})
+
+
+def _clone(name: str, params, root: Instruction, stand_ins: dict) -> Computation:
+    """A computation computing `root` from parameters like `params` (same numbers), where
+    instructions in `stand_ins` (id -> (parameter number, shape)) become parameters too."""
+    comp = Computation(name, is_fusion=True)
+    mapped: dict[int, Instruction] = {}
+    for p in params:
+        mapped[id(p)] = comp.add(Instruction(Opcode.PARAMETER, p.shape, name=f"{name}.p{p.attrs.parameter_number}",
+                                             attrs=Attrs(parameter_number=p.attrs.parameter_number)))
+    for key, (number, shape) in sorted(stand_ins.items(), key=lambda kv: kv[1][0]):
+        mapped[key] = comp.add(Instruction(Opcode.PARAMETER, shape, name=f"{name}.p{number}",
+                                           attrs=Attrs(parameter_number=number)))
+    for instr in _post_order(root, mapped):
+        clone = Instruction(instr.opcode, instr.shape, [mapped[id(o)] for o in instr.operands],
+                            name=instr.name, called=instr.called, attrs=instr.attrs)
+        mapped[id(instr)] = comp.add(clone)
+    comp.root = mapped[id(root)]
+    return comp
+
+
+def _post_order(root: Instruction, done: dict) -> list[Instruction]:
+    order: list[Instruction] = []
+    seen = set(done)
+    stack = [(root, False)]
+    while stack:
+        instr, expanded = stack.pop()
+        if expanded:
+            order.append(instr)
+            continue
+        if id(instr) in seen:
+            continue
+        seen.add(id(instr))
+        stack.append((instr, True))
+        stack.extend((o, False) for o in reversed(instr.operands) if id(o) not in seen)
+    return order

@@ -1,0 +1,158 @@
+"""Kernel thunks → the kernels to emit: one per plain thunk, several per outlined fusion.
+
+A `KernelGroup` is what one Kernel thunk needs: a single kernel (its fused computation or
+single op), or — for fusions around dots/convolutions — the prologue/epilogue kernels of its
+`Composite` (outline.py). A group is emitted all or nothing: if any of its kernels is
+unsupported the thunk runs on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ...buffers.assignment import Slice
+from ...errors import UnsupportedError
+from ...ir import Instruction, Module, Opcode
+from .loops import element_work
+from .outline import Composite, outline
+from .spec import KernelInfo, KernelSpec, kernel_symbol
+
+SCRATCH_ALIGN = 64
+
+
+@dataclass
+class KernelGroup:
+    """The kernels of one Kernel thunk."""
+
+    thunk: str
+    opcode: str
+    specs: list[KernelSpec]
+    composite: Composite | None = None
+
+
+def kernel_groups(module: Module, program) -> tuple[list[KernelGroup], dict[str, dict]]:
+    """The kernel group of every Kernel thunk, and the thunks that cannot have one."""
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+    groups: list[KernelGroup] = []
+    fallbacks: dict[str, dict] = {}
+    for thunk in program.walk():
+        if thunk.kind != "kernel":
+            continue
+        instr = instructions[thunk.name]
+        try:
+            groups.append(_group(instr, thunk))
+        except UnsupportedError as e:
+            fallbacks[thunk.name] = {"opcode": instr.opcode.value, "reason": str(e)}
+    return groups, fallbacks
+
+
+def _group(instr: Instruction, thunk) -> KernelGroup:
+    if any(not o.shape.is_array for o in instr.operands):
+        raise UnsupportedError(f"%{instr.name} has a tuple-shaped operand")
+    symbol = kernel_symbol(thunk.name)
+    composite = outline(instr, thunk.name, symbol) if instr.opcode == Opcode.FUSION else None
+    if composite is not None:
+        return KernelGroup(thunk.name, instr.opcode.value, _composite_specs(composite, thunk),
+                           composite)
+    aliases = slice_aliases(thunk.operands, thunk.outputs)
+    spec = KernelSpec.for_instruction(instr, symbol, aliases)
+    if len(spec.operand_shapes) != len(thunk.operands) or \
+            len(spec.output_shapes) != len(thunk.outputs):
+        raise UnsupportedError(f"%{instr.name}: operand/output leaves do not match its slices")
+    return KernelGroup(thunk.name, instr.opcode.value, [spec])
+
+
+def _composite_specs(composite: Composite, thunk) -> list[KernelSpec]:
+    """The composite's kernels with aliases from the slices their buffers resolve to."""
+    kernel_steps = [s for s in composite.steps if s["kind"] == "kernel"]
+    specs = []
+    for spec, step in zip(composite.specs, kernel_steps, strict=True):
+        slices = [resolve(ref, thunk, scratch_slices(composite, -1)) for ref in step["buffers"]]
+        n = len(spec.operand_shapes)
+        specs.append(replace(spec, aliases=slice_aliases(slices[:n], slices[n:])))
+    return specs
+
+
+def scratch_slices(composite: Composite, allocation: int, base: int = 0) -> list[Slice]:
+    """Each scratch buffer's slice of a scratch allocation, 64-byte aligned from `base`."""
+    out, offset = [], base
+    for shape in composite.scratch:
+        out.append(Slice(allocation, offset, shape.byte_size))
+        offset += -(-max(shape.byte_size, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return out
+
+
+def scratch_bytes(composite: Composite) -> int:
+    slices = scratch_slices(composite, 0)
+    return slices[-1].offset + slices[-1].size if slices else 0
+
+
+def resolve(ref, thunk, scratch: list[Slice]) -> Slice:
+    """The slice a buffer reference names."""
+    kind, index = ref
+    if kind == "operand":
+        return thunk.operands[index]
+    if kind == "output":
+        return thunk.outputs[index]
+    return scratch[index]
+
+
+def slice_aliases(operands, outputs) -> tuple[tuple[int, int], ...]:
+    """(output, operand) pairs whose slices are the same bytes (in-place updates and operand
+    reuse). A partial overlap has no kernel form: UnsupportedError (the host runs it)."""
+    pairs = []
+    for k, out in enumerate(outputs):
+        for i, op in enumerate(operands):
+            if op == out:
+                pairs.append((k, i))
+            elif _overlap(op, out):
+                raise UnsupportedError(f"output {k} partially overlaps operand {i}")
+    return tuple(pairs)
+
+
+def _overlap(a, b) -> bool:
+    return a.allocation == b.allocation and a.offset < b.offset + b.size and \
+        b.offset < a.offset + a.size and a.size > 0 and b.size > 0
+
+
+# ---- metadata ---------------------------------------------------------------------------------
+
+def work(spec: KernelSpec) -> int:
+    """Rough scalar operations of the whole kernel (the runtime's parallel-split estimate)."""
+    root = spec.computation.root
+    items = root.operands if root.opcode == Opcode.TUPLE else [root]
+    total = 0
+    for item in items:
+        total += _item_work(spec, item)
+    return total
+
+
+def _item_work(spec: KernelSpec, item: Instruction) -> int:
+    if item.opcode == Opcode.REDUCE:
+        return math.prod(item.operands[0].shape.dims)
+    if item.opcode == Opcode.DYNAMIC_UPDATE_SLICE and spec.aliases:
+        return math.prod(item.operands[1].shape.dims)  # in place: only the update is written
+    elements = sum(math.prod(s.dims) for _, s in item.shape.leaves())
+    return elements * element_work(item)
+
+
+def kernel_json(info: KernelInfo, spec: KernelSpec) -> dict:
+    entry = info.to_json()
+    entry["symbol"] = entry.pop("name")
+    entry["aliases"] = [list(a) for a in spec.aliases]
+    entry["work"] = work(spec)
+    return entry
+
+
+def composite_json(group: KernelGroup, infos: dict[str, KernelInfo]) -> dict:
+    composite = group.composite
+    specs = {s.name: s for s in group.specs}
+    steps = []
+    for step in composite.steps:
+        entry = dict(step)
+        if step["kind"] == "kernel":
+            entry.update(kernel_json(infos[step["symbol"]], specs[step["symbol"]]))
+        steps.append(entry)
+    return {"scratch": [[s.offset, s.size] for s in scratch_slices(composite, 0)],
+            "scratch_bytes": scratch_bytes(composite), "steps": steps}

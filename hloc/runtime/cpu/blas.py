@@ -1,0 +1,151 @@
+"""Tuning numpy's BLAS (the Gemm / Convolution thunks' engine) for the CPU runtime.
+
+numpy's wheels bundle OpenBLAS (scipy-openblas, DYNAMIC_ARCH); it is reached through ctypes,
+and without it everything stays as numpy configured it.
+
+- Threads: OpenBLAS splits even small products across all cores; its threads hand work over
+  through spinning and barriers, which costs more than it gains below a few million flops
+  and is very slow when another process holds a core. Small products run on the calling
+  thread only (the thread-local setter, so other threads are unaffected).
+- Kernels: OpenBLAS picks its AVX2 "Haswell" kernels on AMD Zen CPUs even when they have
+  AVX-512, half the speed of its "SkylakeX" kernels there. `prefer_avx512_kernels()` switches
+  the core type the way OPENBLAS_CORETYPE=SkylakeX would at startup (re-running OpenBLAS'
+  own dynamic core selection), once, when the first CPU bundle is loaded. A core the user
+  chose with OPENBLAS_CORETYPE is kept unless HLOC_OPENBLAS_CORETYPE names another one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+
+import numpy as np
+
+from . import parallel
+
+# Products below this many flops use one BLAS thread.
+SINGLE_THREAD_FLOPS = 2000000
+_AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})
+
+
+@functools.cache
+def _openblas():
+    """numpy's bundled OpenBLAS library, or None."""
+    import numpy
+
+    base = os.path.dirname(os.path.dirname(numpy.__file__))
+    for path in sorted(glob.glob(os.path.join(base, "numpy.libs", "*openblas*"))):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+@functools.cache
+def _setter():
+    """OpenBLAS' `openblas_set_num_threads_local(n) -> previous`, or None."""
+    fn = getattr(_openblas(), "openblas_set_num_threads_local", None)
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def core_name() -> str | None:
+    fn = getattr(_openblas(), "gotoblas_corename", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
+@functools.cache
+def prefer_avx512_kernels(host_features: frozenset[str]) -> str | None:
+    """Switch OpenBLAS from its AVX2 kernels to its AVX-512 ones where the host has AVX-512
+    but OpenBLAS runs Haswell/Zen kernels. HLOC_OPENBLAS_CORETYPE: unset = only when the user
+    did not choose a core (OPENBLAS_CORETYPE unset), "keep" = never, a core name = always
+    switch to that core. Returns the core name in use afterwards."""
+    lib = _openblas()
+    current = core_name()
+    choice = os.environ.get("HLOC_OPENBLAS_CORETYPE", "")
+    if choice == "keep" or not hasattr(lib, "gotoblas_dynamic_init"):
+        return current
+    if not choice:
+        if "OPENBLAS_CORETYPE" in os.environ or current not in ("Haswell", "Zen") \
+                or not _AVX512 <= host_features:
+            return current
+        choice = "SkylakeX"
+    if choice.lower() == (current or "").lower():
+        return current
+    saved = os.environ.get("OPENBLAS_CORETYPE")
+    os.environ["OPENBLAS_CORETYPE"] = choice
+    try:
+        lib.gotoblas_dynamic_quit()
+        lib.gotoblas_dynamic_init()
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_CORETYPE"]
+        else:
+            os.environ["OPENBLAS_CORETYPE"] = saved
+    return core_name()
+
+
+def single_threaded(run, flops: int):
+    """`run` (a product computed some other way) wrapped to use one BLAS thread when the
+    product is small."""
+    setter = _setter()
+    if setter is None or flops >= SINGLE_THREAD_FLOPS:
+        return run
+
+    def small() -> None:
+        previous = setter(1)
+        try:
+            run()
+        finally:
+            setter(previous)
+    return small
+
+
+# ---- products ---------------------------------------------------------------------------------
+
+def _chunks(batch: int | None, m: int, n: int, parts: int) -> list[tuple]:
+    """Index tuples (a, b, out) cutting one product into independent pieces: by batch when
+    there are enough batches, else by rows of the result, else by its columns."""
+    lead = (slice(None),) if batch is not None else ()
+    if batch is not None and batch >= parts:
+        return [((slice(lo, hi),),) * 3 for lo, hi in parallel.split(batch, parts)]
+    if m >= n:
+        return [(lead + (slice(lo, hi),), lead, lead + (slice(lo, hi),))
+                for lo, hi in parallel.split(m, parts)]
+    return [(lead, lead + (slice(None), slice(lo, hi)), lead + (slice(None), slice(lo, hi)))
+            for lo, hi in parallel.split(n, parts)]
+
+
+def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
+    """A runner for co.a = ca.a @ cb.a (cells holding matrix views of fixed shape).
+
+    Small products run on the calling thread with one BLAS thread; big ones are cut into
+    pieces that this process's work-sharing pool runs with one BLAS thread each, which keeps
+    its speed when another process takes a core (OpenBLAS' own threads then stall at their
+    barriers)."""
+    matmul, setter, pool = np.matmul, _setter(), parallel.pool()
+    if setter is None or (flops >= SINGLE_THREAD_FLOPS and pool.threads == 1):
+        return lambda: matmul(ca.a, cb.a, out=co.a)
+    if flops < SINGLE_THREAD_FLOPS:
+        def small() -> None:
+            previous = setter(1)
+            matmul(ca.a, cb.a, out=co.a)
+            setter(previous)
+        return small
+    pieces = _chunks(batch, m, n, pool.threads * parallel.CHUNKS_PER_THREAD)
+
+    def piece(sa, sb, so) -> None:
+        previous = setter(1)
+        matmul(ca.a[sa], cb.a[sb], out=co.a[so])
+        setter(previous)
+
+    return functools.partial(pool.run, piece, pieces)

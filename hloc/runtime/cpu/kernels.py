@@ -1,0 +1,159 @@
+"""Kernel thunks, composites and native drivers (kernels.json's three kinds of native code).
+
+- A kernel: one call `fn(pointers, begin, end)` through a functools.partial (no Python frame
+  of ours), or its units split across the thread pool when it has enough work. The pointer
+  array (operand leaves then output leaves, the ABI in hloc/codegen/cpu/spec.py) is built
+  once at load time; Memory re-points its slots when a large parameter or output is bound
+  elsewhere for a run.
+- A composite (a fusion around a dot/convolution, hloc/codegen/cpu/outline.py): its prologue
+  and epilogue kernels and its BLAS product, through the runtime's scratch allocation.
+- A driver (hloc/codegen/cpu/driver.py): one call running a run of small thunks natively,
+  given a table of their pointer arrays and slice addresses.
+Kernel thunks kernels.json lists as host fallbacks run the reference interpreter instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+
+from ...buffers.assignment import Slice
+from ...thunks import Convolution, Gemm
+from ...thunks.thunks import nested
+from . import parallel
+from .memory import SCRATCH
+from .program import LoadContext, Step, builds, op_names
+
+KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+DRIVER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class LoadedKernels:
+    """Function objects of the loaded object, by symbol (created once each)."""
+
+    def __init__(self, library):
+        self.library = library
+        self._fns: dict[str, object] = {}
+
+    def function(self, symbol: str, prototype=KERNEL_TYPE):
+        fn = self._fns.get(symbol)
+        if fn is None:
+            fn = self._fns[symbol] = prototype(self.library.address(symbol))
+        return fn
+
+
+@builds("kernel")
+def build_kernel_step(ctx: LoadContext, thunk) -> Step:
+    from .host import build_host_step
+
+    ops = op_names(ctx, thunk.name)
+    composite = ctx.kernels.get("composites", {}).get(thunk.name)
+    if composite is not None:
+        return Step(thunk.name, "composite", ops, _composite_runner(ctx, thunk, composite))
+    meta = ctx.kernels.get("kernels", {}).get(thunk.name)
+    if meta is None:  # a documented host fallback (kernels.json "fallbacks")
+        return build_host_step(ctx, thunk)
+    slices = list(thunk.operands) + list(thunk.outputs)
+    return Step(thunk.name, "kernel", ops, kernel_runner(ctx, meta, slices))
+
+
+def pointer_array(ctx: LoadContext, slices):
+    """The kernel ABI's buffer pointer array for `slices` (kept alive, re-pointed on rebind)."""
+    pointers = (ctypes.c_void_p * max(1, len(slices)))()
+    for index, s in enumerate(slices):
+        ctx.memory.pointer(s, pointers, index)
+    ctx.keep_alive.append(pointers)
+    return pointers
+
+
+def kernel_runner(ctx: LoadContext, meta: dict, slices) -> Callable[[], None]:
+    """A call of kernel `meta["symbol"]` on `slices`, split across threads if it is big."""
+    arg = ctypes.c_void_p(ctypes.addressof(pointer_array(ctx, slices)))
+    fn = ctx.loaded.function(meta["symbol"])
+    extent = int(meta["parallel_extent"])
+    if extent == 0:
+        return _nothing
+    pool = parallel.pool()
+    if pool.threads > 1 and extent > 1 and int(meta.get("work", 0)) >= parallel.MIN_PARALLEL_WORK:
+        parts = pool.threads * parallel.CHUNKS_PER_THREAD
+        ranges = [(arg, lo, hi) for lo, hi in parallel.split(extent, parts)]
+        return functools.partial(pool.run, fn, ranges)
+    return functools.partial(fn, arg, 0, extent)
+
+
+def _nothing() -> None:
+    return None
+
+
+# ---- drivers: runs of thunks executed natively (hloc/codegen/cpu/driver.py) -------------------
+
+def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step:
+    by_name = {}
+    stack = list(thunks)
+    while stack:
+        t = stack.pop()
+        by_name[t.name] = t
+        stack.extend(nested(t))
+    slots = driver["slots"]
+    table = (ctypes.c_void_p * max(1, len(slots)))()
+    for index, (kind, value) in enumerate(slots):
+        if kind == "buffers":
+            t = by_name[value]
+            pointers = pointer_array(ctx, list(t.operands) + list(t.outputs))
+            table[index] = ctypes.addressof(pointers)
+        else:
+            ctx.memory.pointer(Slice(*value), table, index)
+    ctx.keep_alive.append(table)
+    fn = ctx.loaded.function(driver["symbol"], DRIVER_TYPE)
+    names = [t.name for t in thunks]
+    return Step(f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0], "driver",
+                f"native: {', '.join(names)}", functools.partial(fn, ctypes.c_void_p(
+                    ctypes.addressof(table))))
+
+
+# ---- composites: kernels around a gemm / convolution (hloc/codegen/cpu/outline.py) -------------
+
+def _composite_runner(ctx: LoadContext, thunk, composite: dict) -> Callable[[], None]:
+    scratch = [Slice(SCRATCH, offset, size) for offset, size in composite["scratch"]]
+
+    def slice_of(ref) -> Slice:
+        kind, index = ref
+        if kind == "operand":
+            return thunk.operands[index]
+        return thunk.outputs[index] if kind == "output" else scratch[index]
+
+    runs = [_COMPOSITE_PARTS[step["kind"]](ctx, step, slice_of) for step in composite["steps"]]
+    if len(runs) == 1:
+        return runs[0]
+
+    def run() -> None:
+        for part in runs:
+            part()
+    return run
+
+
+def _kernel_part(ctx: LoadContext, step: dict, slice_of):
+    return kernel_runner(ctx, step, [slice_of(ref) for ref in step["buffers"]])
+
+
+def _gemm_part(ctx: LoadContext, step: dict, slice_of):
+    from .contract import build_gemm
+
+    d = ctx.instruction(step["instruction"]).attrs.dot_dnums
+    thunk = Gemm(step["instruction"], slice_of(step["lhs"]), slice_of(step["rhs"]),
+                 slice_of(step["output"]), tuple(d.lhs_contracting_dimensions),
+                 tuple(d.rhs_contracting_dimensions), tuple(d.lhs_batch_dimensions),
+                 tuple(d.rhs_batch_dimensions))
+    return build_gemm(ctx, thunk).run
+
+
+def _convolution_part(ctx: LoadContext, step: dict, slice_of):
+    from .contract import build_convolution
+
+    thunk = Convolution(step["instruction"], slice_of(step["input"]), slice_of(step["kernel"]),
+                        slice_of(step["output"]))
+    return build_convolution(ctx, thunk).run
+
+
+_COMPOSITE_PARTS = {"kernel": _kernel_part, "gemm": _gemm_part, "convolution": _convolution_part}

@@ -1,0 +1,150 @@
+"""The CPU runtime's memory: one 64-byte-aligned arena, plus per-run bindings.
+
+Allocation `i` of the buffer assignment lives at `base[i]` inside the arena; a slice
+(allocation, offset, size) is `arena[base[allocation] + offset : ... + size]`. Views of a slice
+as an array follow the shape's layout (the logical index order of the view maps to the
+physical minor_to_major order in memory), so NumPy code reads and writes exactly the bytes the
+kernels do.
+
+Large entry parameters and outputs need not live in the arena: a *rebindable* allocation can
+be pointed at other memory for a run (the caller's input array, a fresh output array), which
+saves copying them in and out. Everything that refers to memory registers with `Memory`: a
+kernel's pointer slot (`pointer`) or an array `Cell` (a view, optionally transformed, that
+NumPy steps read at run time as `cell.a`); `bind` re-points the registered sites of one
+allocation, and does nothing when the allocation already points there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...buffers.assignment import Slice
+from ...errors import InputError, UnsupportedError
+from ...ir import Shape
+
+ALIGN = 64
+SCRATCH = -1  # the allocation index of the runtime's own scratch space (composites)
+
+
+def _round_up(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
+
+
+def aligned_bytes(size: int) -> np.ndarray:
+    """A zeroed uint8 array of `size` bytes starting on an ALIGN boundary."""
+    raw = np.zeros(size + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + size]
+
+
+def empty_aligned(size: int) -> np.ndarray:
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + size]
+
+
+def physical_order(shape: Shape) -> tuple[int, ...] | None:
+    """Logical dimensions from major to minor, or None for row-major."""
+    layout = shape.layout
+    if layout is None or shape.rank < 2 or layout.is_row_major:
+        return None
+    if layout.tiles:
+        raise UnsupportedError(f"the CPU runtime does not support tiled layouts ({shape})")
+    return tuple(reversed(layout.minor_to_major))
+
+
+def array_view(raw: np.ndarray, shape: Shape) -> np.ndarray:
+    """Bytes `raw` as an array of `shape`, indexed in logical order."""
+    if raw.size != shape.byte_size:
+        raise InputError(f"{raw.size} bytes cannot hold {shape} ({shape.byte_size} bytes)")
+    order = physical_order(shape)
+    if order is None:
+        return raw.view(shape.np_dtype).reshape(shape.dims)
+    phys = raw.view(shape.np_dtype).reshape([shape.dims[d] for d in order])
+    return phys.transpose(np.argsort(order))
+
+
+class Cell:
+    """A view of a slice that follows its allocation's binding: read it as `cell.a`."""
+
+    __slots__ = ("a", "offset", "size", "shape", "transform")
+
+    def __init__(self, offset: int, size: int, shape: Shape | None, transform):
+        self.offset, self.size, self.shape, self.transform = offset, size, shape, transform
+        self.a = None
+
+    def bind(self, memory: np.ndarray) -> None:
+        raw = memory[self.offset:self.offset + self.size]
+        view = raw if self.shape is None else array_view(raw, self.shape)
+        self.a = view if self.transform is None else self.transform(view)
+
+
+class Memory:
+    """The arena and the current binding of every allocation."""
+
+    def __init__(self, allocations, rebindable: frozenset[int] = frozenset(),
+                 scratch_bytes: int = 0):
+        sizes = {a.index: a.size for a in allocations}
+        sizes[SCRATCH] = scratch_bytes
+        self.base: dict[int, int] = {}
+        offset = 0
+        for index, size in sizes.items():
+            self.base[index] = offset
+            offset += _round_up(max(size, 1))
+        self.size = offset
+        self.arena = aligned_bytes(offset)
+        self.sizes = sizes
+        self.rebindable = rebindable
+        # allocation -> the bytes it is bound to now (its arena region until rebound)
+        self.bound = {i: self.home(i) for i in rebindable}
+        self._pointers: dict[int, list] = {i: [] for i in rebindable}
+        self._cells: dict[int, list[Cell]] = {i: [] for i in rebindable}
+
+    def home(self, allocation: int) -> np.ndarray:
+        """The allocation's own bytes in the arena."""
+        start = self.base[allocation]
+        return self.arena[start:start + self.sizes[allocation]]
+
+    def _memory_of(self, allocation: int) -> tuple[np.ndarray, int]:
+        if allocation in self.rebindable:
+            return self.bound[allocation], 0
+        return self.arena, self.base[allocation]
+
+    def pointer(self, s: Slice, array, index: int) -> None:
+        """Set `array[index]` (a ctypes pointer array) to the slice's address, now and after
+        every rebinding."""
+        memory, start = self._memory_of(s.allocation)
+        array[index] = memory.ctypes.data + start + s.offset
+        if s.allocation in self.rebindable:
+            self._pointers[s.allocation].append((array, index, s.offset))
+
+    def cell(self, s: Slice, shape: Shape | None = None,
+             transform: Callable[[np.ndarray], object] | None = None) -> Cell:
+        """A cell viewing slice `s` as `shape` (raw bytes if None), then `transform`ed."""
+        memory, start = self._memory_of(s.allocation)
+        cell = Cell(start + s.offset, s.size, shape, transform)
+        cell.bind(memory)
+        if s.allocation in self.rebindable:
+            self._cells[s.allocation].append(cell)
+        return cell
+
+    def view(self, s: Slice, shape: Shape) -> np.ndarray:
+        """A view of a slice of an allocation that is never rebound (scratch, constants)."""
+        if s.allocation in self.rebindable:
+            raise ValueError(f"allocation {s.allocation} is rebindable: use a cell")
+        start = self.base[s.allocation] + s.offset
+        return array_view(self.arena[start:start + s.size], shape)
+
+    def bind(self, allocation: int, memory: np.ndarray) -> None:
+        """Point a rebindable allocation at `memory` (uint8, at least its size)."""
+        current = self.bound[allocation]
+        if current.ctypes.data == memory.ctypes.data and current.size == memory.size:
+            return
+        self.bound[allocation] = memory
+        address = memory.ctypes.data
+        for array, index, offset in self._pointers[allocation]:
+            array[index] = address + offset
+        for cell in self._cells[allocation]:
+            cell.bind(memory)

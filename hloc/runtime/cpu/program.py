@@ -1,0 +1,154 @@
+"""Thunks → steps: everything a run needs is resolved once, when the bundle is loaded.
+
+A `Step` is one thunk made ready: its `run` is a zero-argument callable whose arguments
+(kernel pointer arrays, arena views, shapes) were computed at load time, so executing a
+program is a loop of calls. Control-flow steps (while, conditional, sequential) have nested
+step sequences and a `bind` that turns runners of those sequences into their own runner; the
+same step tree is realized twice, plain and with a profiler wrapped around every step.
+
+Builders are registered per thunk kind (`@builds("gemm")`) and get the `LoadContext`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...ir import Instruction, Module, Opcode
+from ..executable import ProfileRow
+from .memory import Memory
+
+Runner = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A thunk ready to run: `run` for leaves, `bind(child runners)` for control flow."""
+
+    name: str
+    kind: str
+    ops: str
+    run: Runner | None = None
+    children: tuple[tuple[Step, ...], ...] = ()
+    bind: Callable[[list[Runner]], Runner] | None = None
+
+
+@dataclass
+class LoadContext:
+    """What step builders share: memory, the module's instructions, the loaded kernels."""
+
+    memory: Memory
+    module: Module
+    kernels: dict  # kernels.json
+    loaded: object  # kernels.LoadedKernels over the JIT-loaded object
+    use_drivers: bool = True  # run native drivers (kernels.json "drivers") where planned
+    instructions: dict[str, Instruction] = field(default_factory=dict)
+    keep_alive: list = field(default_factory=list)  # ctypes arrays the steps point into
+
+    def __post_init__(self) -> None:
+        self.instructions = {i.name: i for c in self.module.computations for i in c.instructions}
+        self.drivers = {d["thunks"][0]: d for d in self.kernels.get("drivers", [])}
+
+    def instruction(self, name: str) -> Instruction:
+        return self.instructions[name]
+
+    def sequence(self, thunks) -> tuple[Step, ...]:
+        """Steps for a thunk sequence; runs a native driver covers become one step."""
+        from .kernels import build_driver_step
+
+        thunks, steps, i = list(thunks), [], 0
+        while i < len(thunks):
+            driver = self.drivers.get(thunks[i].name) if self.use_drivers else None
+            n = len(driver["thunks"]) if driver else 1
+            if driver and [t.name for t in thunks[i:i + n]] == driver["thunks"]:
+                steps.append(build_driver_step(self, driver, thunks[i:i + n]))
+            else:
+                steps.append(build_step(self, thunks[i]))
+                n = 1
+            i += n
+        return tuple(steps)
+
+
+Builder = Callable[[LoadContext, object], Step]
+_BUILDERS: dict[str, Builder] = {}
+
+
+def builds(*kinds: str):
+    def register(fn: Builder) -> Builder:
+        for k in kinds:
+            _BUILDERS[k] = fn
+        return fn
+    return register
+
+
+def build_step(ctx: LoadContext, thunk) -> Step:
+    from . import contract, control, host, kernels  # noqa: F401  (builders register)
+
+    return _BUILDERS.get(thunk.kind, host.build_host_step)(ctx, thunk)
+
+
+def op_names(ctx: LoadContext, name: str) -> str:
+    """The HLO ops a thunk executes: the instruction, and a fusion's fused opcodes."""
+    instr = ctx.instructions.get(name)
+    if instr is None or instr.opcode != Opcode.FUSION:
+        return name
+    ops = sorted({i.opcode.value for i in instr.called[0].instructions
+                  if i.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE)})
+    return f"{name} ({', '.join(ops)})"
+
+
+# ---- realizing step trees -----------------------------------------------------------------
+
+def _nothing() -> None:
+    return None
+
+
+def realize(steps: tuple[Step, ...], wrap=None) -> Runner:
+    """One runner for a step sequence; `wrap(step, runner)` decorates every step's runner."""
+    runs = [_realize_one(s, wrap) for s in steps]
+    if not runs:
+        return _nothing
+    if len(runs) == 1:
+        return runs[0]
+
+    def run_all() -> None:
+        for run in runs:
+            run()
+    return run_all
+
+
+def _realize_one(step: Step, wrap) -> Runner:
+    if step.bind is not None:
+        run = step.bind([realize(c, wrap) for c in step.children])
+    else:
+        run = step.run or _nothing
+    return wrap(step, run) if wrap is not None else run
+
+
+class Profiler:
+    """Times every step; a control-flow step's row excludes its nested steps' time."""
+
+    def __init__(self):
+        self.rows: dict[str, ProfileRow] = {}
+        self._child = [0.0]
+
+    def wrap(self, step: Step, run: Runner) -> Runner:
+        row = self.rows.setdefault(step.name, ProfileRow(step.name, step.kind, step.ops))
+        child = self._child
+        clock = time.perf_counter
+
+        def timed() -> None:
+            child.append(0.0)
+            start = clock()
+            run()
+            spent = clock() - start
+            row.count += 1
+            row.seconds += spent - child.pop()
+            child[-1] += spent
+        return timed
+
+    def reset(self) -> None:
+        for row in self.rows.values():
+            row.count, row.seconds = 0, 0.0
+        self._child[:] = [0.0]

@@ -1,0 +1,340 @@
+"""The CPU runtime: host checks, cross-compilation, determinism, overhead, profiling,
+memory binding (in-place inputs, fresh outputs) and parallel splits."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from hloc.codegen.target import X86_LEVELS, host_target
+from hloc.errors import InputError
+from hloc.runtime.cpu import checks, parallel
+from tests.conftest import SAMPLES, sample_arrays, sample_meta
+from tests.test_cpu_runtime_helpers import (
+    assert_close,
+    compile_to_bundle,
+    kernels_json,
+    load_cpu,
+    members,
+    reference,
+    run_text,
+)
+from tests.test_interp_samples import mismatch
+
+pytestmark = pytest.mark.cpu
+
+ELEMENTWISE = """HloModule ew
+ENTRY e {
+  x = f32[1024]{0} parameter(0)
+  y = f32[1024]{0} parameter(1)
+  m = f32[1024]{0} multiply(x, y)
+  e = f32[1024]{0} exponential(m)
+  ROOT r = f32[1024]{0} add(e, x)
+}
+"""
+
+
+def _sample_matches(name: str, exe) -> None:
+    got = exe.run(sample_arrays(name, "inputs"))
+    meta = sample_meta(name)
+    for i, (g, e, d) in enumerate(zip(got, sample_arrays(name, "expected"), meta["outputs"],
+                                      strict=True)):
+        assert mismatch(g, e, d) is None, f"{name} out{i}: {mismatch(g, e, d)}"
+
+
+# ---- host checks ------------------------------------------------------------------------------
+
+def test_missing_cpu_feature_is_refused_before_loading(tmp_path):
+    def fake(manifest):
+        manifest["target"]["cpu_features"] = manifest["target"]["cpu_features"] + [
+            "hloc-imaginary-feature", "avx1024"]
+    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "f.bundle", edit_manifest=fake)
+    with pytest.raises(InputError) as err:
+        load_cpu(bundle)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "avx1024" in message and "hloc-imaginary-feature" in message
+    assert "lacks" in message
+
+
+def test_other_architecture_is_refused(tmp_path):
+    def fake(manifest):
+        manifest["target"]["triple"] = "aarch64-unknown-linux-gnu"
+    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "a.bundle", edit_manifest=fake)
+    with pytest.raises(InputError, match="aarch64"):
+        load_cpu(bundle)
+
+
+def test_unresolvable_symbol_is_refused():
+    checks.check_imports(["expf", "memcpy"])
+    with pytest.raises(InputError, match="hloc_no_such_symbol"):
+        checks.check_imports(["hloc_no_such_symbol"])
+
+
+def test_manifest_records_target(tmp_path):
+    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "h.bundle")
+    from hloc.bundle import read_bundle
+
+    target = read_bundle(bundle).manifest["target"]
+    host = host_target()
+    assert target["kind"] == "cpu" and target["triple"] == host.triple
+    assert target["cpu"] == host.cpu
+    assert set(target["cpu_features"]) == set(host.required_features)
+
+
+# ---- cross-compilation ----------------------------------------------------------------------
+
+@pytest.mark.skipif(not host_target().is_x86, reason="x86-64 levels")
+@pytest.mark.parametrize("name", ["mlp", "reductions", "dtype_zoo"])
+def test_cross_compile_x86_64_v2(name, tmp_path):
+    bundle = compile_to_bundle(SAMPLES / f"{name}.pb", tmp_path / "v2.bundle", cpu="x86-64-v2")
+    from hloc.bundle import read_bundle
+
+    target = read_bundle(bundle).manifest["target"]
+    assert target["cpu"] == "x86-64-v2"
+    assert set(target["cpu_features"]) <= set(X86_LEVELS["x86-64-v2"])
+    asm = members(bundle)["module.s"].decode()
+    # SSE only: no AVX (ymm) / AVX-512 (zmm, k-masks) registers or VEX-encoded instructions.
+    assert not re.search(r"%[yz]mm\d|%k[1-7]\b|\bvmov|\bvfmadd", asm)
+    assert re.search(r"%xmm\d", asm)
+    _sample_matches(name, load_cpu(bundle))
+
+
+def test_cpu_features_flag_lowers_vector_width(tmp_path):
+    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "f.bundle", cpu="x86-64-v4",
+                               features="-avx512f")
+    asm = members(bundle)["module.s"].decode()
+    assert "%zmm" not in asm
+    x = np.linspace(-2, 2, 1024, dtype=np.float32)
+    got = load_cpu(bundle).run([x, x])
+    assert_close(got, reference(ELEMENTWISE, [x, x]))
+
+
+# ---- bundle contents ----------------------------------------------------------------------------
+
+def test_bundle_is_deterministic(tmp_path):
+    a = members(compile_to_bundle(SAMPLES / "attention.pb", tmp_path / "a.bundle"))
+    b = members(compile_to_bundle(SAMPLES / "attention.pb", tmp_path / "b.bundle"))
+    for name in ("cpu.o", "kernels.json", "module.ll", "module.opt.ll", "thunks.json"):
+        assert a[name] == b[name], name
+
+
+def test_kernels_json_lists_kernels_composites_and_fallbacks(tmp_path):
+    mlp = kernels_json(compile_to_bundle(SAMPLES / "mlp.pb", tmp_path / "m.bundle"))
+    assert mlp["kernels"] and mlp["composites"] and not mlp["fallbacks"]
+    steps = [s["kind"] for c in mlp["composites"].values() for s in c["steps"]]
+    assert "gemm" in steps and "kernel" in steps
+    cplx = kernels_json(compile_to_bundle(SAMPLES / "complex.pb", tmp_path / "c.bundle"))
+    assert any("c64" in f["reason"] for f in cplx["fallbacks"].values())
+
+
+# ---- speed of the run loop ---------------------------------------------------------------------
+
+def _ten_kernels() -> str:
+    ops = ["add", "multiply", "subtract", "maximum", "minimum"] * 2
+    lines = ["HloModule ten", "ENTRY e {", "  p0 = f32[64]{0} parameter(0)",
+             "  p1 = f32[64]{0} parameter(1)"]
+    prev = "p0"
+    for i, op in enumerate(ops):
+        lines.append(f"  v{i} = f32[64]{{0}} {op}({prev}, p1)")
+        prev = f"v{i}"
+    lines += [f"  ROOT r = f32[64]{{0}} negate({prev})", "}"]
+    return "\n".join(lines)
+
+
+def test_ten_small_kernels_run_well_under_a_millisecond(tmp_path):
+    text = _ten_kernels()
+    bundle = compile_to_bundle(text, tmp_path / "t.bundle", opt_level=0)  # no fusion
+    exe = load_cpu(bundle)
+    assert exe.describe()["steps"] == {"driver": 1}  # one native call runs all 11 kernels
+    args = [np.linspace(-1, 1, 64, dtype=np.float32), np.full(64, 0.5, np.float32)]
+    assert_close(exe.run(args), reference(text, args))
+    outputs, rows = exe.run_profiled(args)  # profiling steps through the kernels one by one
+    assert_close(outputs, reference(text, args))
+    assert len(rows) == 11 and {r.kind for r in rows} == {"kernel"}
+    times = []
+    for _ in range(300):
+        start = time.perf_counter()
+        exe.run(args)
+        times.append(time.perf_counter() - start)
+    assert statistics.median(times) < 2.5e-4, statistics.median(times)
+
+
+# ---- profiling ------------------------------------------------------------------------------------
+
+def test_profile_rows_count_loop_iterations(tmp_path):
+    bundle = compile_to_bundle(SAMPLES / "scan_rnn.pb", tmp_path / "r.bundle")
+    exe = load_cpu(bundle)
+    args = sample_arrays("scan_rnn", "inputs")
+    outputs, rows = exe.run_profiled(args)
+    assert_close(outputs, exe.run(args), rtol=0, atol=0)
+    loops = [r for r in rows if r.kind == "while"]
+    assert len(loops) == 1 and loops[0].count == 1
+    counts = {r.count for r in rows if r.kind != "while"}
+    steps = sample_arrays("scan_rnn", "inputs")[0].shape[0]  # xs: [steps, batch, features]
+    assert steps in counts  # body thunks ran once per iteration
+    assert all(r.seconds >= 0 and r.ops for r in rows)
+    # A second profiled run starts from zero.
+    _, again = exe.run_profiled(args)
+    assert max(r.count for r in again) == max(r.count for r in rows)
+
+
+# ---- memory binding -------------------------------------------------------------------------------
+
+BIG = """HloModule big
+ENTRY e {
+  x = f32[512,512]{1,0} parameter(0)
+  y = f32[512,512]{1,0} parameter(1)
+  s = f32[512,512]{1,0} add(x, y)
+  t = f32[512,512]{1,0} tanh(s)
+  c = f32[] constant(0)
+  r = f32[512]{0} reduce(t, c), dimensions={0}, to_apply=sum
+  ROOT out = (f32[512,512]{1,0}, f32[512]{0}) tuple(t, r)
+}
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def test_large_inputs_in_place_and_fresh_outputs(tmp_path):
+    exe = load_cpu(compile_to_bundle(BIG, tmp_path / "b.bundle"))
+    info = exe.describe()
+    assert info["in_place_inputs"] and info["fresh_outputs"]
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
+    first = exe.run([x, y])
+    keep = [a.copy() for a in first]
+    assert_close(first, reference(BIG, [x, y]), rtol=1e-5, atol=1e-5)
+    # Non-contiguous arguments (copied in) and new arrays each call.
+    x2 = np.asfortranarray(rng.standard_normal((512, 512)).astype(np.float32))
+    y2 = rng.standard_normal((1024, 512)).astype(np.float32)[::2]
+    second = exe.run([x2, y2])
+    assert_close(second, reference(BIG, [np.ascontiguousarray(x2), np.ascontiguousarray(y2)]),
+                 rtol=1e-5, atol=1e-5)
+    assert_close(first, keep, rtol=0, atol=0)  # earlier results are not overwritten
+    assert_close(exe.run([x, y]), keep, rtol=0, atol=0)
+    np.testing.assert_array_equal(x, np.asarray(x))  # inputs are never written
+
+
+def test_wrong_argument_shape_is_a_clear_error(tmp_path):
+    exe = load_cpu(compile_to_bundle(ELEMENTWISE, tmp_path / "e.bundle"))
+    with pytest.raises(InputError, match="shape"):
+        exe.run([np.zeros(1023, np.float32), np.zeros(1024, np.float32)])
+    with pytest.raises(InputError, match="2 arguments"):
+        exe.run([np.zeros(1024, np.float32)])
+
+
+# ---- parallel splits ------------------------------------------------------------------------------
+
+SPLIT = """HloModule split
+ENTRY e {
+  x = f32[1024,1024]{1,0} parameter(0)
+  i = s32[] parameter(1)
+  u = f32[8,1024]{1,0} parameter(2)
+  z = s32[] constant(0)
+  e = f32[1024,1024]{1,0} exponential(x)
+  c = f32[] constant(0)
+  rows = f32[1024]{0} reduce(e, c), dimensions={1}, to_apply=sum
+  cols = f32[1024]{0} reduce(e, c), dimensions={0}, to_apply=sum
+  d = f32[1024,1024]{1,0} dynamic-update-slice(e, u, i, z)
+  ROOT out = (f32[1024]{0}, f32[1024]{0}, f32[1024,1024]{1,0}) tuple(rows, cols, d)
+}
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def test_split_kernels_match_the_interpreter(tmp_path):
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((1024, 1024)).astype(np.float32) * 0.1, np.int32(100),
+            rng.standard_normal((8, 1024)).astype(np.float32)]
+    got, want = run_text(SPLIT, args, tmp_path, opt_level=0)
+    assert_close(got, want, rtol=2e-5, atol=1e-3)
+
+
+def test_split_ranges_cover_every_unit():
+    for extent in (1, 2, 3, 7, 100, 12345):
+        for parts in (1, 2, 3, 8):
+            ranges = parallel.split(extent, parts)
+            assert ranges[0][0] == 0 and ranges[-1][1] == extent
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+            assert all(lo < hi for lo, hi in ranges)
+
+
+def test_pool_runs_every_range_once():
+    pool = parallel.Pool(3)
+    for parts in (1, 2, 5, 40):
+        seen: list = []
+        pool.run(lambda lo, hi, out=seen: out.append((lo, hi)), parallel.split(1000, parts))
+        assert sorted(seen) == parallel.split(1000, parts)
+    pool.run(lambda lo, hi: None, [])
+
+
+# ---- native drivers ---------------------------------------------------------------------------
+
+LOOPS = """HloModule loops
+b0 {
+  x = f32[8]{0} parameter(0)
+  ROOT y = f32[8]{0} multiply(x, x)
+}
+b1 {
+  x = f32[8]{0} parameter(0)
+  ROOT y = f32[8]{0} negate(x)
+}
+b2 {
+  x = f32[8]{0} parameter(0)
+  h = f32[] constant(0.5)
+  hh = f32[8]{0} broadcast(h), dimensions={}
+  ROOT y = f32[8]{0} add(x, hh)
+}
+cond {
+  p = (s32[], f32[8]{0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(11)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[8]{0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[8]{0} get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  four = s32[] constant(4)
+  k = s32[] remainder(i, four)
+  c = f32[8]{0} conditional(k, x, x, x), branch_computations={b0, b1, b2}
+  ROOT t = (s32[], f32[8]{0}) tuple(i2, c)
+}
+ENTRY e {
+  x = f32[8]{0} parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[8]{0}) tuple(z, x)
+  w = (s32[], f32[8]{0}) while(init), condition=cond, body=body
+  y = f32[8]{0} get-tuple-element(w), index=1
+  s = pred[] parameter(1)
+  ROOT r = f32[8]{0} conditional(s, y, y), true_computation=b1, false_computation=b2
+}
+"""
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_native_driver_runs_loops_and_branches(flag, tmp_path):
+    """A while loop whose body picks one of three branches by index (index 3 is out of range
+    and runs the last branch), then a pred conditional: all in one native driver."""
+    bundle = compile_to_bundle(LOOPS, tmp_path / "l.bundle", passes="layout-assignment")
+    assert kernels_json(bundle)["drivers"]
+    exe = load_cpu(bundle)
+    assert exe.describe()["steps"] == {"driver": 1}
+    args = [np.linspace(-1, 1, 8, dtype=np.float32), np.bool_(flag)]
+    want = reference(LOOPS, args)
+    assert_close(exe.run(args), want)
+    assert_close(exe.run_profiled(args)[0], want)

@@ -1,0 +1,217 @@
+"""Per opcode, the whole CPU path (passes, buffers, thunks, codegen, runtime) against the
+reference interpreter, on edge values: NaN, ±inf, ±0, denormals, integer limits and overflow,
+empty shapes. Plus Gemm and Convolution thunks in every dimension arrangement, and the
+documented handling of every opcode the interpreter knows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hloc.codegen.elemental import supported_opcodes
+from hloc.runtime.interpreter import registry
+from tests.test_codegen_harness import assert_matches, edge_values
+from tests.test_cpu_runtime_helpers import run_text
+
+pytestmark = pytest.mark.cpu
+
+# How the CPU backend runs opcodes that have no elemental lowering.
+NATIVE_THUNKS = {"while", "conditional", "call", "fusion", "convolution", "custom-call", "fft",
+                 "sort", "scatter"}  # scatter: the in-place kernel segment
+NO_WORK = {"add-dependency", "after-all", "opt-barrier"}
+EXPANDED_BY_PASSES = {"batch-norm-grad", "batch-norm-inference", "batch-norm-training",
+                      "rng-bit-generator"}
+HOST_FALLBACK = {"cholesky", "triangular-solve", "complex", "real", "imag", "rng",
+                 "select-and-scatter", "stochastic-convert", "topk", "get-dimension-size"}
+
+
+def test_every_interpreter_opcode_has_a_cpu_path():
+    missing = {o.value for o in registry.supported_opcodes() - supported_opcodes("cpu")}
+    undocumented = missing - NATIVE_THUNKS - NO_WORK - EXPANDED_BY_PASSES - HOST_FALLBACK
+    assert not undocumented, sorted(undocumented)
+
+
+def _unary(op: str, t: str, rt: str, n: int) -> str:
+    return (f"HloModule u\nENTRY e {{\n  x = {t}[{n}]{{0}} parameter(0)\n"
+            f"  ROOT r = {rt}[{n}]{{0}} {op}(x)\n}}\n")
+
+
+def _binary(op: str, t: str, rt: str, n: int, attrs: str = "") -> str:
+    return (f"HloModule b\nENTRY e {{\n  x = {t}[{n}]{{0}} parameter(0)\n"
+            f"  y = {t}[{n}]{{0}} parameter(1)\n  ROOT r = {rt}[{n}]{{0}} {op}(x, y){attrs}\n}}\n")
+
+
+def _grid(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.meshgrid(values, values, indexing="ij")
+    return a.reshape(-1), b.reshape(-1)
+
+
+EXACT_F32_UNARY = ["abs", "negate", "floor", "ceil", "round-nearest-afz", "round-nearest-even",
+                   "sign", "sqrt"]
+APPROX_F32_UNARY = ["exponential", "exponential-minus-one", "log", "log-plus-one", "rsqrt", "cbrt",
+                    "tanh", "logistic", "erf"]
+TRIG = ["sine", "cosine", "tan"]
+
+
+@pytest.mark.parametrize("op", EXACT_F32_UNARY + APPROX_F32_UNARY + TRIG)
+def test_f32_unary(op, tmp_path):
+    x = edge_values("f32")
+    exact = op in EXACT_F32_UNARY
+    got, want = run_text(_unary(op, "f32", "f32", x.size), [x], tmp_path)
+    assert_matches(got[0], want[0], rtol=0 if exact else 2e-6, atol=0 if exact else 1e-7, what=op)
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "power", "remainder",
+                                "atan2", "maximum", "minimum"])
+def test_f32_binary(op, tmp_path):
+    x, y = _grid(edge_values("f32"))
+    got, want = run_text(_binary(op, "f32", "f32", x.size), [x, y], tmp_path)
+    exact = op not in ("power", "atan2")
+    assert_matches(got[0], want[0], rtol=0 if exact else 4e-6, atol=0 if exact else 1e-7, what=op)
+
+
+@pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
+def test_f32_compare(direction, tmp_path):
+    x, y = _grid(edge_values("f32"))
+    got, want = run_text(_binary("compare", "f32", "pred", x.size, f", direction={direction}"),
+                         [x, y], tmp_path)
+    assert_matches(got[0], want[0], what=direction)
+
+
+INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and",
+              "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "power"]
+
+
+@pytest.mark.parametrize("t", ["s32", "u8", "s64", "u32"])
+@pytest.mark.parametrize("op", INT_BINARY)
+def test_integer_binary(op, t, tmp_path):
+    x, y = _grid(edge_values(t))
+    got, want = run_text(_binary(op, t, t, x.size), [x, y], tmp_path)
+    assert_matches(got[0], want[0], what=f"{op} {t}")
+
+
+@pytest.mark.parametrize("t", ["s32", "u8", "s8"])
+@pytest.mark.parametrize("op", ["abs", "negate", "not", "sign", "popcnt", "count-leading-zeros"])
+def test_integer_unary(op, t, tmp_path):
+    x = edge_values(t)
+    got, want = run_text(_unary(op, t, t, x.size), [x], tmp_path)
+    assert_matches(got[0], want[0], what=f"{op} {t}")
+
+
+@pytest.mark.parametrize("src,dst", [("f32", "s32"), ("f32", "u8"), ("f32", "bf16"),
+                                     ("f32", "f16"), ("s32", "f32"), ("f32", "pred"),
+                                     ("bf16", "f32"), ("s64", "f32"), ("f32", "f8e4m3fn")])
+def test_convert(src, dst, tmp_path):
+    x = edge_values(src)
+    got, want = run_text(_unary("convert", src, dst, x.size), [x], tmp_path)
+    assert_matches(got[0], want[0], what=f"{src}->{dst}")
+
+
+EMPTY = """HloModule empty
+ENTRY e {
+  x = f32[3,0]{1,0} parameter(0)
+  y = f32[0]{0} parameter(1)
+  a = f32[3,0]{1,0} exponential(x)
+  c = f32[] constant(1.5)
+  r = f32[3]{0} reduce(x, c), dimensions={1}, to_apply=sum
+  n = f32[0]{0} negate(y)
+  ROOT t = (f32[3,0]{1,0}, f32[3]{0}, f32[0]{0}) tuple(a, r, n)
+}
+sum {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}
+"""
+
+
+def test_empty_shapes(tmp_path):
+    args = [np.zeros((3, 0), np.float32), np.zeros((0,), np.float32)]
+    got, want = run_text(EMPTY, args, tmp_path)
+    for g, w in zip(got, want, strict=True):
+        assert_matches(g, w)
+    np.testing.assert_array_equal(got[1], [1.5, 1.5, 1.5])
+
+
+# ---- contractions -------------------------------------------------------------------------------
+
+DOTS = [
+    ("f32[6,5]{1,0}", "f32[5,4]{1,0}", "f32[6,4]{1,0}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+    ("f32[5,6]{1,0}", "f32[4,5]{1,0}", "f32[6,4]{1,0}", "lhs_contracting_dims={0} rhs_contracting_dims={1}"),
+    ("f32[3,6,5]{2,1,0}", "f32[3,5,4]{2,1,0}", "f32[3,6,4]{2,1,0}",
+     "lhs_batch_dims={0} lhs_contracting_dims={2} rhs_batch_dims={0} rhs_contracting_dims={1}"),
+    ("f32[6,3,5]{2,1,0}", "f32[4,5,3]{2,1,0}", "f32[3,6,4]{2,1,0}",
+     "lhs_batch_dims={1} lhs_contracting_dims={2} rhs_batch_dims={2} rhs_contracting_dims={1}"),
+    ("f32[6,5]{0,1}", "f32[5,4]{0,1}", "f32[6,4]{0,1}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+    ("f64[7,9]{1,0}", "f64[9]{0}", "f64[7]{0}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+    ("s32[4,5]{1,0}", "s32[5,3]{1,0}", "s32[4,3]{1,0}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+    ("f32[0,5]{1,0}", "f32[5,4]{1,0}", "f32[0,4]{1,0}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+    ("f32[6,0]{1,0}", "f32[0,4]{1,0}", "f32[6,4]{1,0}", "lhs_contracting_dims={1} rhs_contracting_dims={0}"),
+]
+
+
+def _random(shape_text: str, rng) -> np.ndarray:
+    dtype, dims = shape_text.split("[")[0], shape_text.split("[")[1].split("]")[0]
+    dims = [int(d) for d in dims.split(",") if d]
+    values = rng.integers(-5, 5, dims) if dtype.startswith("s") else rng.standard_normal(dims)
+    return values.astype({"f32": np.float32, "f64": np.float64, "s32": np.int32}[dtype])
+
+
+@pytest.mark.parametrize("passes", [None, "layout-assignment"])
+@pytest.mark.parametrize("lhs,rhs,out,dims", DOTS)
+def test_dot(lhs, rhs, out, dims, passes, tmp_path):
+    text = (f"HloModule d\nENTRY e {{\n  a = {lhs} parameter(0)\n  b = {rhs} parameter(1)\n"
+            f"  ROOT d = {out} dot(a, b), {dims.replace(' ', ', ')}\n}}\n")
+    rng = np.random.default_rng(0)
+    args = [_random(lhs, rng), _random(rhs, rng)]
+    got, want = run_text(text, args, tmp_path, passes=passes)
+    assert_matches(got[0], want[0], rtol=1e-5, atol=1e-5, what=dims)
+
+
+CONVS = [
+    # (input, kernel, output, window, dim_labels, feature_group_count)
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,9,9,4]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 1),
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,4,4,4]", "size=3x3 stride=2x2", "b01f_01io->b01f", 1),
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,5,5,4]", "size=3x3 rhs_dilate=2x2", "b01f_01io->b01f", 1),
+    ("f32[2,3,9,9]", "f32[4,3,3,3]", "f32[2,4,9,9]", "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", 1),
+    ("f32[2,8,8,6]", "f32[1,1,6,5]", "f32[2,8,8,5]", "size=1x1", "b01f_01io->b01f", 1),
+    ("f32[2,11,3]", "f32[4,3,2]", "f32[2,10,2]", "size=4 pad=1_2", "b0f_0io->b0f", 1),
+    ("f32[2,8,8,6]", "f32[3,3,2,6]", "f32[2,8,8,6]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 3),
+    ("f32[1,7,7,2]", "f32[3,3,2,2]", "f32[1,13,13,2]", "size=3x3 pad=2_2x2_2 lhs_dilate=2x2",
+     "b01f_01io->b01f", 1),
+]
+
+
+@pytest.mark.parametrize("inp,ker,out,window,labels,groups", CONVS)
+def test_convolution(inp, ker, out, window, labels, groups, tmp_path):
+    text = (f"HloModule c\nENTRY e {{\n  x = {inp} parameter(0)\n  w = {ker} parameter(1)\n"
+            f"  ROOT c = {out} convolution(x, w), window={{{window}}}, dim_labels={labels}, "
+            f"feature_group_count={groups}\n}}\n")
+    rng = np.random.default_rng(1)
+    args = [_random(inp, rng), _random(ker, rng)]
+    got, want = run_text(text, args, tmp_path)
+    assert_matches(got[0], want[0], rtol=1e-4, atol=1e-4, what=window)
+
+
+FUSED_CONV = """HloModule fc
+ENTRY e {
+  x = f32[2,9,9,3]{3,2,1,0} parameter(0)
+  w = f32[3,3,3,4]{3,2,1,0} parameter(1)
+  b = f32[4]{0} parameter(2)
+  c = f32[2,9,9,4]{3,2,1,0} convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  bb = f32[2,9,9,4]{3,2,1,0} broadcast(b), dimensions={3}
+  s = f32[2,9,9,4]{3,2,1,0} add(c, bb)
+  z = f32[] constant(0)
+  zz = f32[2,9,9,4]{3,2,1,0} broadcast(z), dimensions={}
+  ROOT r = f32[2,9,9,4]{3,2,1,0} maximum(s, zz)
+}
+"""
+
+
+def test_fused_convolution_epilogue(tmp_path):
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal((2, 9, 9, 3)).astype(np.float32),
+            rng.standard_normal((3, 3, 3, 4)).astype(np.float32),
+            rng.standard_normal(4).astype(np.float32)]
+    got, want = run_text(FUSED_CONV, args, tmp_path)
+    assert_matches(got[0], want[0], rtol=1e-4, atol=1e-4)
