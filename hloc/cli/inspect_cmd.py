@@ -50,10 +50,17 @@ def _sig(entry: dict) -> str:
     return f"{entry['dtype']}[{','.join(str(d) for d in entry['shape'])}]"
 
 
+def _brief(value) -> str:
+    """Long lists (e.g. CPU features) as a count plus a few items; --json has them all."""
+    if isinstance(value, list) and len(value) > 6:
+        return f"{len(value)} items ({', '.join(map(str, value[:4]))}, ...)"
+    return str(value)
+
+
 def format_summary(s: dict) -> str:
     t = s["target"]
     lines = [f"bundle format {s['format_version']}, built by hloc {s['hloc_version']}",
-             f"target: {t.get('kind')}" + "".join(f", {k}={v}" for k, v in sorted(t.items()) if k != "kind"),
+             f"target: {t.get('kind')}" + "".join(f", {k}={_brief(v)}" for k, v in sorted(t.items()) if k != "kind"),
              f"module: {s['input'].get('module_name')} (from {s['input'].get('form')}, "
              f"sha256 {str(s['input'].get('sha256'))[:16]}…)",
              f"entry {s['entry']['name']}:"]
