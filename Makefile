@@ -52,8 +52,8 @@ $(JAXENV)/.installed:
 samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs network once)
 	$(JAXENV)/bin/python samples/generate.py --out samples
 
-bench: $(STAMP) ## run the benchmarks (prints tables)
-	$(PY) benchmarks/run.py
+bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (prints tables)
+	JAXENV=$(abspath $(JAXENV)) $(PY) benchmarks/run.py
 
 clean: ## remove build products (keeps the virtualenvs)
 	rm -rf build dist *.egg-info demo-out .pytest_cache
