@@ -5,7 +5,8 @@ that use them. Inputs are flushed explicitly where a function would otherwise ha
 denormal back unchanged (XLA CPU reads denormals as zero). pow and cbrt work through
 f64 log2/exp2 (error far below f32 resolution). The accuracy table is in the tests
 (tests/test_codegen_math.py); each function is within a few f32 ulps of the correctly
-rounded result on its domain (sin/cos/tan: |x| < 1e5; larger arguments lose accuracy).
+rounded result on its domain. sin/cos/tan live in trig.py (exact argument reduction over
+the whole f32 range); FMath, the helper every function here builds with, in fmath.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ import math
 
 from llvmlite import ir
 
-from .types import F32, F64, I32, I64
+from .fmath import FMath
+from .trig import cos_f32, sin_f32, tan_f32
+from .types import F32, F64
+
+__all__ = ["FMath", "atan2_f32", "cbrt_f32", "cos_f32", "erf_f32", "exact_f64", "exp2_f64",
+           "exp_f32", "expm1_f32", "log1p_f32", "log2_f64", "log_f32", "logistic_f32",
+           "pow_f32", "sin_f32", "tan_f32", "tanh_f32"]
 
 # Least-squares (near-minimax) fits made for this file; see the module docstring.
 ERF_SMALL = (1.128379165743485, -0.37612625872606775, 0.11283585537914465, -0.02685382527664043,
@@ -27,101 +34,6 @@ ERF_MID = (0.999496646401728, 0.0026562403723717066, -0.006534521833314736, 0.00
            1.0635202587034952e-07, 1.0908280371015912e-06)
 ATAN = (0.9999999994037421, -0.3333330771257273, 0.19998219845039752, -0.14240122126661042,
         0.10573709780379668, -0.06035280714333226)
-
-
-class FMath:
-    """Float helpers for one LLVM float type (float or double)."""
-
-    def __init__(self, ctx, ty: ir.Type = F32):
-        self.ctx = ctx
-        self.b = ctx.builder
-        self.ty = ty
-        self.ity = I64 if ty == F64 else I32
-        self.sfx = "f64" if ty == F64 else "f32"
-
-    def c(self, v: float) -> ir.Constant:
-        return ir.Constant(self.ty, v)
-
-    def ic(self, v: int) -> ir.Constant:
-        return ir.Constant(self.ity, v)
-
-    def add(self, x, y):
-        return self.b.fadd(x, y)
-
-    def sub(self, x, y):
-        return self.b.fsub(x, y)
-
-    def mul(self, x, y):
-        return self.b.fmul(x, y)
-
-    def div(self, x, y):
-        return self.b.fdiv(x, y)
-
-    def fma(self, x, y, z):
-        """x*y + z, fused where the target has FMA (llvm.fmuladd never calls libm)."""
-        return self.ctx.call(f"llvm.fmuladd.{self.sfx}", [x, y, z])
-
-    def poly(self, x, coeffs) -> ir.Value:
-        """coeffs[0] + coeffs[1]*x + ... by Horner's rule."""
-        acc = self.c(coeffs[-1])
-        for k in reversed(coeffs[:-1]):
-            acc = self.fma(acc, x, self.c(k))
-        return acc
-
-    def intrinsic(self, name: str, *args):
-        return self.ctx.call(f"llvm.{name}.{self.sfx}", list(args))
-
-    def abs(self, x):
-        return self.intrinsic("fabs", x)
-
-    def copysign(self, mag, sign):
-        return self.intrinsic("copysign", mag, sign)
-
-    def lt(self, x, y):
-        return self.b.fcmp_ordered("<", x, y)
-
-    def gt(self, x, y):
-        return self.b.fcmp_ordered(">", x, y)
-
-    def eq(self, x, y):
-        return self.b.fcmp_ordered("==", x, y)
-
-    def isnan(self, x):
-        return self.b.fcmp_unordered("uno", x, x)
-
-    def sel(self, c, x, y):
-        return self.b.select(c, x, y)
-
-    def bits(self, x):
-        return self.b.bitcast(x, self.ity)
-
-    def from_bits(self, i):
-        return self.b.bitcast(i, self.ty)
-
-    def to_int(self, x):
-        """Float → int for integral-valued x; NaN and huge values become 0, never poison.
-
-        (A plain fptosi on a sanitized value vectorizes; LLVM scalarizes fptosi.sat.)
-        """
-        limit = self.c(float(2 ** (self.ity.width - 2)))
-        safe = self.sel(self.lt(self.abs(x), limit), x, self.c(0.0))
-        return self.b.fptosi(safe, self.ity)
-
-    def daz(self, x):
-        """Denormals read as ±0 (what the hardware does with DAZ set, made explicit)."""
-        tiny = 2.2250738585072014e-308 if self.ty == F64 else 1.1754943508222875e-38
-        return self.sel(self.lt(self.abs(x), self.c(tiny)), self.copysign(self.c(0.0), x), x)
-
-    def pow2(self, n):
-        """2**n for an integer n within the normal exponent range."""
-        mant = 52 if self.ty == F64 else 23
-        bias = 1023 if self.ty == F64 else 127
-        return self.from_bits(self.b.shl(self.b.add(n, self.ic(bias)), self.ic(mant)))
-
-    def scale(self, x, n):
-        """x * 2**n in two steps, so n may exceed the exponent range by up to its size."""
-        half = self.b.ashr(n, self.ic(1))
-        return self.mul(self.mul(x, self.pow2(half)), self.pow2(self.b.sub(n, half)))
 
 
 # ---- exp family ----------------------------------------------------------------------------------
@@ -222,70 +134,7 @@ def exp2_f64(ctx, t):
     return m.scale(p, m.to_int(k))
 
 
-# ---- trigonometry --------------------------------------------------------------------------------------
-
-_PIO2 = (1.57079632673412561417e+00, 6.07710050650619224932e-11, 2.02226624879595063154e-21)
-
-
-def _reduce_pio2(ctx, x):
-    """(r as f32, quadrant k mod 4 as i32) with x = k*pi/2 + r, |r| <= pi/4 (in f64)."""
-    m64 = FMath(ctx, F64)
-    b = ctx.builder
-    xd = b.fpext(x, F64)
-    k = m64.intrinsic("roundeven", m64.mul(xd, m64.c(2.0 / math.pi)))
-    r = xd
-    for part in _PIO2:
-        r = m64.fma(k, m64.c(-part), r)
-    q = b.trunc(m64.to_int(k), I32)
-    return b.fptrunc(r, F32), b.and_(q, ir.Constant(I32, 3))
-
-
-def _sin_poly(m: FMath, r):
-    z = m.mul(r, r)
-    p = m.poly(z, [(-1) ** k / math.factorial(2 * k + 1) for k in range(1, 6)])
-    return m.fma(m.mul(r, z), p, r)
-
-
-def _cos_poly(m: FMath, r):
-    z = m.mul(r, r)
-    return m.poly(z, [(-1) ** k / math.factorial(2 * k) for k in range(7)])
-
-
-def _sincos_quadrant(ctx, x, shift: int):
-    m = FMath(ctx)
-    b = ctx.builder
-    x = m.daz(x)
-    r, q = _reduce_pio2(ctx, x)
-    q = b.and_(b.add(q, ir.Constant(I32, shift)), ir.Constant(I32, 3))
-    s, c = _sin_poly(m, r), _cos_poly(m, r)
-    odd = b.trunc(q, ir.IntType(1))
-    negate = b.icmp_unsigned(">=", q, ir.Constant(I32, 2))
-    v = m.sel(odd, c, s)
-    res = m.sel(negate, b.fneg(v), v)
-    # sin/cos of inf is NaN; keep NaN inputs as they are.
-    bad = m.b.fcmp_unordered("uno", m.sub(x, x), m.c(0.0))
-    return m.sel(bad, m.sub(x, x), res)
-
-
-def sin_f32(ctx, x):
-    return _sincos_quadrant(ctx, x, 0)
-
-
-def cos_f32(ctx, x):
-    return _sincos_quadrant(ctx, x, 1)
-
-
-def tan_f32(ctx, x):
-    m = FMath(ctx)
-    b = ctx.builder
-    x = m.daz(x)
-    r, q = _reduce_pio2(ctx, x)
-    s, c = _sin_poly(m, r), _cos_poly(m, r)
-    odd = b.trunc(q, ir.IntType(1))
-    res = m.sel(odd, m.div(b.fneg(c), s), m.div(s, c))
-    bad = m.b.fcmp_unordered("uno", m.sub(x, x), m.c(0.0))
-    return m.sel(bad, m.sub(x, x), res)
-
+# ---- atan2 (sin, cos and tan are in trig.py) ------------------------------------------------------
 
 def _atan_unit(m: FMath, a):
     """atan(a) for 0 <= a <= 1."""

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from ...errors import UnsupportedError
-from ...ir import Instruction, PrimitiveType
+from ...ir import Instruction, Opcode, PrimitiveType
 from . import lowfloat
 from .compose import operand_index
-from .types import F64, ElemType, elem_type
+from .types import F64, I32, ElemType, elem_type
 
 
 def const(et: ElemType, value) -> ir.Constant:
@@ -36,9 +36,20 @@ def int_min(et: ElemType) -> ir.Constant:
 
 def finish(ctx, et: ElemType, value: ir.Value) -> ir.Value:
     """Round an f32 result to the narrow float type `et` (identity for other types)."""
+    if et.ptype == PrimitiveType.BF16:
+        value = _bf16_quiet_nan(ctx, value)
     if et.is_narrow_float:
         return lowfloat.round_to(ctx, et, value)
     return value
+
+
+def _bf16_quiet_nan(ctx, value: ir.Value) -> ir.Value:
+    """XLA CPU's f32 -> bf16 conversion turns every NaN into the quiet NaN of its sign
+    (0x7fc0 / 0xffc0): the payload is dropped, unlike f16, which keeps it."""
+    b = ctx.builder
+    bits = b.bitcast(value, I32)
+    quiet = b.or_(b.and_(bits, ir.Constant(I32, 0x80000000)), ir.Constant(I32, 0x7FC00000))
+    return b.select(is_nan(ctx, value), b.bitcast(quiet, value.type), value)
 
 
 def float_suffix(value: ir.Value) -> str:
@@ -46,12 +57,60 @@ def float_suffix(value: ir.Value) -> str:
 
 
 def fmax(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
-    """IEEE maximum: NaN-propagating, +0 > -0 (XLA's float max)."""
+    """IEEE maximum: NaN-propagating, +0 > -0, any NaN comes out as the canonical one.
+
+    For reductions: LLVM vectorizes llvm.maximum recurrences, and which NaN a reduction
+    returns depends on its order anyway. Elementwise ops use xla_max (exact NaN bits).
+    """
     return ctx.call(f"llvm.maximum.{float_suffix(a)}", [a, b])
 
 
 def fmin(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
+    """IEEE minimum (see fmax)."""
     return ctx.call(f"llvm.minimum.{float_suffix(a)}", [a, b])
+
+
+def xla_max(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
+    """XLA CPU's elementwise float maximum, bit for bit (the interpreter's float_max).
+
+    NaN-propagating with -0 < +0. A NaN `a` comes back as it is; otherwise `b` comes back
+    with its sign bit ANDed with `a`'s, which is also the right answer whenever `b` wins
+    (a NaN b, equal zeros, or b > a, where b negative implies a negative). Denormal
+    operands read as zero (the result is flushed, which equals flushing the operands).
+    """
+    return _min_max(ctx, a, b, ">")
+
+
+def xla_min(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
+    """XLA CPU's elementwise float minimum, bit for bit: xla_max with the sign bits ORed."""
+    return _min_max(ctx, a, b, "<")
+
+
+def xla_clamp(ctx, lo: ir.Value, x: ir.Value, hi: ir.Value) -> ir.Value:
+    """XLA's float clamp: min(max(lo, x), hi) in this operand order (it picks the NaN)."""
+    return xla_min(ctx, xla_max(ctx, lo, x), hi)
+
+
+def _min_max(ctx, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
+    bld = ctx.builder
+    ity = int_bits_of_float(a)
+    sign = ir.Constant(ity, 1 << (ity.width - 1))
+    a_bits, b_bits = bld.bitcast(a, ity), bld.bitcast(b, ity)
+    if direction == ">":
+        b_wins = bld.and_(b_bits, bld.or_(a_bits, ir.Constant(ity, (1 << (ity.width - 1)) - 1)))
+    else:
+        b_wins = bld.or_(b_bits, bld.and_(a_bits, sign))
+    keep_a = bld.or_(bld.fcmp_ordered(direction, a, b), is_nan(ctx, a))
+    return flush_denormal(ctx, bld.select(keep_a, a, bld.bitcast(b_wins, a.type)))
+
+
+def flush_denormal(ctx, x: ir.Value) -> ir.Value:
+    """A denormal becomes a zero of its sign (the compare sees zero with or without DAZ)."""
+    tiny = 2.2250738585072014e-308 if x.type == F64 else 1.1754943508222875e-38
+    bld = ctx.builder
+    small = bld.fcmp_ordered("<", unary_float(ctx, "fabs", x), ir.Constant(x.type, tiny))
+    zero = ctx.call(f"llvm.copysign.{float_suffix(x)}", [ir.Constant(x.type, 0.0), x])
+    return bld.select(small, zero, x)
 
 
 def unary_float(ctx, name: str, x: ir.Value) -> ir.Value:
@@ -78,6 +137,19 @@ def int_bits_of_float(value: ir.Value) -> ir.IntType:
 # Per-kind implementations of one elementwise opcode: fn(ctx, instr, values) -> value.
 KindFn = Callable[..., ir.Value]
 
+# The float rules of these opcodes come from here whatever rules the lowering passes in:
+# XLA's NaN bits need xla_max/xla_min, not the reduction-friendly fmax/fmin that arith.py
+# builds its rules from. (Once arith.py uses xla_* itself, this table can go.)
+XLA_FLOAT_RULES: dict[Opcode, KindFn] = {
+    Opcode.MAXIMUM: lambda ctx, instr, v, et: xla_max(ctx, *v),
+    Opcode.MINIMUM: lambda ctx, instr, v, et: xla_min(ctx, *v),
+    Opcode.CLAMP: lambda ctx, instr, v, et: xla_clamp(ctx, *v),
+}
+# XLA CPU's f16 maximum/minimum/clamp return the positive quiet NaN 0x7e00 whatever NaN went
+# in; f32/f64 keep the payload xla_max picks, bf16 results lose it in `finish`.
+F16_CANONICAL_NAN = frozenset(XLA_FLOAT_RULES)
+_F16_QUIET_NAN_IN_F32 = 0x7FC00000  # the f32 register form of f16 0x7e00
+
 
 def elementwise(rules: dict[str, KindFn], *, operand: int = 0):
     """A lowering that dispatches on the element kind of operand `operand`.
@@ -90,15 +162,22 @@ def elementwise(rules: dict[str, KindFn], *, operand: int = 0):
     def lowering(ctx, instr: Instruction, gens):
         et = operand_type(instr, operand)
         fn = rules.get(et.kind) or (rules.get("integral") if et.is_integral else None)
+        if et.is_float and instr.opcode in XLA_FLOAT_RULES:
+            fn = XLA_FLOAT_RULES[instr.opcode]
         if fn is None:
             raise UnsupportedError(f"{instr.opcode.value} is not supported for "
                                    f"{PrimitiveType(et.ptype).name.lower()} operands "
                                    f"(instruction %{instr.name})")
         result_et = out_type(instr)
+        canonical = result_et.ptype == PrimitiveType.F16 and instr.opcode in F16_CANONICAL_NAN
 
         def generate(index):
             values = [g(operand_index(instr, i, index)) for i, g in enumerate(gens)]
-            return finish(ctx, result_et, fn(ctx, instr, values, et))
+            value = fn(ctx, instr, values, et)
+            if canonical:
+                nan = ir.Constant(I32, _F16_QUIET_NAN_IN_F32).bitcast(value.type)
+                value = ctx.builder.select(is_nan(ctx, value), nan, value)
+            return finish(ctx, result_et, value)
 
         return generate
 
