@@ -30,6 +30,7 @@ demo: $(STAMP) ## compile and run a sample end to end
 
 test: $(STAMP) ## run the whole test suite (creates the virtualenv if needed)
 	$(PY) tools/gen_proto.py --check
+	$(VENV)/bin/ruff check hloc tests tools benchmarks
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP) ## ruff lint
