@@ -167,17 +167,30 @@ class ThunkProgram:
 
     def walk(self):
         """Every thunk, nested ones included, depth-first."""
-        stack = list(reversed(self.sequence))
-        while stack:
-            thunk = stack.pop()
-            yield thunk
-            stack.extend(reversed(list(nested(thunk))))
+        return walk_thunks(self.sequence, nested)
 
     def kind_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for t in self.walk():
-            counts[t.kind] = counts.get(t.kind, 0) + 1
-        return dict(sorted(counts.items()))
+        return count_kinds(self.walk())
+
+
+def walk_thunks(sequence, children):
+    """Depth-first over a thunk sequence; `children(thunk)` yields a thunk's nested thunks.
+
+    Shared by the target-neutral program here and the GPU program (hloc/codegen/cuda).
+    """
+    stack = list(reversed(sequence))
+    while stack:
+        thunk = stack.pop()
+        yield thunk
+        stack.extend(reversed(list(children(thunk))))
+
+
+def count_kinds(thunks) -> dict[str, int]:
+    """Thunk count by kind, sorted by kind."""
+    counts: dict[str, int] = {}
+    for t in thunks:
+        counts[t.kind] = counts.get(t.kind, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def nested(thunk: Thunk):

@@ -147,17 +147,14 @@ class GpuProgram:
 
     def walk(self):
         """Every thunk, nested ones included, depth-first."""
-        stack = list(reversed(self.main))
-        while stack:
-            thunk = stack.pop()
-            yield thunk
-            stack.extend(reversed(list(nested(thunk))))
+        from ...thunks.thunks import walk_thunks
+
+        return walk_thunks(self.main, nested)
 
     def kind_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for t in self.walk():
-            counts[t.kind] = counts.get(t.kind, 0) + 1
-        return dict(sorted(counts.items()))
+        from ...thunks.thunks import count_kinds
+
+        return count_kinds(self.walk())
 
 
 def nested(thunk: GpuThunk):
