@@ -179,6 +179,12 @@ CONVS = [
     ("f32[2,8,8,6]", "f32[3,3,2,6]", "f32[2,8,8,6]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 3),
     ("f32[1,7,7,2]", "f32[3,3,2,2]", "f32[1,13,13,2]", "size=3x3 pad=2_2x2_2 lhs_dilate=2x2",
      "b01f_01io->b01f", 1),
+    # The direct (no im2col) path: dilation along H only, stride along W only, uneven
+    # padding, and output widths/channels that leave vector tails.
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,5,7,4]", "size=3x3 rhs_dilate=2x1", "b01f_01io->b01f", 1),
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,7,4,4]", "size=3x3 stride=1x2", "b01f_01io->b01f", 1),
+    ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,9,8,4]", "size=3x3 pad=0_2x1_0", "b01f_01io->b01f", 1),
+    ("f32[1,6,17,5]", "f32[3,3,5,19]", "f32[1,6,17,19]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 1),
 ]
 
 

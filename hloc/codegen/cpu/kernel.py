@@ -122,11 +122,31 @@ def emit_kernel(module: ir.Module, spec: KernelSpec, target) -> KernelInfo:
 
 
 def _aliased_buffers(spec: KernelSpec) -> set[int]:
+    """Buffer indices that may not be noalias: both sides of every alias pair that
+    `_shared_outputs` cannot fold into one pointer."""
     n = len(spec.operand_shapes)
+    shared = _shared_outputs(spec)
     out = set()
     for out_index, operand_index in spec.aliases:
-        out.update((operand_index, n + out_index))
+        if shared.get(out_index) != operand_index:
+            out.update((operand_index, n + out_index))
     return out
+
+
+def _shared_outputs(spec: KernelSpec) -> dict[int, int]:
+    """output -> operand for outputs that alias exactly one operand, which aliases no other
+    output. The body then reads and writes such a buffer through the operand's pointer
+    alone, so LLVM sees one base pointer: an in-place elementwise loop (read x[i], write
+    x[i]) vectorizes without run-time overlap checks, which an exact overlap of two distinct
+    pointers always fails (the loop then ran scalar). Nothing else touches that memory, so
+    the operand's pointer stays noalias."""
+    by_output: dict[int, list[int]] = {}
+    by_operand: dict[int, list[int]] = {}
+    for out_index, operand_index in spec.aliases:
+        by_output.setdefault(out_index, []).append(operand_index)
+        by_operand.setdefault(operand_index, []).append(out_index)
+    return {k: ops[0] for k, ops in by_output.items()
+            if len(ops) == 1 and len(by_operand[ops[0]]) == 1}
 
 
 def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.Function:
@@ -149,6 +169,8 @@ def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.
     ctx = EmitContext(module, builder, target, prefix=spec.name, native_half=False)
     n_ops = len(spec.operand_shapes)
     operands, outputs = list(fn.args[:n_ops]), list(fn.args[n_ops:n_buffers])
+    for out_index, operand_index in _shared_outputs(spec).items():
+        outputs[out_index] = operands[operand_index]
     params = [_param_generator(ctx, shape, ptr) for shape, ptr in zip(spec.operand_shapes, operands,
                                                                        strict=True)]
     gens = computation_generators(ctx, spec.computation, params)

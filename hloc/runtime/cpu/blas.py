@@ -7,6 +7,8 @@ and without it everything stays as numpy configured it.
   through spinning and barriers, which costs more than it gains below a few million flops
   and is very slow when another process holds a core. Small products run on the calling
   thread only (the thread-local setter, so other threads are unaffected).
+- f32 products on AVX-512 hosts skip OpenBLAS for the native GEMM of gemm.py (faster there
+  than OpenBLAS' AVX2 kernels, which OPENBLAS_CORETYPE may pin, and cheaper per call).
 - Kernels: OpenBLAS picks its AVX2 "Haswell" kernels on AMD Zen CPUs even when they have
   AVX-512, half the speed of its "SkylakeX" kernels there. `prefer_avx512_kernels()` switches
   the core type the way OPENBLAS_CORETYPE=SkylakeX would at startup (re-running OpenBLAS'
@@ -23,7 +25,7 @@ import os
 
 import numpy as np
 
-from . import parallel
+from . import gemm, parallel
 
 # Products below this many flops use one BLAS thread.
 SINGLE_THREAD_FLOPS = 2000000
@@ -132,6 +134,9 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     pieces that this process's work-sharing pool runs with one BLAS thread each, which keeps
     its speed when another process takes a core (OpenBLAS' own threads then stall at their
     barriers)."""
+    native = gemm.sgemm_runner(ca, cb, co)
+    if native is not None:
+        return _native_runner(native, batch or 1, m, n, flops)
     matmul, setter, pool = np.matmul, _setter(), parallel.pool()
     if setter is None or (flops >= SINGLE_THREAD_FLOPS and pool.threads == 1):
         return lambda: matmul(ca.a, cb.a, out=co.a)
@@ -149,3 +154,19 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
         setter(previous)
 
     return functools.partial(pool.run, piece, pieces)
+
+
+# Products below this many flops run the native GEMM on the calling thread (waking a worker
+# costs more than it saves; the native GEMM has no per-call setup to amortize).
+NATIVE_SINGLE_THREAD_FLOPS = 8000000
+
+
+def _native_runner(native, batch: int, m: int, n: int, flops: int):
+    """The native f32 GEMM (gemm.py), split across the pool when the product is big."""
+    pool = parallel.pool()
+    if flops < NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
+        return functools.partial(native, 0, batch, 0, m, 0, n)
+    # One piece per thread: smaller pieces re-pack A (column pieces) or B (row pieces) more
+    # often, which costs more than the finer load balance gains (measured on 2 cores).
+    ranges = gemm.pieces(batch, m, n, pool.threads)
+    return functools.partial(pool.run, native, ranges)

@@ -143,6 +143,10 @@ def convolution_runner(ctx: LoadContext, instr, input_slice, kernel_slice, outpu
         cols = MatrixCell(ctx, input_slice, in_shape, in_perm, (rows, taps))
         return matmul_runner(cols, kernel, out, flops)
     x = ctx.memory.cell(input_slice, in_shape, lambda v: v.transpose(in_perm))
+    direct = _direct_convolution(ctx, instr, x, x_dims, y_dims, window, kernel_slice, k_perm,
+                                 output_slice, out_perm)
+    if direct is not None:
+        return direct
     gather, matrix = _im2col(x, x_dims, window, y_dims[1:-1])
     cols = _FixedMatrix(matrix.reshape(rows, taps))
     product = matmul_runner(cols, kernel, out, flops)
@@ -171,15 +175,22 @@ def _is_pointwise(window, x_dims, y_dims) -> bool:
                for wd in window) and list(x_dims[1:-1]) == list(y_dims[1:-1])
 
 
+def _padded_input(x_dims, window, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(zero-padded (N, *spatial, C) buffer, its interior view): the borders stay zero, the
+    interior is copied from the input on every run."""
+    padded = [x_dims[0], *(n + wd.padding_low + wd.padding_high
+                           for n, wd in zip(x_dims[1:-1], window, strict=True)), x_dims[-1]]
+    xp = np.zeros(padded, dtype)
+    interior = xp[(slice(None), *(slice(wd.padding_low, wd.padding_low + n)
+                                  for n, wd in zip(x_dims[1:-1], window, strict=True)))]
+    return xp, interior
+
+
 def _im2col(x, x_dims, window, out_spatial):
     """(runner filling the matrix, the (N, *OUT, *WINDOW, C) im2col matrix)."""
     ns = len(window)
-    padded = [x_dims[0], *(n + wd.padding_low + wd.padding_high
-                           for n, wd in zip(x_dims[1:-1], window, strict=True)), x_dims[-1]]
     dtype = x.a.dtype
-    xp = np.zeros(padded, dtype)  # the borders stay zero; the interior is copied per run
-    interior = xp[(slice(None), *(slice(wd.padding_low, wd.padding_low + n)
-                                  for n, wd in zip(x_dims[1:-1], window, strict=True)))]
+    xp, interior = _padded_input(x_dims, window, dtype)
     spans = [(wd.size - 1) * wd.window_dilation + 1 for wd in window]
     view = np.lib.stride_tricks.sliding_window_view(xp, spans, axis=tuple(range(1, 1 + ns)))
     sel = (slice(None), *(slice(0, o * wd.stride, wd.stride)
@@ -193,3 +204,57 @@ def _im2col(x, x_dims, window, out_spatial):
         np.copyto(interior, x.a)
         np.copyto(matrix, patches)
     return gather, matrix
+
+
+# ---- direct 2-D convolution through the native GEMM ------------------------------------------
+
+def _direct_convolution(ctx: LoadContext, instr, x, x_dims, y_dims, window, kernel_slice, k_perm,
+                        output_slice, out_perm):
+    """A 2-D f32 convolution without im2col, or None where this form does not apply.
+
+    With the input zero-padded into (N, HP, WP, C), one kernel row i contributes
+    out[n, oh, ow, :] += sum over (j, c) of xp[n, oh*sh + i*dh, ow*sw + j, c] * w[i, j, c, :],
+    and for a fixed (n, oh) the (j, c) run is contiguous in xp (no window dilation along W).
+    So every (image, kernel row) is one batched GEMM over oh with rows ow (row stride sw*C)
+    and depth KW*C, straight from the padded input: the im2col matrix (KH*KW times the input)
+    is never written, which made the im2col path memory-bound.
+    """
+    from . import gemm, parallel
+
+    lib = gemm.native()
+    if lib is None or len(window) != 2 or window[1].window_dilation != 1 \
+            or x.a.dtype != np.float32:
+        return None
+    kh, kw = (wd.size for wd in window)
+    c, o = x_dims[-1], y_dims[-1]
+    kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, k_perm, (kh, kw * c, o))
+    out = ctx.memory.cell(output_slice, instr.shape, lambda v: v.transpose(out_perm))
+    if not kernel.fixed or kernel.cell.a.strides[2] != 4 or out.a.strides[3] != 4 \
+            or any(s % 4 for s in kernel.cell.a.strides + out.a.strides):
+        return None
+    xp, interior = _padded_input(x_dims, window, np.float32)
+    fn, work = lib
+    row = xp.shape[2] * c  # elements per padded input row
+    sa, lda = window[0].stride * row, window[1].stride * c
+    oh, ow = y_dims[1], y_dims[2]
+    k_strides = [s // 4 for s in kernel.cell.a.strides]
+    o_strides = [s // 4 for s in out.a.strides]
+    image, base = xp.shape[1] * row, xp.ctypes.data
+
+    def images(n0: int, n1: int) -> None:
+        """Images [n0, n1): kernel row 0 overwrites the output, the others add to it."""
+        kp, op = gemm.address(kernel.cell.a), gemm.address(out.a)
+        for n in range(n0, n1):
+            for i in range(kh):
+                a = base + 4 * (n * image + i * window[0].window_dilation * row)
+                fn(oh, ow, o, kw * c, a, sa, lda, kp + 4 * i * k_strides[0], 0, k_strides[1],
+                   op + 4 * n * o_strides[0], o_strides[1], o_strides[2], work(), i)
+
+    pool = parallel.pool()
+    pieces = parallel.split(x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
+
+    def run() -> None:
+        np.copyto(interior, x.a)
+        pool.run(images, pieces)
+    run.keep_alive = xp
+    return run
