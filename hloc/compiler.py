@@ -190,6 +190,13 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     finally:
         if dump:
             dump.finish()
+    if loaded.arguments:
+        # An HloSnapshot's arguments travel with the bundle: hlo-run uses them for every
+        # parameter not given with --inputs.
+        from .frontend import literal_to_bytes
+        from .ir import Literal
+
+        backend_members["snapshot_arguments.pb"] = literal_to_bytes(Literal.tuple_of(loaded.arguments))
     members = {
         "module.pb": module_to_proto(module).SerializeToString(deterministic=True),
         "module.hlo": print_module(module).encode(),

@@ -266,3 +266,27 @@ def test_console_scripts_installed(bundle):
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
     r = subprocess.run([str(exe / "hloc"), "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0
+
+
+def test_snapshot_arguments_feed_hlo_run(tmp_path):
+    """A bundle compiled from an HloSnapshot runs on the snapshot's own arguments."""
+    require_samples()
+    from hloc.frontend import load, make_snapshot
+    from hloc.ir import Literal
+
+    from .conftest import sample_arrays
+
+    module = load(SAMPLES / f"{SAMPLE}.pb").module
+    args = [Literal.from_array(a) for a in sample_arrays(SAMPLE, "inputs")]
+    snap = tmp_path / "snap.pb"
+    snap.write_bytes(make_snapshot(module, args, None))
+    out = tmp_path / "snap.bundle"
+    assert hloc("compile", snap, "-o", out, "--target", "interpreter").exit_code == 0
+    r = hlo_run(out, "--expected", SAMPLES / f"{SAMPLE}.expected.npz")  # no --inputs
+    assert r.exit_code == 0, r.output
+    # An explicit input still wins over the snapshot's.
+    with np.load(SAMPLES / f"{SAMPLE}.inputs.npz") as z:
+        changed = {k: z[k] + 1.0 for k in z.files}
+    np.savez(tmp_path / "other.npz", **changed)
+    r = hlo_run(out, "--inputs", tmp_path / "other.npz", "--expected", SAMPLES / f"{SAMPLE}.expected.npz")
+    assert r.exit_code == 1

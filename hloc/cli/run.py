@@ -45,7 +45,8 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     if benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
     exe = load(bundle_path, device)
-    args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs, seed=seed)
+    args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
+                       seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
     outputs = exe.run(args)
     result: dict = {"device": exe.device, "bundle": bundle_path,
                     "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
@@ -75,6 +76,16 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
+    """The arguments of the HloSnapshot the bundle was compiled from, if it was."""
+    if "snapshot_arguments.pb" not in bundle.members:
+        return None
+    from ..frontend import literal_from_bytes
+
+    literal = literal_from_bytes(bundle.members["snapshot_arguments.pb"], f"{bundle.path}:snapshot_arguments.pb")
+    return [e.array if e.shape.is_array else None for e in literal.elements]
 
 
 def _signature(bundle):

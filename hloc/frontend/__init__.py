@@ -1,6 +1,11 @@
 """The frontend: the five MODEL forms <-> hloc.ir.Module (the only user of the protobuf classes)."""
 
-from .literal_proto import literal_from_proto, literal_to_proto
+from .literal_proto import (
+    literal_from_bytes,
+    literal_from_proto,
+    literal_to_bytes,
+    literal_to_proto,
+)
 from .load import (
     FORMS,
     LoadedModel,
@@ -18,7 +23,9 @@ from .proto_import import module_from_proto
 __all__ = [
     "FORMS",
     "LoadedModel",
+    "literal_from_bytes",
     "literal_from_proto",
+    "literal_to_bytes",
     "literal_to_proto",
     "load",
     "load_bytes",

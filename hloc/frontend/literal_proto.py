@@ -164,3 +164,22 @@ def literal_to_proto(
     array = literal.array if perm is None else literal.array.transpose(perm)
     _encode_flat(array, shape.element_type, pb)
     return pb
+
+
+def literal_to_bytes(literal: Literal) -> bytes:
+    """A serialized LiteralProto (deterministic), e.g. snapshot arguments kept in a bundle."""
+    return literal_to_proto(literal).SerializeToString(deterministic=True)
+
+
+def literal_from_bytes(data: bytes, path: str = "<literal>") -> Literal:
+    """The Literal of serialized LiteralProto bytes; InputError naming `path` if malformed."""
+    from google.protobuf.message import DecodeError
+
+    from hloc.errors import InputError
+
+    pb = xla_data_pb2.LiteralProto()
+    try:
+        pb.ParseFromString(bytes(data))
+        return literal_from_proto(pb)
+    except (DecodeError, MalformedProto) as e:
+        raise InputError(f"malformed literal: {e}", path) from None
