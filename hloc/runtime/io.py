@@ -30,11 +30,11 @@
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -190,10 +190,19 @@ def _parse_npy(data: bytes) -> np.ndarray:
     version = np.lib.format.read_magic(stream)
     width = 2 if version == (1, 0) else 4
     header_length = int.from_bytes(stream.read(width), "little")
-    header = ast.literal_eval(stream.read(header_length).decode("latin1"))  # literals only
-    shape = tuple(header["shape"])
+    header = stream.read(header_length).decode("latin1")
+    shape_match = _NPY_SHAPE.search(header)
+    order_match = _NPY_FORTRAN.search(header)
+    if shape_match is None or order_match is None:
+        raise ValueError("malformed .npy header")
+    shape = tuple(int(d) for d in shape_match.group(1).replace(" ", "").split(",") if d)
     bits = np.frombuffer(stream.read(), np.uint8, count=math.prod(shape))
-    return bits.reshape(shape, order="F" if header["fortran_order"] else "C").copy()
+    return bits.reshape(shape, order="F" if order_match.group(1) == "True" else "C").copy()
+
+
+# The two fields of a .npy header dict we need, read by pattern: nothing is evaluated.
+_NPY_SHAPE = re.compile(r"'shape':\s*\(([0-9,\s]*)\)")
+_NPY_FORTRAN = re.compile(r"'fortran_order':\s*(True|False)")
 
 
 def _sniff(file: str) -> str:
