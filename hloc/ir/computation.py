@@ -91,25 +91,7 @@ class Computation:
 
     def post_order(self) -> list[Instruction]:
         """Operands (and control predecessors) before users; unreachable instructions included."""
-        order: list[Instruction] = []
-        visited: set[int] = set()
-        for start in self.instructions:
-            if id(start) in visited:
-                continue
-            stack = [(start, False)]
-            while stack:
-                instr, expanded = stack.pop()
-                if expanded:
-                    order.append(instr)
-                    continue
-                if id(instr) in visited:
-                    continue
-                visited.add(id(instr))
-                stack.append((instr, True))
-                for dep in reversed(instr.operands + instr.control_predecessors):
-                    if id(dep) not in visited:
-                        stack.append((dep, False))
-        return order
+        return dfs_post_order(self.instructions, lambda i: i.operands + i.control_predecessors)
 
     def called_computations(self) -> list[Computation]:
         seen: dict[int, Computation] = {}
@@ -126,3 +108,27 @@ class Computation:
 
     def __repr__(self) -> str:
         return f"<computation {self.name}: {len(self.instructions)} instructions>"
+
+
+def dfs_post_order(starts, deps, visited: set[int] | None = None) -> list[Instruction]:
+    """Iterative depth-first post order from `starts`: each instruction after everything
+    `deps(instr)` returns. Ids in `visited` count as already placed (and are not listed)."""
+    order: list[Instruction] = []
+    visited = set() if visited is None else visited
+    for start in starts:
+        if id(start) in visited:
+            continue
+        stack = [(start, False)]
+        while stack:
+            instr, expanded = stack.pop()
+            if expanded:
+                order.append(instr)
+                continue
+            if id(instr) in visited:
+                continue
+            visited.add(id(instr))
+            stack.append((instr, True))
+            for dep in reversed(deps(instr)):
+                if id(dep) not in visited:
+                    stack.append((dep, False))
+    return order

@@ -9,6 +9,7 @@ that other instructions still use stay in the caller (they were duplicated, not 
 from __future__ import annotations
 
 from ..ir import Attrs, Computation, Instruction, Module, Opcode, Shape
+from ..ir.computation import dfs_post_order
 from .rewrite import detach, drop_detached, update_schedule
 
 Op = Opcode
@@ -25,22 +26,7 @@ def fusion_kind(members: list[Instruction], root: Instruction) -> str:
 
 def topological(members: dict[int, Instruction], root: Instruction) -> list[Instruction]:
     """The members, operands before users (a DFS restricted to the cluster)."""
-    order: list[Instruction] = []
-    done: set[int] = set()
-    stack = [(root, False)]
-    while stack:
-        instr, expanded = stack.pop()
-        if expanded:
-            order.append(instr)
-            continue
-        if id(instr) in done:
-            continue
-        done.add(id(instr))
-        stack.append((instr, True))
-        for op in reversed(instr.operands):
-            if id(op) in members and id(op) not in done:
-                stack.append((op, False))
-    return order
+    return dfs_post_order([root], lambda i: [o for o in i.operands if id(o) in members])
 
 
 class _FusedBuilder:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from ...ir.computation import dfs_post_order
 from .spec import KernelSpec
 
 CONTRACTIONS = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
@@ -131,17 +132,5 @@ def _clone(name: str, params, root: Instruction, stand_ins: dict) -> Computation
 
 
 def _post_order(root: Instruction, done: dict) -> list[Instruction]:
-    order: list[Instruction] = []
-    seen = set(done)
-    stack = [(root, False)]
-    while stack:
-        instr, expanded = stack.pop()
-        if expanded:
-            order.append(instr)
-            continue
-        if id(instr) in seen:
-            continue
-        seen.add(id(instr))
-        stack.append((instr, True))
-        stack.extend((o, False) for o in reversed(instr.operands) if id(o) not in seen)
-    return order
+    """The instructions `root` needs that are not in `done` yet, operands first."""
+    return dfs_post_order([root], lambda i: i.operands, set(done))
