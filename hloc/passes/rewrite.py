@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape
+from ..ir.computation import dfs_post_order
 from ..ir.opcodes import SIDE_EFFECTING
 
 log = logging.getLogger("hloc.passes.rewrite")
@@ -219,22 +220,7 @@ def _order_after(comp: Computation, previous: list[str]) -> list[Instruction]:
     """A dependency order that follows `previous` wherever it still applies."""
     by_name = {i.name: i for i in comp.instructions}
     seeds = [by_name[n] for n in previous if n in by_name] + comp.instructions
-    order: list[Instruction] = []
-    visited: set[int] = set()
-    for seed in seeds:
-        stack = [(seed, False)]
-        while stack:
-            instr, expanded = stack.pop()
-            if expanded:
-                order.append(instr)
-                continue
-            if id(instr) in visited:
-                continue
-            visited.add(id(instr))
-            stack.append((instr, True))
-            deps = instr.operands + instr.control_predecessors
-            stack.extend((d, False) for d in reversed(deps) if id(d) not in visited)
-    return order
+    return dfs_post_order(seeds, lambda i: i.operands + i.control_predecessors)
 
 
 # ---- the driver -----------------------------------------------------------------------------

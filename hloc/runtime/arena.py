@@ -19,7 +19,7 @@ import numpy as np
 from ..buffers.assignment import Slice
 from ..errors import InputError, UnsupportedError
 from ..ir import Instruction, Module, Shape
-from ..thunks.thunks import Thunk, ThunkProgram
+from ..thunks.thunks import Thunk, ThunkProgram, io_slices
 from .interpreter import evaluate_computation, registry, to_value
 
 
@@ -134,7 +134,7 @@ class ArenaExecutor:
 def _run_instruction(ex: ArenaExecutor, thunk: Thunk) -> None:
     """Kernels, gemms, convolutions, sorts, ffts, custom-calls: the interpreter's op."""
     instr = ex.instructions[thunk.name]
-    reads, writes = _io_slices(thunk)
+    reads, writes = io_slices(thunk)
     operands = ex.operand_values(instr, reads)
     result = registry.lookup(instr)(ex.ctx, instr, operands)
     # Materialize first: results may be views of operands whose bytes the write overlaps.
@@ -145,17 +145,6 @@ def _materialize(value):
     if isinstance(value, tuple):
         return tuple(_materialize(v) for v in value)
     return None if value is None else np.array(value)
-
-
-def _io_slices(thunk: Thunk) -> tuple[tuple[Slice, ...], tuple[Slice, ...]]:
-    kind = thunk.kind
-    if kind == "gemm":
-        return (thunk.lhs, thunk.rhs), (thunk.output,)
-    if kind == "convolution":
-        return (thunk.input, thunk.kernel), (thunk.output,)
-    if kind == "fft":
-        return (thunk.input,), (thunk.output,)
-    return thunk.operands, thunk.outputs
 
 
 @_runs("copy")

@@ -173,6 +173,18 @@ class ThunkProgram:
         return count_kinds(self.walk())
 
 
+def io_slices(thunk) -> tuple[tuple[Slice, ...], tuple[Slice, ...]]:
+    """(operand slices, output slices) of any data thunk (not control flow)."""
+    kind = thunk.kind
+    if kind == "gemm":
+        return (thunk.lhs, thunk.rhs), (thunk.output,)
+    if kind == "convolution":
+        return (thunk.input, thunk.kernel), (thunk.output,)
+    if kind == "fft":
+        return (thunk.input,), (thunk.output,)
+    return tuple(thunk.operands), tuple(thunk.outputs)
+
+
 def walk_thunks(sequence, children):
     """Depth-first over a thunk sequence; `children(thunk)` yields a thunk's nested thunks.
 

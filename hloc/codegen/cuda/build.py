@@ -132,19 +132,8 @@ def converts(*kinds: str):
     return register
 
 
-def _io(thunk: nt.Thunk) -> tuple[tuple[Slice, ...], tuple[Slice, ...]]:
-    kind = thunk.kind
-    if kind == "gemm":
-        return (thunk.lhs, thunk.rhs), (thunk.output,)
-    if kind == "convolution":
-        return (thunk.input, thunk.kernel), (thunk.output,)
-    if kind == "fft":
-        return (thunk.input,), (thunk.output,)
-    return tuple(thunk.operands), tuple(thunk.outputs)
-
-
 def _host(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
-    operands, outputs = _io(thunk)
+    operands, outputs = nt.io_slices(thunk)
     instr = p.instr(thunk.name)
     if thunk.kind not in ("kernel", "gemm", "convolution", "sort"):
         p.notes.append(f"%{thunk.name} ({instr.opcode.value}) runs on the host")
@@ -154,7 +143,7 @@ def _host(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
 @converts("kernel", "gemm", "convolution", "sort")
 def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
     instr = p.instr(thunk.name)
-    operands, outputs = _io(thunk)
+    operands, outputs = nt.io_slices(thunk)
     try:
         parts = plan_parts(plan_context(instr, p.target, operands, outputs))
     except UnsupportedError as e:

@@ -8,20 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...thunks.thunks import io_slices
 from ..interpreter import evaluate_computation, registry
 from .program import LoadContext, Step, builds, op_names
-
-
-def io_slices(thunk) -> tuple[tuple, tuple]:
-    """(operand leaf slices, output leaf slices) of any data thunk."""
-    kind = thunk.kind
-    if kind == "gemm":
-        return (thunk.lhs, thunk.rhs), (thunk.output,)
-    if kind == "convolution":
-        return (thunk.input, thunk.kernel), (thunk.output,)
-    if kind == "fft":
-        return (thunk.input,), (thunk.output,)
-    return tuple(thunk.operands), tuple(thunk.outputs)
 
 
 def _read_only(view: np.ndarray) -> np.ndarray:
