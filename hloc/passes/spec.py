@@ -134,7 +134,8 @@ def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise error(f"option '{key}' of pass '{pass_name}' wants a {kind}, got {value!r}") from None
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise error(f"option '{key}' of pass '{pass_name}' wants {article} {kind}, got {value!r}") from None
 
 
 def parse_spec(text: str, source: str = "--passes") -> list[PassItem]:
