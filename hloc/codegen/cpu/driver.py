@@ -44,7 +44,7 @@ class _Planner:
 
     def native(self, thunk) -> bool:
         kind = thunk.kind
-        if kind == "kernel":
+        if kind == "kernel" or thunk.name in self.kernels:
             meta = self.kernels.get(thunk.name)
             return meta is not None and int(meta["work"]) < DRIVER_MAX_WORK
         if kind in ("copy", "memset"):
@@ -108,7 +108,8 @@ class _Emitter:
 
     def thunks(self, thunks) -> None:
         for t in thunks:
-            getattr(self, "_" + t.kind.replace("-", "_"))(t)
+            kind = "kernel" if t.name in self.kernels else t.kind
+            getattr(self, "_" + kind.replace("-", "_"))(t)
 
     def _kernel(self, t) -> None:
         meta = self.kernels[t.name]

@@ -9,11 +9,13 @@ unsupported the thunk runs on the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
+from ...thunks.thunks import io_slices
 from .loops import element_work
 from .outline import Composite, outline
 from .spec import KernelInfo, KernelSpec, kernel_symbol
@@ -23,12 +25,27 @@ SCRATCH_ALIGN = 64
 
 @dataclass
 class KernelGroup:
-    """The kernels of one Kernel thunk."""
+    """The kernels of one Kernel thunk (or of an optional native thunk, see NATIVE_KINDS)."""
 
     thunk: str
     opcode: str
     specs: list[KernelSpec]
     composite: Composite | None = None
+    optional: bool = False  # not a Kernel thunk: without a kernel its own runtime path runs
+
+
+# Thunk kinds other than Kernel that may get a native kernel as well (sort, small gemms, ...):
+# kind -> fn(instruction) -> bool, registered by the modules that emit them. A thunk whose
+# kernel cannot be emitted keeps its kind's runtime implementation (it is no host fallback).
+NATIVE_KINDS: dict[str, Callable[[Instruction], bool]] = {}
+
+
+def native_kind(kind: str):
+    """Register `fn(instruction) -> bool`: whether a thunk of `kind` should try a kernel."""
+    def register(fn):
+        NATIVE_KINDS[kind] = fn
+        return fn
+    return register
 
 
 def kernel_groups(module: Module, program) -> tuple[list[KernelGroup], dict[str, dict]]:
@@ -37,30 +54,34 @@ def kernel_groups(module: Module, program) -> tuple[list[KernelGroup], dict[str,
     groups: list[KernelGroup] = []
     fallbacks: dict[str, dict] = {}
     for thunk in program.walk():
-        if thunk.kind != "kernel":
+        instr = instructions[thunk.name] if thunk.name in instructions else None
+        optional = thunk.kind != "kernel"
+        if optional and (thunk.kind not in NATIVE_KINDS or instr is None
+                         or not NATIVE_KINDS[thunk.kind](instr)):
             continue
-        instr = instructions[thunk.name]
         try:
-            groups.append(_group(instr, thunk))
+            groups.append(_group(instr, thunk, optional))
         except UnsupportedError as e:
-            fallbacks[thunk.name] = {"opcode": instr.opcode.value, "reason": str(e)}
+            if not optional:
+                fallbacks[thunk.name] = {"opcode": instr.opcode.value, "reason": str(e)}
     return groups, fallbacks
 
 
-def _group(instr: Instruction, thunk) -> KernelGroup:
+def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
     if any(not o.shape.is_array for o in instr.operands):
         raise UnsupportedError(f"%{instr.name} has a tuple-shaped operand")
     symbol = kernel_symbol(thunk.name)
-    composite = outline(instr, thunk.name, symbol) if instr.opcode == Opcode.FUSION else None
+    composite = outline(instr, thunk.name, symbol) \
+        if instr.opcode == Opcode.FUSION and not optional else None
     if composite is not None:
         return KernelGroup(thunk.name, instr.opcode.value, _composite_specs(composite, thunk),
                            composite)
-    aliases = slice_aliases(thunk.operands, thunk.outputs)
+    operands, outputs = io_slices(thunk)
+    aliases = slice_aliases(operands, outputs)
     spec = KernelSpec.for_instruction(instr, symbol, aliases)
-    if len(spec.operand_shapes) != len(thunk.operands) or \
-            len(spec.output_shapes) != len(thunk.outputs):
+    if len(spec.operand_shapes) != len(operands) or len(spec.output_shapes) != len(outputs):
         raise UnsupportedError(f"%{instr.name}: operand/output leaves do not match its slices")
-    return KernelGroup(thunk.name, instr.opcode.value, [spec])
+    return KernelGroup(thunk.name, instr.opcode.value, [spec], optional=optional)
 
 
 def _composite_specs(composite: Composite, thunk) -> list[KernelSpec]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ...buffers.assignment import Slice
 from ...thunks import Convolution, Gemm
-from ...thunks.thunks import nested
+from ...thunks.thunks import io_slices, nested
 from . import parallel
 from .memory import SCRATCH
 from .program import LoadContext, Step, builds, op_names
@@ -54,8 +54,8 @@ def build_kernel_step(ctx: LoadContext, thunk) -> Step:
     meta = ctx.kernels.get("kernels", {}).get(thunk.name)
     if meta is None:  # a documented host fallback (kernels.json "fallbacks")
         return build_host_step(ctx, thunk)
-    slices = list(thunk.operands) + list(thunk.outputs)
-    return Step(thunk.name, "kernel", ops, kernel_runner(ctx, meta, slices))
+    operands, outputs = io_slices(thunk)
+    return Step(thunk.name, "kernel", ops, kernel_runner(ctx, meta, [*operands, *outputs]))
 
 
 def pointer_array(ctx: LoadContext, slices):
@@ -100,7 +100,8 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step:
     for index, (kind, value) in enumerate(slots):
         if kind == "buffers":
             t = by_name[value]
-            pointers = pointer_array(ctx, list(t.operands) + list(t.outputs))
+            operands, outputs = io_slices(t)
+            pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
         else:
             ctx.memory.pointer(Slice(*value), table, index)

@@ -85,6 +85,8 @@ def builds(*kinds: str):
 def build_step(ctx: LoadContext, thunk) -> Step:
     from . import contract, control, host, kernels  # noqa: F401  (builders register)
 
+    if thunk.name in ctx.kernels.get("kernels", {}):  # Kernel thunks, and e.g. native sorts
+        return kernels.build_kernel_step(ctx, thunk)
     return _BUILDERS.get(thunk.kind, host.build_host_step)(ctx, thunk)
 
 
