@@ -30,6 +30,9 @@ import threading
 import numpy as np
 from llvmlite import ir
 
+from ... import __version__
+from ...util.objcache import cache_key, cached_object
+
 MR, NR = 12, 32  # rows of A per micro-kernel, columns of B per packed panel (two zmm)
 KC, NC = 256, 512  # k slice (an A micro-panel stays in L1) x column block (B block in L2)
 DIRECT_ROWS = 3 * MR  # up to this many rows of A, B is read in place when it can be
@@ -263,14 +266,19 @@ class _Library:
     """The compiled GEMM, loaded into this process, and one packing buffer per thread."""
 
     def __init__(self):
+        import llvmlite.binding as llvm_binding
+
         from ...codegen import llvm
         from ...codegen.target import host_target
 
         target = host_target()
         module = build_module()
         module.triple, module.data_layout = target.triple, target.data_layout
-        code = llvm.compile_ir(str(module), target, 3)
-        self.library = llvm.JitLibrary(code.object_code, target)
+        text = str(module)
+        key = cache_key(text, target.triple, target.cpu, target.features, "O3",
+                        ".".join(map(str, llvm_binding.llvm_version_info)), __version__)
+        obj = cached_object(key, lambda: llvm.compile_ir(text, target, 3).object_code, "gemm")
+        self.library = llvm.JitLibrary(obj, target)
         self.fn = _FN_TYPE(self.library.address("hloc_sgemm"))
         self._local = threading.local()
 
