@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Module
 from .. import llvm
+from .dedup import kernel_key
 from .driver import emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .spec import KernelInfo
@@ -151,10 +152,20 @@ def emit_all(groups, target):
     module.data_layout = target.data_layout
     infos: dict[str, KernelInfo] = {}
     failed: dict[str, dict] = {}
+    emitted_keys: dict[tuple, KernelInfo] = {}  # identical kernels share one symbol
+    memo: dict[int, tuple] = {}
     for group in groups:
         saved = _snapshot(module)
         try:
-            emitted = {s.name: emit_kernel(module, s, target) for s in group.specs}
+            emitted, new_keys = {}, {}
+            for spec in group.specs:
+                key = kernel_key(spec, memo)
+                same = emitted_keys.get(key) or new_keys.get(key)
+                if same is None:
+                    info = new_keys[key] = emit_kernel(module, spec, target)
+                else:
+                    info = replace(same, instruction_names=spec.instruction_names)
+                emitted[spec.name] = info
         except UnsupportedError as e:
             _restore(module, saved)
             if group.optional:  # e.g. a sort: its thunk kind has its own runtime path
@@ -164,6 +175,7 @@ def emit_all(groups, target):
             log.info("kernel %s runs on the host: %s", group.thunk, e)
             continue
         infos.update(emitted)
+        emitted_keys.update(new_keys)
     return module, infos, failed
 
 
