@@ -32,16 +32,18 @@ _EXPAND = ["rng-bit-generator-expander", "logistic-expander", "batch-norm-expand
            "comparison-expander"]
 _LOWER = ["dot-canonicalizer", "float-normalization"]
 _NATIVE_O0 = ["call-inliner", *_EXPAND, *_LOWER, "dce", "layout-assignment"]
-# -O1 adds simplification (then re-canonicalizes dots the simplifier may have rebuilt).
+# -O1 adds simplification (then re-canonicalizes dots the simplifier may have rebuilt), and
+# makes reshapes/transposes that move no element bitcasts (free: they share their buffer).
 _NATIVE_O1 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, "cse", "dot-canonicalizer", "dce",
-              "layout-assignment"]
+              "layout-assignment", "bitcast-reshapes"]
 # -O2 adds loop/branch simplification and fusion (loop, reduction input, dot epilogue).
 _NATIVE_O2 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
-              "dot-canonicalizer", "dce", "layout-assignment", "fusion", "dce"]
+              "dot-canonicalizer", "dce", "layout-assignment", "fusion", "bitcast-reshapes",
+              "dce"]
 # -O3 fuses bigger kernels and merges sibling fusions that read the same operand.
 _NATIVE_O3 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
               "dot-canonicalizer", "dce", "layout-assignment", "fusion{max-ops=1024,duplicate=8}",
-              "multi-output-fusion", "dce"]
+              "multi-output-fusion", "bitcast-reshapes", "dce"]
 
 PIPELINES: dict[tuple[str, int], list[str]] = {
     # The interpreter executes HLO directly: optimizations only shrink the work, and fusion

@@ -1,0 +1,61 @@
+"""Reshapes and transposes that move no element become bitcasts (layout-sensitive).
+
+After layout assignment every buffer has a concrete layout. A reshape between row-major
+shapes keeps every element at its linear position, and so does a transpose that only moves
+size-1 dimensions; as bitcasts they cost nothing: buffer assignment lets the result share its
+operand's buffer, where a reshape is a copy kernel. XLA's layout-sensitive simplifier makes
+the same replacement, which is why XLA's optimized modules are full of bitcasts.
+
+It runs after fusion: a reshape fusion can absorb costs nothing already, and a bitcast
+between two fusible ops would keep them apart. What is left unfused would be a copy kernel.
+
+Assumes: layout-assignment has run (shapes carry their final layouts). Guarantees: values are
+unchanged; only reshape/transpose instructions of equal element type and row-major layouts on
+both sides are replaced, in computations that are not fused computations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Instruction, Module, Opcode, Shape
+from .base import Pass, register_pass
+
+
+def _row_major(shape: Shape) -> bool:
+    return shape.is_array and (shape.layout is None or shape.layout.is_row_major) \
+        and not (shape.layout is not None and (shape.layout.tiles or shape.layout.memory_space))
+
+
+def moves_no_element(instr: Instruction) -> bool:
+    """Whether `instr` (reshape/transpose) keeps every element at its physical position."""
+    operand = instr.operands[0]
+    if operand.shape.element_type != instr.shape.element_type:
+        return False
+    if not (_row_major(operand.shape) and _row_major(instr.shape)):
+        return False
+    if instr.opcode == Opcode.RESHAPE:
+        return True
+    kept = [d for d in instr.attrs.dimensions if operand.shape.dims[d] != 1]
+    return kept == sorted(kept)
+
+
+@register_pass
+@dataclass
+class BitcastReshapes(Pass):
+    """Replaces reshapes/transposes that move no element with bitcasts."""
+
+    name = "bitcast-reshapes"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            if comp.is_fusion:
+                continue
+            for instr in list(comp.instructions):
+                if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE) and moves_no_element(instr):
+                    bitcast = Instruction(Opcode.BITCAST, instr.shape, [instr.operands[0]],
+                                          name="bitcast", metadata=instr.metadata)
+                    comp.replace_instruction(instr, bitcast)
+                    changed = True
+        return changed
