@@ -32,7 +32,8 @@ def inspect_summary(bundle) -> dict:
     memory.setdefault("temp_bytes", None)
     memory.setdefault("constant_bytes", None)
     thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
-    return {
+    extra = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
+    return {**extra,
         "format_version": m["format_version"],
         "hloc_version": m.get("hloc_version"),
         "target": m["target"],
@@ -44,6 +45,24 @@ def inspect_summary(bundle) -> dict:
         "members": {name: info["size"] for name, info in sorted(m.get("members", {}).items())},
         "notes": m.get("notes", []),
     }
+
+
+def _gpu_gemm(bundle) -> dict:
+    """A CUDA bundle's Gemm thunks and which of them HLOC_CUDA_GEMM=cublas runs with cuBLAS."""
+    from ..codegen.cuda.schedule import Gemm
+    from ..codegen.cuda.schedule_json import program_from_json
+
+    program, _ = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+    gemms = [t for t in program.walk() if isinstance(t, Gemm)]
+    return {"gemm_thunks": len(gemms),
+            "cublas_eligible": [t.name for t in gemms if t.blas is not None]}
+
+
+def _gpu_gemm_line(g: dict) -> str:
+    names = g["cublas_eligible"]
+    shown = "".join(f" %{n}" for n in names[:8]) + (" ..." if len(names) > 8 else "")
+    return (f"GPU gemm-kernel thunks: {g['gemm_thunks']}, cuBLAS-eligible "
+            f"(HLOC_CUDA_GEMM=cublas): {len(names)}{shown}")
 
 
 def _sig(entry: dict) -> str:
@@ -75,6 +94,8 @@ def format_summary(s: dict) -> str:
     lines.append("memory: " + ", ".join(f"{k}={v if v is not None else 'n/a'}" for k, v in sorted(mem.items())))
     if s["thunks"]:
         lines.append("thunks: " + ", ".join(f"{k}={v}" for k, v in sorted(s["thunks"].items())))
+    if s.get("gpu_gemm", {}).get("gemm_thunks"):
+        lines.append(_gpu_gemm_line(s["gpu_gemm"]))
     lines.append("members:")
     for name, size in s["members"].items():
         lines.append(f"  {name:<32} {size:>10} bytes")

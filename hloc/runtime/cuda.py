@@ -8,6 +8,10 @@ of the buffer assignment, constants uploaded once, one stream per stream of the 
 with events for cross-stream dependencies. `run_profiled` times each thunk with CUDA events.
 Every failure is one clear line: cuda-bindings missing, no driver or GPU, a bundle built for
 other architectures, out of device memory.
+
+HLOC_CUDA_GEMM=cublas runs the Gemm thunks that carry a BLAS descriptor (plain dots) through
+cuBLAS instead of hloc's GEMM kernel (hloc.runtime.cuda_blas: libcublas from the
+nvidia-cublas wheel, $CUDA_HOME or the system loader; a clear error if it is missing).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 
 import numpy as np
 
+from ..codegen.cuda import schedule as gt
 from ..errors import HlocError, InputError
 from .cuda_program import GpuRunner, profile_rows
 from .executable import register_device
@@ -107,6 +112,10 @@ class CudaDevice:
     def _s(self):
         return self.streams[self.stream]
 
+    def stream_handle(self) -> int:
+        """The current stream as the cudaStream_t value other CUDA libraries take."""
+        return int(self._s())
+
     def function(self, name: str):
         fn = self.kernels.get(name)
         if fn is None:
@@ -193,7 +202,18 @@ class CudaExecutable:
         self.program, self.resources = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.memory = CudaDevice(cu, self.program, image)
-        self.runner = GpuRunner(self.program, self.module, self.memory)
+        self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
+
+    def _blas(self):
+        """cuBLAS for descriptor-carrying Gemm thunks when HLOC_CUDA_GEMM=cublas asks for it
+        and the program has any (the library is then required)."""
+        from .cuda_blas import CublasGemm, use_cublas
+
+        wanted = use_cublas()
+        if not wanted or not any(isinstance(t, gt.Gemm) and t.blas is not None
+                                 for t in self.program.walk()):
+            return None
+        return CublasGemm(self.memory)
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         return self.runner.run(args)

@@ -6,6 +6,8 @@ rewritten for the host (hloc.codegen.cuda.emulate: thread/block indices as argum
 barriers and warp shuffles by phase splitting, shared memory per block) and compiled with
 LLVM for this CPU. Device memory is host memory: one byte array per allocation of the
 buffer assignment. The GPU thunk schedule runs with its streams serialized.
+With HLOC_CUDA_GEMM=cublas, Gemm thunks carrying a BLAS descriptor run it through numpy's
+OpenBLAS under cuBLAS' column-major contract (hloc.runtime.host_blas) instead of the kernel.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import numpy as np
 from ..buffers.assignment import Slice
 from ..codegen.cuda import schedule as gt
 from ..errors import InputError
+from .cuda_blas import use_cublas
 from .cuda_program import GpuRunner, profile_rows
 from .executable import register_device
+from .host_blas import HostBlas
 
 
 class HostMemory:
@@ -52,8 +56,11 @@ class HostMemory:
     def memset(self, dst: Slice, byte: int) -> None:
         self.view(dst)[:] = byte
 
+    def address(self, s: Slice) -> int:
+        return self.base[s.allocation] + s.offset
+
     def launch(self, t: gt.Kernel) -> None:
-        pointers = [self.base[s.allocation] + s.offset for s in t.args]
+        pointers = [self.address(s) for s in t.args]
         self.library.launch(t.kernel, t.grid, t.block, pointers)
 
     def synchronize(self) -> None:
@@ -113,7 +120,8 @@ class CudaEmulatedExecutable:
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.library = load_emulated_kernels(bundle, self.module, self.program)
         self.memory = HostMemory(self.program.allocations, self.library)
-        self.runner = GpuRunner(self.program, self.module, self.memory)
+        blas = HostBlas(self.memory) if use_cublas() else None
+        self.runner = GpuRunner(self.program, self.module, self.memory, blas)
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         return self.runner.run(args)

@@ -7,7 +7,8 @@ uploads (constants once per executable), the main thunks (streams serialized: th
 order already respects every dependency), and the result downloads. While loops copy
 their predicate to the host after each condition run (or run a known trip count), and
 conditionals copy their selector. HostCompute thunks run the reference implementation of
-their instruction on downloaded operands.
+their instruction on downloaded operands. Gemm thunks with a BLAS descriptor go to the
+runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM=cublas).
 """
 
 from __future__ import annotations
@@ -39,10 +40,14 @@ def from_device_bytes(data: bytes, shape: Shape) -> np.ndarray:
 class GpuRunner:
     """Runs a GpuProgram on a device object."""
 
-    def __init__(self, program: gt.GpuProgram, module: Module, device):
+    def __init__(self, program: gt.GpuProgram, module: Module, device, blas=None):
         self.program = program
         self.module = module
         self.device = device
+        # `blas(call, name)` runs a Gemm thunk's BlasCall (cuBLAS or a host BLAS); None: every
+        # Gemm thunk launches the GEMM kernel. `blas_calls` counts the thunks it ran.
+        self.blas = blas
+        self.blas_calls = 0
         self.instructions = {i.name: i for c in module.computations for i in c.instructions}
         self._constants_loaded = False
         self.rows: dict[str, ProfileRow] | None = None
@@ -123,6 +128,14 @@ def _launch(r: GpuRunner, t: gt.Kernel) -> None:
     r.device.launch(t)
 
 
+def _gemm(r: GpuRunner, t: gt.Gemm) -> None:
+    if t.blas is None or r.blas is None:
+        r.device.launch(t)
+        return
+    r.blas(t.blas, t.name)
+    r.blas_calls += 1
+
+
 def _copy(r: GpuRunner, t: gt.Copy) -> None:
     r.device.copy(t.source, t.destination)
 
@@ -188,7 +201,7 @@ def _write_value(r: GpuRunner, shape: Shape, value, slices: list[Slice]) -> None
         r.device.upload(slices.pop(0), to_device_bytes(np.asarray(value), shape))
 
 
-_RUN = {gt.Kernel: _launch, gt.Gemm: _launch, gt.Copy: _copy, gt.Memset: _memset,
+_RUN = {gt.Kernel: _launch, gt.Gemm: _gemm, gt.Copy: _copy, gt.Memset: _memset,
         gt.While: _while, gt.Conditional: _conditional, gt.Sequential: _sequential,
         gt.HostCompute: _host}
 

@@ -3,7 +3,8 @@
 Each kernel is emitted into its own LLVM module as soon as it is planned; an instruction whose
 kernels cannot be emitted (an op without a GPU lowering) becomes a HostCompute thunk instead,
 with a note. Per-kernel modules keep the IR of one kernel independent of every other, which
-the emulator relies on to rebuild and check kernels one by one.
+the emulator relies on to rebuild and check kernels one by one. A Gemm thunk of a plain dot
+also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
@@ -21,6 +22,7 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Module
 from ...thunks import thunks as nt
 from . import schedule as gt
+from .gemm import blas_call
 from .kernel import KernelRecipe, emit_kernel
 from .parts import Part, plan_context, plan_parts
 from .target import DATA_LAYOUT, TRIPLE, CudaTarget
@@ -150,7 +152,11 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
         p.notes.append(f"%{instr.name} runs on the host: {e}")
         return _host(p, thunk, stream)
     made = p.launches(thunk.name, instr, parts, operands + outputs, stream)
-    return made if made is not None else _host(p, thunk, stream)
+    if made is None:
+        return _host(p, thunk, stream)
+    if isinstance(made, gt.Gemm):
+        made = replace(made, blas=blas_call(instr, operands, outputs))
+    return made
 
 
 @converts("copy")

@@ -7,6 +7,9 @@ tx + 16j). The K dimension goes in steps of 16: the block stages a 64x16 lhs til
 16x64 rhs tile in shared memory (converted to the compute type, zero outside the matrix),
 synchronizes, accumulates, and synchronizes again before the next stage. Elements are read
 through the elemental generators, so any layout, element type or fused producer works.
+
+`blas_call` describes a plain dot (no fused producer or epilogue) as one column-major
+strided-batched BLAS call, which the runtime may run through cuBLAS instead of the kernel.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from llvmlite import ir
 
 from ...ir import Instruction, Opcode, PrimitiveType
 from ..elemental.convert import convert_value
+from ..elemental.memory import strides
 from ..elemental.scalar import const
 from ..elemental.types import ElemType, elem_type
 from .epilogue import find_core, store_with_core
-from .kernel import KernelBuild, dims, variant
+from .kernel import KernelBuild, dims, kernel_computation, variant
 from .parts import Part, PlanContext, plans
 from .reduce_common import split_index
+from .schedule import BlasCall
 
 T = 16  # threads per block side
 R = 4  # micro-tile side
@@ -216,3 +221,117 @@ def emit_gemm(kb: KernelBuild) -> None:
         g.multiply(acc, tx, ty)
         kb.nvvm.barrier()
     g.store(acc, bidx, m0, n0, tx, ty)
+
+
+# ---- the cuBLAS form of a plain dot (schedule.BlasCall) -----------------------------------------
+
+# Element types a BLAS call takes (same type for both operands) -> the accumulation type.
+BLAS_COMPUTE = {"f32": "f32", "f64": "f64", "f16": "f32", "bf16": "f32"}
+_INT_MAX = 2**31 - 1  # cuBLAS sizes and leading dimensions are C ints
+
+
+class _NoBlas(Exception):
+    """The dot's layouts have no strided column-major form."""
+
+
+def _group_stride(dims_, steps, group) -> int | None:
+    """The element stride of dims `group` linearized row-major (as DotShape does), given each
+    dim's size and element stride, or None when the group has one element (any stride works).
+    The dims must form one evenly strided run in memory."""
+    big = [d for d in group if dims_[d] > 1]
+    if not big:
+        return None
+    expected = steps[big[-1]]
+    for d in reversed(big):
+        if steps[d] != expected:
+            raise _NoBlas
+        expected *= dims_[d]
+    return steps[big[-1]]
+
+
+def _operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
+    """(parameter number, element stride of each dim) of a dot operand that is a parameter
+    or transposes of one: a transpose only permutes strides, so BLAS reads it in place."""
+    perms = []
+    while node.opcode == Opcode.TRANSPOSE:
+        perms.append(node.dimensions)
+        node = node.operands[0]
+    if node.opcode != Opcode.PARAMETER:
+        raise _NoBlas
+    number = node.attrs.parameter_number
+    steps = strides(instr.operands[number].shape)
+    for perm in reversed(perms):
+        steps = [steps[d] for d in perm]
+    return number, steps
+
+
+def _matrix(rows: int, cols: int, row_stride, col_stride) -> tuple[str, int]:
+    """(op, leading dimension) of a rows x cols matrix with these element strides."""
+    if row_stride in (None, 1) and (col_stride is None or col_stride >= rows):
+        return "N", col_stride if col_stride is not None else rows
+    if col_stride in (None, 1) and (row_stride is None or row_stride >= cols):
+        return "T", row_stride if row_stride is not None else cols
+    raise _NoBlas
+
+
+def _blas_types(lhs, rhs, out) -> str | None:
+    """The compute type of a dot BLAS can run, or None."""
+    a, b, c = (s.shape.dtype.name for s in (lhs, rhs, out))
+    compute = BLAS_COMPUTE.get(a)
+    if compute is None or b != a or c not in (a, compute):
+        return None
+    return compute
+
+
+def blas_call(instr: Instruction, operand_slices, output_slices) -> BlasCall | None:
+    """The cuBLAS form of a Gemm thunk's instruction when it is a plain dot of parameters
+    (or of transposed parameters) with no fused epilogue, else None."""
+    dot = kernel_computation(instr).root
+    if dot.opcode != Opcode.DOT:
+        return None
+    if len(operand_slices) != len(instr.operands) or len(output_slices) != 1:
+        return None  # tuple-shaped operands or results
+    compute = _blas_types(*dot.operands, dot)
+    if compute is None:
+        return None
+    try:
+        (lhs_p, lhs), (rhs_p, rhs) = (_operand_strides(o, instr) for o in dot.operands)
+        call = _strided_call(DotShape.of(dot), lhs, rhs, strides(instr.shape))
+    except _NoBlas:
+        return None
+    # The call's A is the HLO rhs when it computes out^T = rhs^T lhs^T ("swapped").
+    first, second = (1, 0) if call["swapped"] else (0, 1)
+    slices, names = (operand_slices[lhs_p], operand_slices[rhs_p]), [
+        o.shape.dtype.name for o in dot.operands]
+    call = BlasCall(slices[first], slices[second], output_slices[0], a_type=names[first],
+                    b_type=names[second], c_type=dot.shape.dtype.name, compute=compute, **call)
+    too_big = (call.m, call.n, call.k, call.lda, call.ldb, call.ldc, call.batch)
+    return call if max(too_big) <= _INT_MAX else None
+
+
+def _strided_call(ds: DotShape, lhs: list[int], rhs: list[int], out: list[int]) -> dict:
+    """BlasCall's sizes, ops, leading dimensions and batch strides from the element strides
+    of every dim of lhs, rhs and the output (raises _NoBlas)."""
+    dn = ds.instr.attrs.dot_dnums
+    lhs_dims, rhs_dims = (o.shape.dims for o in ds.instr.operands)
+    nb, nm, rank = len(ds.batch), len(ds.m_dims), ds.instr.shape.rank
+    lb, lm, lk = (_group_stride(lhs_dims, lhs, g) for g in (
+        ds.batch, ds.m_dims, dn.lhs_contracting_dimensions))
+    rb, rn, rk = (_group_stride(rhs_dims, rhs, g) for g in (
+        dn.rhs_batch_dimensions, ds.n_dims, dn.rhs_contracting_dimensions))
+    ob, om, on = (_group_stride(ds.instr.shape.dims, out, g) for g in (
+        range(nb), range(nb, nb + nm), range(nb + nm, rank)))
+    m, n, k = ds.m, ds.n, ds.k
+    if on in (None, 1) and (om is None or om >= n):
+        # Row-major output: C^T (n x m) = rhs^T (n x k) @ lhs^T (k x m).
+        (ta, lda), (tb, ldb) = _matrix(n, k, rn, rk), _matrix(k, m, lk, lm)
+        sizes = dict(m=n, n=m, ldc=om if om is not None else n, swapped=True)
+        batch_strides = dict(stride_a=rb or 0, stride_b=lb or 0)
+    elif om in (None, 1) and (on is None or on >= m):
+        (ta, lda), (tb, ldb) = _matrix(m, k, lm, lk), _matrix(k, n, rk, rn)
+        sizes = dict(m=m, n=n, ldc=on if on is not None else m, swapped=False)
+        batch_strides = dict(stride_a=lb or 0, stride_b=rb or 0)
+    else:
+        raise _NoBlas
+    return dict(transa=ta, transb=tb, k=k, lda=lda, ldb=ldb, batch=ds.b, stride_c=ob or 0,
+                **sizes, **batch_strides)

@@ -17,7 +17,7 @@ index both; a thunk that needs several launches becomes a Sequential.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from ...buffers.assignment import Allocation, Slice
@@ -49,14 +49,76 @@ class Kernel(GpuThunk):
 
 
 @dataclass(frozen=True)
+class BlasCall:
+    """A plain dot as one column-major strided-batched BLAS call (cublasGemmStridedBatchedEx):
+
+        C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i],  i < batch,
+
+    op(A) m x k, op(B) k x n, C m x n; element (r, c) of a column-major matrix X[i] is at
+    element offset i * stride_x + r + c * ldx of its slice, op is "N" (as stored) or "T"
+    (transposed). HLO arrays are usually row-major, and a row-major matrix is the column-major
+    storage of its transpose, so a row-major dot out = lhs @ rhs runs as out^T = rhs^T lhs^T:
+    A is then the HLO rhs and B the lhs (`swapped`). Types are IR dtype names; `compute` is
+    the accumulation type (f32 for f16/bf16/f32, f64 for f64), which alpha and beta have.
+    """
+
+    a: Slice
+    b: Slice
+    c: Slice
+    a_type: str
+    b_type: str
+    c_type: str
+    compute: str
+    transa: str
+    transb: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    swapped: bool = False
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("a", "b", "c"):
+            out[key] = out[key].to_json()
+        return out
+
+    @staticmethod
+    def from_json(d: dict) -> BlasCall:
+        values = {f.name: d[f.name] for f in fields(BlasCall)}
+        for key in ("a", "b", "c"):
+            values[key] = Slice(*values[key])
+        return BlasCall(**values)
+
+    def text(self) -> str:
+        order = "out^T=rhs^T*lhs^T" if self.swapped else "out=lhs*rhs"
+        types = f"{self.a_type}" + (f"->{self.c_type}" if self.c_type != self.a_type else "")
+        return (f"blas[{self.transa}{self.transb} {order} m={self.m} n={self.n} k={self.k} "
+                f"ld={self.lda}/{self.ldb}/{self.ldc} batch={self.batch} "
+                f"strides={self.stride_a}/{self.stride_b}/{self.stride_c} {types}]")
+
+
+@dataclass(frozen=True)
 class Gemm(Kernel):
-    """A launch of the tiled GEMM kernel: out[b] = lhs[b] x rhs[b] (m x k times k x n)."""
+    """A launch of the tiled GEMM kernel: out[b] = lhs[b] x rhs[b] (m x k times k x n).
+
+    `blas` (plain dots only: no fused prologue or epilogue, layouts a BLAS call can express)
+    describes the same product for cuBLAS, which HLOC_CUDA_GEMM=cublas selects at run time."""
 
     kind: ClassVar[str] = "gemm"
     batch: int = 1
     m: int = 0
     n: int = 0
     k: int = 0
+    blas: BlasCall | None = None
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,17 @@ Schema, version 1:
    "streams": null | {"num_streams", "streams", "events", "waits"},
    "kernels": [recipe], "kernel_ir_sha256": {kernel: sha256}, "notes": [str],
    "resources": {arch: {kernel: {"registers", "shared_bytes", ...}}} (optional)}
-A slice is [allocation, offset, size]; a thunk is {"kind", "name", fields...}.
+A slice is [allocation, offset, size]; a thunk is {"kind", "name", fields...}. A gemm
+thunk's "blas" is null or the cuBLAS form of a plain dot (schedule.BlasCall: "a", "b", "c"
+slices, "a_type", "b_type", "c_type", "compute", "transa", "transb", "m", "n", "k", "lda",
+"ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c", "alpha", "beta", "swapped");
+readers treat a missing "blas" as null.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 from ...buffers.assignment import Allocation, Slice
 from ...errors import InputError
@@ -30,6 +34,8 @@ _ALLOC_FIELDS = ("index", "size", "kind", "parameter_number", "parameter_index",
 
 
 def _encode(name: str, value):
+    if isinstance(value, gt.BlasCall):
+        return value.to_json()
     if isinstance(value, Slice):
         return value.to_json()
     if name in ("args", "operands", "outputs"):
@@ -49,6 +55,8 @@ def thunk_to_dict(thunk: gt.GpuThunk) -> dict:
 
 
 def _decode(name: str, value):
+    if name == "blas":
+        return None if value is None else gt.BlasCall.from_json(value)
     if name in ("args", "operands", "outputs"):
         return tuple(Slice(*s) for s in value)
     if name in _SEQUENCES:
@@ -64,7 +72,9 @@ def thunk_from_dict(d: dict) -> gt.GpuThunk:
     cls = gt.GPU_THUNK_KINDS.get(d.get("kind", ""))
     if cls is None:
         raise InputError(f"gpu_thunks.json: unknown thunk kind {d.get('kind')!r}")
-    return cls(**{f.name: _decode(f.name, d[f.name]) for f in fields(cls)})
+    # Fields with a default may be absent (added after version 1 was first written: `blas`).
+    return cls(**{f.name: _decode(f.name, d[f.name]) for f in fields(cls)
+                  if f.name in d or f.default is MISSING})
 
 
 def _streams_to_dict(s: StreamAssignment | None):
@@ -139,12 +149,17 @@ def _slice_text(s: Slice) -> str:
     return f"a{s.allocation}[{s.offset}:{s.offset + s.size}]"
 
 
+def _gemm_text(t: gt.Gemm) -> str:
+    blas = f" cublas-eligible {t.blas.text()}" if t.blas is not None else ""
+    return f" m={t.m} n={t.n} k={t.k} batch={t.batch}{blas}"
+
+
 def _thunk_line(t: gt.GpuThunk, resources: dict) -> str:
     if isinstance(t, gt.Kernel):
         res = resources.get(t.kernel)
         extra = (f" regs={res['registers']} smem={res['shared_bytes']}"
                  f" spills={res['spill_stores']}/{res['spill_loads']}" if res else "")
-        gemm = f" m={t.m} n={t.n} k={t.k} batch={t.batch}" if isinstance(t, gt.Gemm) else ""
+        gemm = _gemm_text(t) if isinstance(t, gt.Gemm) else ""
         return (f"{t.kind} %{t.name} @{t.kernel} [{t.variant}] grid={list(t.grid)} "
                 f"block={list(t.block)}{gemm}{extra} args=("
                 + ", ".join(_slice_text(s) for s in t.args) + ")")
