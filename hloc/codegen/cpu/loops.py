@@ -99,6 +99,10 @@ def _inner_trip_count(i: Instruction) -> int:
     if i.opcode == Opcode.REDUCE_WINDOW:
         return math.prod(w.size for w in i.attrs.window.dims)
     if i.opcode == Opcode.DOT:
+        from .dot import buffered  # (dot.py builds on this module)
+
+        if buffered(i):
+            return 1  # computed ahead, whole (its work counts once per kernel: thunk_kernels)
         lhs = i.operands[0].shape
         return math.prod(lhs.dims[d] for d in i.attrs.dot_dnums.lhs_contracting_dimensions)
     return 1

@@ -2,7 +2,8 @@
 
 The elemental emitter can compute a dot inside a fused kernel, but as a naive loop (hundreds
 of times slower than BLAS on real sizes). A fusion whose computation contains contractions is
-therefore *outlined* into a composite: for each contraction,
+therefore *outlined* into a composite (unless they are all small dots, which the fused kernel
+computes itself: thunk_kernels, dot.py): for each contraction,
   - a prologue kernel per operand that is not a fusion parameter (it computes that operand
     into a scratch buffer),
   - the contraction itself, run by the runtime (gemm / convolution) from parameter or scratch

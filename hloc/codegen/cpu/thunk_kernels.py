@@ -1,9 +1,9 @@
 """Kernel thunks → the kernels to emit: one per plain thunk, several per outlined fusion.
 
 A `KernelGroup` is what one Kernel thunk needs: a single kernel (its fused computation or
-single op), or — for fusions around dots/convolutions — the prologue/epilogue kernels of its
-`Composite` (outline.py). A group is emitted all or nothing: if any of its kernels is
-unsupported the thunk runs on the host.
+single op, small dots included: dot.py), or — for fusions around other dots/convolutions —
+the prologue/epilogue kernels of its `Composite` (outline.py). A group is emitted all or
+nothing: if any of its kernels is unsupported the thunk runs on the host.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...thunks.thunks import io_slices
+from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .loops import element_work
-from .outline import Composite, outline
+from .outline import CONTRACTIONS, Composite, outline
 from .spec import KernelInfo, KernelSpec, kernel_symbol
 
 SCRATCH_ALIGN = 64
@@ -48,6 +49,11 @@ def native_kind(kind: str):
     return register
 
 
+# A small dot as a kernel (dot.py) instead of a BLAS call from Python: a loop around it can
+# then run in a native driver.
+native_kind("gemm")(small_dot)
+
+
 def kernel_groups(module: Module, program) -> tuple[list[KernelGroup], dict[str, dict]]:
     """The kernel group of every Kernel thunk, and the thunks that cannot have one."""
     instructions = {i.name: i for c in module.computations for i in c.instructions}
@@ -72,7 +78,7 @@ def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
         raise UnsupportedError(f"%{instr.name} has a tuple-shaped operand")
     symbol = kernel_symbol(thunk.name)
     composite = outline(instr, thunk.name, symbol) \
-        if instr.opcode == Opcode.FUSION and not optional else None
+        if instr.opcode == Opcode.FUSION and not optional and not _dots_inline(instr) else None
     if composite is not None:
         return KernelGroup(thunk.name, instr.opcode.value, _composite_specs(composite, thunk),
                            composite)
@@ -82,6 +88,17 @@ def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
     if len(spec.operand_shapes) != len(operands) or len(spec.output_shapes) != len(outputs):
         raise UnsupportedError(f"%{instr.name}: operand/output leaves do not match its slices")
     return KernelGroup(thunk.name, instr.opcode.value, [spec], optional=optional)
+
+
+def _dots_inline(fusion: Instruction) -> bool:
+    """Whether a fusion's contractions are all small dots that its own kernel computes
+    (dot.py): cheaper than a library call plus prologue and epilogue kernels, as long as the
+    kernel stays on one thread (each part of a split kernel would compute them again)."""
+    comp = fusion.fused_computation()
+    contractions = [i for i in comp.post_order() if i.opcode in CONTRACTIONS]
+    if not contractions or not all(inline_dot(c) for c in contractions):
+        return False
+    return work(KernelSpec.for_instruction(fusion)) < SMALL_DOT_WORK
 
 
 def _composite_specs(composite: Composite, thunk) -> list[KernelSpec]:
@@ -143,13 +160,14 @@ def work(spec: KernelSpec) -> int:
     """Rough scalar operations of the whole kernel (the runtime's parallel-split estimate)."""
     root = spec.computation.root
     items = root.operands if root.opcode == Opcode.TUPLE else [root]
-    total = 0
-    for item in items:
-        total += _item_work(spec, item)
-    return total
+    total = sum(_item_work(spec, item) for item in items)
+    # Dots computed ahead into a buffer run once per call, whatever reads them.
+    return total + sum(dot_work(i) for i in spec.computation.post_order() if buffered(i))
 
 
 def _item_work(spec: KernelSpec, item: Instruction) -> int:
+    if item.opcode == Opcode.DOT:
+        return dot_work(item)
     if item.opcode == Opcode.REDUCE:
         return math.prod(item.operands[0].shape.dims)
     if item.opcode == Opcode.DYNAMIC_UPDATE_SLICE and spec.aliases:

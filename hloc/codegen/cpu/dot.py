@@ -1,0 +1,391 @@
+"""Small dots as native loops: register tiles vectorized over the output's last dimension.
+
+XLA:CPU emits small dots inline as tiled LLVM loops instead of calling a GEMM library; so does
+this module, for dots of at most SMALL_DOT_WORK multiply-adds:
+  - a Gemm thunk of that size gets a native kernel (thunk_kernels.NATIVE_KINDS "gemm"), so a
+    loop around it can run in a native driver instead of calling BLAS from Python;
+  - a fusion whose contractions are all such dots is one kernel (outline.py does not split it).
+
+A dot is computed in *tiles* of R rows (positions of its last lhs-free dimension) by C columns
+(positions of its last rhs-free dimension): R vector accumulators of C lanes stay in registers
+while the contracting dimensions are swept; each step multiplies one C-wide row of rhs by R
+lhs values (fmuladd). Operand values come from the elemental generators, so transposed
+operands, batch dimensions and fused producers need nothing special. Narrow floats accumulate
+in f32 and integers in the output type, at least 32 bits wide (wrap-around, as XLA).
+
+Where the dot's value is only written out (a Gemm thunk, a fusion rooted at the dot), the
+tiles are the kernel's work units (DotSegment) and store straight into the output. A dot read
+inside a fused computation (by its epilogue) is computed whole into a stack buffer where its
+generator is built -- the start of the kernel body -- and the epilogue reads the buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...errors import UnsupportedError
+from ...ir import Instruction, Opcode, PrimitiveType, Shape
+from ..elemental.convert import convert_value
+from ..elemental.memory import linear_offset, row_major, store_element
+from ..elemental.registry import emits, generic_lowering
+from ..elemental.types import I32, ElemType, elem_type
+from .driver import DRIVER_MAX_WORK
+from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .loops import delinearize
+from .spec import KernelSpec
+
+# Dots of fewer multiply-adds (batch * m * n * k) are native loops. Measured against the
+# runtime's BLAS / AVX-512 GEMM path (2 cores, f32 and f64, plain, transposed and batched):
+# about twice as fast up to this size, call overhead included; a kernel of this much work is
+# the first the runtime splits across threads (and keeps out of native drivers), where the
+# library's packed, threaded GEMM wins.
+SMALL_DOT_WORK = DRIVER_MAX_WORK
+# Largest stack buffer for a dot computed ahead of its epilogue.
+MAX_BUFFER_BYTES = 1 << 18
+# Tiles are sized for 256-bit vectors (a 512-bit target simply uses fewer, wider registers)
+# with at most ACCUMULATORS vector accumulators and MAX_ROWS rows.
+VECTOR_BITS = 256
+ACCUMULATORS = 12
+MAX_ROWS = 8
+
+
+@dataclass(frozen=True)
+class DotForm:
+    """A dot's dimension roles. Output dims: batch, then lhs-free, then rhs-free (HLO order)."""
+
+    lhs: Shape
+    rhs: Shape
+    out: Shape
+    lb: tuple[int, ...]
+    rb: tuple[int, ...]
+    lc: tuple[int, ...]
+    rc: tuple[int, ...]
+    lf: tuple[int, ...]
+    rf: tuple[int, ...]
+
+    @staticmethod
+    def of(instr: Instruction) -> DotForm:
+        dn = instr.attrs.dot_dnums
+        lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
+        lb, lc = tuple(dn.lhs_batch_dimensions), tuple(dn.lhs_contracting_dimensions)
+        rb, rc = tuple(dn.rhs_batch_dimensions), tuple(dn.rhs_contracting_dimensions)
+        lf = tuple(d for d in range(lhs.rank) if d not in lb and d not in lc)
+        rf = tuple(d for d in range(rhs.rank) if d not in rb and d not in rc)
+        return DotForm(lhs, rhs, instr.shape, lb, rb, lc, rc, lf, rf)
+
+    @property
+    def row_dim(self) -> int | None:
+        """The output dimension tiles span R positions of (the last lhs-free one)."""
+        return len(self.lb) + len(self.lf) - 1 if self.lf else None
+
+    @property
+    def col_dim(self) -> int | None:
+        """The output dimension the accumulators are vectorized over (the last rhs-free one)."""
+        return self.out.rank - 1 if self.rf else None
+
+    def size(self, dim: int | None) -> int:
+        return 1 if dim is None else self.out.dims[dim]
+
+    @property
+    def outer_dims(self) -> list[int]:
+        return [d for d in range(self.out.rank) if d not in (self.row_dim, self.col_dim)]
+
+    @property
+    def depth(self) -> int:
+        return math.prod(self.lhs.dims[d] for d in self.lc)
+
+    def operand_indices(self, out_index: list, ivs: list) -> tuple[list, list]:
+        """lhs and rhs indices of output position `out_index` at contracting position `ivs`."""
+        li: list = [None] * self.lhs.rank
+        ri: list = [None] * self.rhs.rank
+        pos = iter(out_index)
+        for dl, dr in zip(self.lb, self.rb, strict=True):
+            li[dl] = ri[dr] = next(pos)
+        for d in self.lf:
+            li[d] = next(pos)
+        for d in self.rf:
+            ri[d] = next(pos)
+        for dl, dr, v in zip(self.lc, self.rc, ivs, strict=True):
+            li[dl] = ri[dr] = v
+        return li, ri
+
+
+# ---- policy -----------------------------------------------------------------------------------
+
+def compute_type(instr: Instruction) -> ElemType:
+    """The accumulator type: f64 if any float is f64, f32 for other floats (narrow ones
+    included); for integer results the output type, widened to 32 bits (the low bits of a
+    wrapping sum do not depend on the width). UnsupportedError for pred/complex results."""
+    out = elem_type(instr.shape.element_type)
+    if out.kind == "pred":
+        raise UnsupportedError(f"%{instr.name}: pred dot has no tiled form")
+    floats = [e for e in (elem_type(o.shape.element_type) for o in instr.operands) if e.is_float]
+    floats += [out] if out.is_float else []
+    if any(e.bits == 64 for e in floats):
+        return elem_type(PrimitiveType.F64)
+    if floats:
+        return elem_type(PrimitiveType.F32)
+    return out if out.bits >= 32 else elem_type(PrimitiveType.S32)
+
+
+def tiled(instr: Instruction) -> bool:
+    """Whether the dot has a tiled form (array operands, supported element types)."""
+    if instr.opcode != Opcode.DOT or not all(o.shape.is_array for o in instr.operands):
+        return False
+    try:
+        compute_type(instr)
+    except UnsupportedError:
+        return False
+    return True
+
+
+def dot_work(instr: Instruction) -> int:
+    """Multiply-adds of a dot (every output element counts at least once)."""
+    return instr.shape.num_elements * max(1, DotForm.of(instr).depth)
+
+
+def small_dot(instr: Instruction) -> bool:
+    return tiled(instr) and dot_work(instr) < SMALL_DOT_WORK
+
+
+def written_out(instr: Instruction) -> bool:
+    """Whether the dot's value is only a kernel output (the root or in the root tuple)."""
+    users = list(instr.users)
+    return instr.is_root or (bool(users) and all(u.opcode == Opcode.TUPLE and u.is_root
+                                                 for u in users))
+
+
+def _buffer_bytes(instr: Instruction) -> int:
+    return instr.shape.num_elements * compute_type(instr).bits // 8
+
+
+def buffered(instr: Instruction) -> bool:
+    """A small dot read inside its computation: computed ahead into a stack buffer."""
+    return small_dot(instr) and not written_out(instr) and _buffer_bytes(instr) <= MAX_BUFFER_BYTES
+
+
+def inline_dot(instr: Instruction) -> bool:
+    """Whether a dot inside a fusion can be computed by the fused kernel itself."""
+    return small_dot(instr) and (written_out(instr) or buffered(instr))
+
+
+# ---- tiles ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tiling:
+    """Tiles of `rows` x `cols` output positions; units are (outer position, row block, column
+    block), column blocks fastest."""
+
+    rows: int
+    cols: int
+    m: int  # positions of the row dimension (1 without one)
+    n: int  # positions of the column dimension
+    outer: tuple[int, ...]  # sizes of the other output dimensions
+
+    @staticmethod
+    def of(form: DotForm, cet: ElemType) -> Tiling:
+        m, n = form.size(form.row_dim), form.size(form.col_dim)
+        lanes = max(1, VECTOR_BITS // cet.bits)
+        outer = tuple(form.out.dims[d] for d in form.outer_dims)
+        if m == 0 or n == 0:
+            return Tiling(1, 1, m, n, outer)
+        rows, vectors = min(_shapes(m, n, lanes), key=lambda rv: _cost(m, n, form.depth, lanes,
+                                                                       *rv))
+        return Tiling(rows, min(n, vectors * lanes), m, n, outer)
+
+    @property
+    def row_blocks(self) -> int:
+        return -(-self.m // self.rows)
+
+    @property
+    def col_blocks(self) -> int:
+        return -(-self.n // self.cols)
+
+    @property
+    def extent(self) -> int:
+        return math.prod(self.outer) * self.row_blocks * self.col_blocks
+
+
+def _shapes(m: int, n: int, lanes: int):
+    """Candidate (rows, vectors per row) of a tile within the accumulator budget."""
+    for rows in range(1, min(MAX_ROWS, m) + 1):
+        vectors = min(-(-n // lanes), max(1, ACCUMULATORS // rows))
+        yield rows, vectors
+
+
+def _cost(m: int, n: int, depth: int, lanes: int, rows: int, vectors: int) -> float:
+    """Rough cycles: per contracting step a tile issues rows * vectors FMAs and rows + vectors
+    loads (two of each per cycle), and waits at least an FMA latency (4) on each chain; per
+    tile add its setup and stores."""
+    cols = min(n, vectors * lanes)
+    tiles = -(-m // rows) * -(-n // cols)
+    step = max(rows * vectors / 2, (rows + vectors) / 2, 4)
+    return tiles * (max(depth, 1) * step + rows * vectors + 8)
+
+
+class TileEmitter:
+    """Emits the tiles of one dot from its operand generators."""
+
+    def __init__(self, ctx, instr: Instruction, lhs_gen, rhs_gen):
+        self.ctx = ctx
+        self.form = DotForm.of(instr)
+        self.cet = compute_type(instr)
+        self.l_et = elem_type(self.form.lhs.element_type)
+        self.r_et = elem_type(self.form.rhs.element_type)
+        self.tiling = Tiling.of(self.form, self.cet)
+        self.lhs_gen, self.rhs_gen = lhs_gen, rhs_gen
+        target = ctx.target
+        self.lanes = target.lanes(self.cet.bits) if hasattr(target, "lanes") else \
+            max(1, VECTOR_BITS // self.cet.bits)
+
+    def emit(self, lo: ir.Value, hi: ir.Value, store) -> None:
+        """Tiles [lo, hi); store(output index, accumulator value) writes each element."""
+        with self.ctx.loop(lo, hi, "tile") as unit:
+            index, i0, j0 = self._origin(unit)
+            t = self.tiling
+            self._split(i0, t.rows, t.m, lambda rows: self._split(
+                j0, t.cols, t.n, lambda cols: self._tile(index, i0, j0, rows, cols, store)))
+
+    def _origin(self, unit: ir.Value):
+        """The output index of a unit's outer dims and its first row and column."""
+        ctx, b, t = self.ctx, self.ctx.builder, self.tiling
+        i64 = ctx.i64
+        col_block = b.urem(unit, i64(t.col_blocks)) if t.col_blocks > 1 else i64(0)
+        rest = b.udiv(unit, i64(t.col_blocks)) if t.col_blocks > 1 else unit
+        row_block = b.urem(rest, i64(t.row_blocks)) if t.row_blocks > 1 else i64(0)
+        outer = b.udiv(rest, i64(t.row_blocks)) if t.row_blocks > 1 else rest
+        index: list = [i64(0)] * self.form.out.rank
+        if t.outer:
+            for d, v in zip(self.form.outer_dims, delinearize(ctx, outer, list(t.outer)),
+                            strict=True):
+                index[d] = v
+        return index, b.mul(row_block, i64(t.rows)), b.mul(col_block, i64(t.cols))
+
+    def _split(self, start: ir.Value, full: int, size: int, emit) -> None:
+        """emit(full) where a whole tile fits from `start`, emit(size % full) at the end."""
+        tail = size % full
+        if tail == 0:
+            emit(full)
+            return
+        b = self.ctx.builder
+        fits = b.icmp_signed("<=", b.add(start, self.ctx.i64(full)), self.ctx.i64(size))
+        with b.if_else(fits) as (whole, rest):
+            with whole:
+                emit(full)
+            with rest:
+                emit(tail)
+
+    def _tile(self, index: list, i0, j0, rows: int, cols: int, store) -> None:
+        ctx, b, form = self.ctx, self.ctx.builder, self.form
+        row_ids = [b.add(i0, ctx.i64(r)) for r in range(rows)]
+        col_ids = [b.add(j0, ctx.i64(c)) for c in range(cols)]
+        # Accumulators in vectors of the target's width (the last one may be shorter).
+        chunks = [col_ids[c:c + self.lanes] for c in range(0, cols, self.lanes)]
+        vecs = [ir.VectorType(self.cet.value_type, len(chunk)) for chunk in chunks]
+        slots = [[ctx.alloca(vec) for vec in vecs] for _ in range(rows)]
+        for row in slots:
+            for slot, vec in zip(row, vecs, strict=True):
+                b.store(ir.Constant(vec, None), slot)
+        with contextlib.ExitStack() as stack:
+            ivs = [stack.enter_context(ctx.loop(0, form.lhs.dims[d], "k")) for d in form.lc]
+            rhs = [self._rhs_chunk(index, ivs, chunk, vec) for chunk, vec in zip(chunks, vecs,
+                                                                                  strict=True)]
+            for r, row in enumerate(slots):
+                a = self._lhs_value(index, ivs, row_ids[r])
+                for slot, x, vec in zip(row, rhs, vecs, strict=True):
+                    b.store(self._fma(self._splat(a, vec), x, b.load(slot, typ=vec)), slot)
+        for r, row in enumerate(slots):
+            for slot, chunk, vec in zip(row, chunks, vecs, strict=True):
+                acc = b.load(slot, typ=vec)
+                for c, col in enumerate(chunk):
+                    store(self._at(index, row_ids[r], col),
+                          b.extract_element(acc, ir.Constant(I32, c)))
+
+    def _at(self, index: list, row, col) -> list:
+        out = list(index)
+        if self.form.row_dim is not None:
+            out[self.form.row_dim] = row
+        if self.form.col_dim is not None:
+            out[self.form.col_dim] = col
+        return out
+
+    def _lhs_value(self, index, ivs, row) -> ir.Value:
+        li, _ = self.form.operand_indices(self._at(index, row, None), ivs)
+        return convert_value(self.ctx, self.l_et, self.cet, self.lhs_gen(li))
+
+    def _rhs_chunk(self, index, ivs, col_ids, vec: ir.VectorType) -> ir.Value:
+        b = self.ctx.builder
+        row = ir.Constant(vec, ir.Undefined)
+        for c, col in enumerate(col_ids):
+            _, ri = self.form.operand_indices(self._at(index, None, col), ivs)
+            value = convert_value(self.ctx, self.r_et, self.cet, self.rhs_gen(ri))
+            row = b.insert_element(row, value, ir.Constant(I32, c))
+        return row
+
+    def _splat(self, value: ir.Value, vec: ir.VectorType) -> ir.Value:
+        b = self.ctx.builder
+        one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, vec.count), [0] * vec.count)
+        return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), mask)
+
+    def _fma(self, a: ir.Value, x: ir.Value, acc: ir.Value) -> ir.Value:
+        if self.cet.is_float:
+            suffix = "f64" if self.cet.bits == 64 else "f32"
+            return self.ctx.call(f"llvm.fmuladd.v{acc.type.count}{suffix}", [a, x, acc])
+        b = self.ctx.builder
+        return b.add(acc, b.mul(a, x))
+
+
+# ---- where tiles are emitted ------------------------------------------------------------------
+
+@special_segment(Opcode.DOT)
+def plan_dot(spec: KernelSpec, item: RootItem):
+    return DotSegment(spec, item) if tiled(item.instr) else None
+
+
+class DotSegment(Segment):
+    """A dot written to a kernel output: one tile per work unit, stored in place."""
+
+    kind = "dot"
+
+    def __init__(self, spec: KernelSpec, item: RootItem):
+        self.spec, self.item = spec, item
+        self.extent = Tiling.of(DotForm.of(item.instr), compute_type(item.instr)).extent
+
+    def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        instr = self.item.instr
+        tiles = TileEmitter(kb.ctx, instr, kb.gen(instr.operands[0]), kb.gen(instr.operands[1]))
+        out_et = elem_type(instr.shape.element_type)
+        k = self.item.outputs[0]
+        shape, ptr = self.spec.output_shapes[k], kb.outputs[k]
+
+        def store(index, value):
+            store_element(kb.ctx, shape, ptr, index, convert_value(kb.ctx, tiles.cet, out_et, value))
+
+        tiles.emit(lo, hi, store)
+
+
+@emits(Opcode.DOT, target="cpu")
+def dot(ctx, instr: Instruction, gens):
+    """A small dot read inside its computation is computed here, whole, into a stack buffer;
+    any other dot keeps the generic lowering (one element per call; the root dots that
+    DotSegment writes never call it)."""
+    if not buffered(instr):
+        return generic_lowering(Opcode.DOT)(ctx, instr, gens)
+    tiles = TileEmitter(ctx, instr, *gens)
+    b, cet = ctx.builder, tiles.cet
+    shape = row_major(instr.shape)
+    buffer = ctx.alloca(cet.value_type, max(1, shape.num_elements), name="dot")
+
+    def slot(index):
+        return b.gep(buffer, [linear_offset(ctx, shape, index)], inbounds=True,
+                     source_etype=cet.value_type)
+
+    if tiles.tiling.extent:
+        tiles.emit(ctx.i64(0), ctx.i64(tiles.tiling.extent), lambda i, v: b.store(v, slot(i)))
+    out_et = elem_type(instr.shape.element_type)
+    return lambda index: convert_value(ctx, cet, out_et, b.load(slot(index), typ=cet.value_type))

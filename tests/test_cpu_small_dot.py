@@ -1,0 +1,377 @@
+"""Small dots as native CPU kernels (hloc/codegen/cpu/dot.py) against the reference interpreter.
+
+Every dimension-number form (batch, transposed, vector, several contracting/free dims, empty
+dims, non-default layouts), element type (f32/f64/bf16/f16, signed/unsigned integers with
+wrap-around) and tile shape (row/column tails, rows wider than one tile) as a Gemm thunk's
+kernel, and fused forms: epilogues, several dots, a dot read through a transpose and a reduce,
+a dot feeding a dot. kernels.json shows which path ran, so a case cannot pass through BLAS.
+"""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hloc.codegen.cpu import dot as small_dot
+from tests.conftest import SAMPLES, sample_arrays, sample_meta
+from tests.test_cpu_runtime_helpers import (
+    compile_to_bundle,
+    kernels_json,
+    load_cpu,
+    members,
+    run_text,
+)
+from tests.test_interp_samples import mismatch
+
+pytestmark = pytest.mark.cpu
+
+_NP = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16, "f16": np.float16,
+       "s8": np.int8, "s32": np.int32, "s64": np.int64, "u8": np.uint8, "u32": np.uint32}
+# Narrow floats: one rounding of an f32 sum; the order of the sum may move it by an ulp.
+_TOL = {"bf16": (2e-2, 2e-2), "f16": (2e-3, 2e-3), "f64": (1e-12, 1e-12)}
+
+
+def _parse(shape_text: str) -> tuple[str, list[int]]:
+    dtype, rest = shape_text.split("[")
+    dims = rest.split("]")[0]
+    return dtype, [int(d) for d in dims.split(",") if d]
+
+
+def _random(shape_text: str, rng) -> np.ndarray:
+    dtype, dims = _parse(shape_text)
+    if dtype[0] in "su":
+        info = np.iinfo(_NP[dtype])
+        return rng.integers(info.min, info.max, dims, endpoint=True).astype(_NP[dtype])
+    return rng.standard_normal(dims).astype(_NP[dtype])
+
+
+def _module(lhs: str, rhs: str, out: str, dims: str) -> str:
+    return (f"HloModule d\nENTRY e {{\n  a = {lhs} parameter(0)\n  b = {rhs} parameter(1)\n"
+            f"  ROOT d = {out} dot(a, b){', ' + dims if dims else ''}\n}}\n")
+
+
+def _assert_close(got, want, dtype: str, what: str) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, what
+    if dtype[0] in "su":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    rtol, atol = _TOL.get(dtype, (1e-5, 1e-5))
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                               atol=atol, err_msg=what)
+
+
+def _thunks(node):
+    """Every thunk record of thunks.json, nested ones included."""
+    if isinstance(node, dict):
+        if "kind" in node and "name" in node:
+            yield node
+        for value in node.values():
+            yield from _thunks(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _thunks(value)
+
+
+def assert_native_dots(bundle) -> list[str]:
+    """No dot of the module runs in the library: every Gemm thunk has a dot kernel and no
+    fusion is outlined into a composite. Returns the Gemm thunks."""
+    kernels = kernels_json(bundle)
+    thunks = list(_thunks(json.loads(members(bundle)["thunks.json"])["sequence"]))
+    assert not kernels["composites"], sorted(kernels["composites"])
+    gemms = [t["name"] for t in thunks if t["kind"] == "gemm"]
+    assert all(kernels["kernels"][name]["segments"] == ["dot"] for name in gemms), gemms
+    return gemms
+
+
+LC1_RC0 = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+GEMMS = [
+    ("f32[3,5]{1,0}", "f32[5,7]{1,0}", "f32[3,7]{1,0}", LC1_RC0),
+    ("f32[5,3]{1,0}", "f32[5,7]{1,0}", "f32[3,7]{1,0}",
+     "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
+    ("f32[3,5]{1,0}", "f32[7,5]{1,0}", "f32[3,7]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    ("f32[5,3]{1,0}", "f32[7,5]{1,0}", "f32[3,7]{1,0}",
+     "lhs_contracting_dims={0}, rhs_contracting_dims={1}"),
+    ("f32[2,3,5]{2,1,0}", "f32[2,5,7]{2,1,0}", "f32[2,3,7]{2,1,0}",
+     "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"),
+    ("f32[3,2,5]{2,1,0}", "f32[5,7,2]{2,1,0}", "f32[2,3,7]{2,1,0}",
+     "lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={2}, rhs_contracting_dims={0}"),
+    ("f32[2,3,4,5]{3,2,1,0}", "f32[2,3,5,6]{3,2,1,0}", "f32[2,3,4,6]{3,2,1,0}",
+     "lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+     "rhs_contracting_dims={2}"),
+    ("f32[4,3,5]{2,1,0}", "f32[3,5,6]{2,1,0}", "f32[4,6]{1,0}",
+     "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}"),
+    ("f32[2,3,5]{2,1,0}", "f32[5,4,3]{2,1,0}", "f32[2,3,4,3]{3,2,1,0}",
+     "lhs_contracting_dims={2}, rhs_contracting_dims={0}"),
+    ("f32[7,9]{1,0}", "f32[9]{0}", "f32[7]{0}", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+    ("f32[9]{0}", "f32[9,6]{1,0}", "f32[6]{0}", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
+    ("f32[4]{0}", "f32[5]{0}", "f32[4,5]{1,0}", ""),
+    ("f32[6,5]{0,1}", "f32[5,4]{0,1}", "f32[6,4]{0,1}", LC1_RC0),
+    ("f32[6,5]{1,0}", "f32[5,4]{0,1}", "f32[6,4]{0,1}", LC1_RC0),
+    # Row and column tails, rows wider than a tile, one row, one column.
+    ("f32[13,70]{1,0}", "f32[70,100]{1,0}", "f32[13,100]{1,0}", LC1_RC0),
+    ("f32[29,31]{1,0}", "f32[31,37]{1,0}", "f32[29,37]{1,0}", LC1_RC0),
+    ("f32[1,64]{1,0}", "f32[64,300]{1,0}", "f32[1,300]{1,0}", LC1_RC0),
+    ("f32[300,64]{1,0}", "f32[64,1]{1,0}", "f32[300,1]{1,0}", LC1_RC0),
+    ("f64[6,9]{1,0}", "f64[9,11]{1,0}", "f64[6,11]{1,0}", LC1_RC0),
+    ("f64[6,9]{1,0}", "f64[11,9]{1,0}", "f64[6,11]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    ("bf16[5,8]{1,0}", "bf16[8,6]{1,0}", "bf16[5,6]{1,0}", LC1_RC0),
+    ("bf16[5,8]{1,0}", "bf16[8,6]{1,0}", "f32[5,6]{1,0}", LC1_RC0),
+    ("f16[5,8]{1,0}", "f16[6,8]{1,0}", "f16[5,6]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    ("s32[4,5]{1,0}", "s32[5,3]{1,0}", "s32[4,3]{1,0}", LC1_RC0),
+    ("s8[4,6]{1,0}", "s8[6,5]{1,0}", "s32[4,5]{1,0}", LC1_RC0),
+    ("u8[4,6]{1,0}", "u8[6,5]{1,0}", "u8[4,5]{1,0}", LC1_RC0),
+    ("s64[3,4]{1,0}", "s64[4,5]{1,0}", "s64[3,5]{1,0}", LC1_RC0),
+    ("u32[2,3,4]{2,1,0}", "u32[2,4,5]{2,1,0}", "u32[2,3,5]{2,1,0}",
+     "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"),
+]
+EMPTY = [
+    ("f32[0,5]{1,0}", "f32[5,4]{1,0}", "f32[0,4]{1,0}", LC1_RC0),
+    ("f32[6,0]{1,0}", "f32[0,4]{1,0}", "f32[6,4]{1,0}", LC1_RC0),
+    ("f32[3,5]{1,0}", "f32[5,0]{1,0}", "f32[3,0]{1,0}", LC1_RC0),
+]
+
+
+# passes: the -O2 pipeline (dots canonicalized: transposes become kernels of their own), or
+# layout assignment only (the dot keeps its dimension numbers: transposed operand reads).
+@pytest.mark.parametrize("passes", [None, "layout-assignment"])
+@pytest.mark.parametrize("lhs,rhs,out,dims", GEMMS + EMPTY,
+                         ids=[f"{g[0]}x{g[1]}" for g in GEMMS + EMPTY])
+def test_small_gemm_kernel(lhs, rhs, out, dims, passes, tmp_path):
+    rng = np.random.default_rng(0)
+    args = [_random(lhs, rng), _random(rhs, rng)]
+    got, want = run_text(_module(lhs, rhs, out, dims), args, tmp_path, passes=passes)
+    _assert_close(got[0], want[0], _parse(out)[0], f"{lhs} x {rhs}")
+    gemms = assert_native_dots(tmp_path / "m.bundle")
+    assert gemms or passes is None  # without the simplifier every dot is a Gemm thunk
+
+
+def test_integer_dot_wraps(tmp_path):
+    big = np.full((2, 3), 2**30 + 7, np.int32)
+    got, want = run_text(_module("s32[2,3]{1,0}", "s32[3,2]{1,0}", "s32[2,2]{1,0}", LC1_RC0),
+                         [big, big.T.copy()], tmp_path)
+    expected = ((big.astype(np.int64) @ big.T.astype(np.int64)) & 0xFFFFFFFF).astype(np.uint32)
+    np.testing.assert_array_equal(got[0].view(np.uint32), expected)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_gemm_kernel_work_counts_multiply_adds(tmp_path):
+    text = _module("f32[2,3,5]{2,1,0}", "f32[2,5,7]{2,1,0}", "f32[2,3,7]{2,1,0}",
+                   "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                   "rhs_contracting_dims={1}")
+    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    (name,) = assert_native_dots(bundle)
+    assert kernels_json(bundle)["kernels"][name]["work"] == 2 * 3 * 7 * 5
+
+
+@pytest.mark.parametrize("m,n,k,native", [(64, 64, 63, True), (64, 64, 64, False),
+                                           (128, 128, 128, False)])
+def test_size_threshold(m, n, k, native, tmp_path):
+    assert (m * n * k < small_dot.SMALL_DOT_WORK) == native
+    text = _module(f"f32[{m},{k}]{{1,0}}", f"f32[{k},{n}]{{1,0}}", f"f32[{m},{n}]{{1,0}}", LC1_RC0)
+    rng = np.random.default_rng(3)
+    args = [_random(f"f32[{m},{k}]", rng), _random(f"f32[{k},{n}]", rng)]
+    got, want = run_text(text, args, tmp_path)
+    _assert_close(got[0], want[0], "f32", f"{m}x{n}x{k}")
+    kernels = kernels_json(tmp_path / "m.bundle")["kernels"]
+    assert any("dot" in k["segments"] for k in kernels.values()) == native
+
+
+# ---- dots inside fused kernels ----------------------------------------------------------------
+
+EPILOGUE = """HloModule ep
+ENTRY e {
+  x = f32[3,5]{1,0} parameter(0)
+  w = f32[5,7]{1,0} parameter(1)
+  b = f32[7]{0} parameter(2)
+  d = f32[3,7]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[3,7]{1,0} broadcast(b), dimensions={1}
+  s = f32[3,7]{1,0} add(d, bb)
+  ROOT t = f32[3,7]{1,0} tanh(s)
+}
+"""
+
+
+def test_fused_epilogue_is_one_kernel(tmp_path):
+    rng = np.random.default_rng(4)
+    args = [_random("f32[3,5]", rng), _random("f32[5,7]", rng), _random("f32[7]", rng)]
+    got, want = run_text(EPILOGUE, args, tmp_path)
+    _assert_close(got[0], want[0], "f32", "epilogue")
+    bundle = tmp_path / "m.bundle"
+    assert not assert_native_dots(bundle)  # the dot sits in the fusion's kernel
+    assert " dot(" in members(bundle)["module.hlo"].decode()
+    (kernel,) = kernels_json(bundle)["kernels"].values()
+    assert kernel["work"] == 3 * 7 * 5 + 3 * 7  # the dot once, then one pass of the epilogue
+
+
+BIG_EPILOGUE = EPILOGUE.replace("f32[3,5]", "f32[64,128]").replace("f32[5,7]", "f32[128,96]") \
+    .replace("f32[3,7]", "f32[64,96]").replace("f32[7]", "f32[96]")
+
+
+def test_big_dot_epilogue_stays_a_library_composite(tmp_path):
+    rng = np.random.default_rng(7)
+    args = [_random("f32[64,128]", rng), _random("f32[128,96]", rng), _random("f32[96]", rng)]
+    got, want = run_text(BIG_EPILOGUE, args, tmp_path)
+    _assert_close(got[0], want[0], "f32", "big epilogue")
+    kernels = kernels_json(tmp_path / "m.bundle")
+    (composite,) = kernels["composites"].values()
+    assert [s["kind"] for s in composite["steps"]] == ["gemm", "kernel"]
+    assert not any("dot" in k["segments"] for k in kernels["kernels"].values())
+
+# Explicit fusions (XLA's optimized modules carry such), compiled without the fusion passes.
+_ADD = "add {\n  p = f32[] parameter(0)\n  q = f32[] parameter(1)\n  ROOT s = f32[] add(p, q)\n}\n"
+FUSIONS = {
+    # Two dots under one epilogue (a tanh RNN step).
+    "two_dots": ("""fc {
+  x = f32[3,5]{1,0} parameter(0)
+  wx = f32[5,7]{1,0} parameter(1)
+  h = f32[3,7]{1,0} parameter(2)
+  wh = f32[7,7]{1,0} parameter(3)
+  b = f32[7]{0} parameter(4)
+  d0 = f32[3,7]{1,0} dot(x, wx), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d1 = f32[3,7]{1,0} dot(h, wh), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  s = f32[3,7]{1,0} add(d0, d1)
+  bb = f32[3,7]{1,0} broadcast(b), dimensions={1}
+  sb = f32[3,7]{1,0} add(s, bb)
+  ROOT t = f32[3,7]{1,0} tanh(sb)
+}""", ["f32[3,5]", "f32[5,7]", "f32[3,7]", "f32[7,7]", "f32[7]"], "f32[3,7]{1,0}"),
+    # A dot read transposed and reduced (not at the output's index).
+    "transpose_reduce": (_ADD + """fc {
+  a = f32[4,6]{1,0} parameter(0)
+  b = f32[6,5]{1,0} parameter(1)
+  d = f32[4,5]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[5,4]{1,0} transpose(d), dimensions={1,0}
+  z = f32[] constant(0)
+  ROOT r = f32[5]{0} reduce(t, z), dimensions={1}, to_apply=add
+}""", ["f32[4,6]", "f32[6,5]"], "f32[5]{0}"),
+    # A dot feeding a dot, transposed operands and a batch dimension.
+    "chain": ("""fc {
+  a = f32[2,4,6]{2,1,0} parameter(0)
+  b = f32[2,5,6]{2,1,0} parameter(1)
+  c = f32[5,3]{1,0} parameter(2)
+  d = f32[2,4,5]{2,1,0} dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}
+  ROOT e = f32[2,4,3]{2,1,0} dot(d, c), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+}""", ["f32[2,4,6]", "f32[2,5,6]", "f32[5,3]"], "f32[2,4,3]{2,1,0}"),
+    # The dot both as an output and under an epilogue (a multi-output fusion).
+    "root_and_epilogue": ("""fc {
+  a = f32[9,7]{1,0} parameter(0)
+  b = f32[7,11]{1,0} parameter(1)
+  d = f32[9,11]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[9,11]{1,0} exponential(d)
+  ROOT t = (f32[9,11]{1,0}, f32[9,11]{1,0}) tuple(d, e)
+}""", ["f32[9,7]", "f32[7,11]"], "(f32[9,11]{1,0}, f32[9,11]{1,0})"),
+    # Narrow floats: bf16 products summed in f32, rounded once, then the bf16 epilogue.
+    "bf16": ("""fc {
+  a = bf16[6,16]{1,0} parameter(0)
+  b = bf16[16,10]{1,0} parameter(1)
+  c = bf16[6,10]{1,0} parameter(2)
+  d = bf16[6,10]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = bf16[6,10]{1,0} multiply(d, c)
+}""", ["bf16[6,16]", "bf16[16,10]", "bf16[6,10]"], "bf16[6,10]{1,0}"),
+    # Integers wrap; the epilogue sees the wrapped sum.
+    "s32": ("""fc {
+  a = s32[5,6]{1,0} parameter(0)
+  b = s32[6,4]{1,0} parameter(1)
+  d = s32[5,4]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT s = s32[5,4]{1,0} xor(d, d)
+}""", ["s32[5,6]", "s32[6,4]"], "s32[5,4]{1,0}"),
+}
+
+
+def _fusion_module(body: str, params: list[str], out: str) -> str:
+    args = "\n".join(f"  p{i} = {p}{_layout(p)} parameter({i})" for i, p in enumerate(params))
+    call = ", ".join(f"p{i}" for i in range(len(params)))
+    return (f"HloModule f\n{body}\nENTRY e {{\n{args}\n"
+            f"  ROOT f = {out} fusion({call}), kind=kOutput, calls=fc\n}}\n")
+
+
+def _layout(shape_text: str) -> str:
+    rank = len(_parse(shape_text)[1])
+    return "{" + ",".join(str(d) for d in reversed(range(rank))) + "}"
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fused_dots(name, tmp_path):
+    body, params, out = FUSIONS[name]
+    rng = np.random.default_rng(5)
+    args = [_random(p, rng) for p in params]
+    got, want = run_text(_fusion_module(body, params, out), args, tmp_path,
+                         passes="layout-assignment")
+    dtype = _parse(params[0])[0]
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        _assert_close(g, w, dtype, f"{name} out{k}")
+    bundle = tmp_path / "m.bundle"
+    assert not assert_native_dots(bundle)
+    assert list(kernels_json(bundle)["kernels"]) == ["f"]
+
+
+# ---- loops and samples ------------------------------------------------------------------------
+
+LOOP = """HloModule w
+body {
+  p = (s32[], f32[4,4]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[4,4]{1,0} get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  y = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[4,4]{1,0} tanh(y)
+  ROOT r = (s32[], f32[4,4]{1,0}) tuple(i2, t)
+}
+cond {
+  p = (s32[], f32[4,4]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(5)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+ENTRY e {
+  x = f32[4,4]{1,0} parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], f32[4,4]{1,0}) tuple(z, x)
+  w = (s32[], f32[4,4]{1,0}) while(t), condition=cond, body=body
+  ROOT r = f32[4,4]{1,0} get-tuple-element(w), index=1
+}
+"""
+
+
+def _loops_in_drivers(bundle) -> None:
+    loops = [t["name"] for t in _thunks(json.loads(members(bundle)["thunks.json"])["sequence"])
+             if t["kind"] == "while"]
+    driven = {name for d in kernels_json(bundle)["drivers"] for name in d["thunks"]}
+    assert loops and set(loops) <= driven, (loops, driven)
+
+
+def test_loop_with_small_dot_runs_in_a_driver(tmp_path):
+    x = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32)
+    got, want = run_text(LOOP, [x], tmp_path)
+    _assert_close(got[0], want[0], "f32", "loop")
+    assert_native_dots(tmp_path / "m.bundle")
+    _loops_in_drivers(tmp_path / "m.bundle")
+
+
+SAMPLES_WITH_SMALL_DOTS = ["scan_rnn", "mlp", "nested_calls", "attention_grad"]
+
+
+@pytest.mark.parametrize("suffix", [".pb", ".opt.pb"])
+@pytest.mark.parametrize("name", SAMPLES_WITH_SMALL_DOTS)
+def test_sample_dots_are_native(name, suffix, tmp_path):
+    path = SAMPLES / f"{name}{suffix}"
+    if not path.exists():
+        pytest.skip(f"{path.name} not generated")
+    bundle = compile_to_bundle(path, tmp_path / "s.bundle")
+    assert_native_dots(bundle)
+    if name == "scan_rnn":
+        _loops_in_drivers(bundle)
+    got = load_cpu(bundle).run(sample_arrays(name, "inputs"))
+    expected = sample_arrays(name, "expected")
+    outputs = sample_meta(name)["outputs"]
+    problems = [f"out{i}: {why}" for i, (g, e, d) in enumerate(zip(got, expected, outputs,
+                                                                    strict=True))
+                if (why := mismatch(g, e, d)) is not None]
+    assert not problems, "; ".join(problems)
