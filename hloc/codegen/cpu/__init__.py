@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import dot, inplace, loops, reduce  # noqa: F401  (segment kinds register themselves)
+from . import conv, dot, inplace, loops, reduce, selscatter  # noqa: F401  (segment kinds register)
 from .emit import EmittedKernels, KernelModuleInfo, build_llvm_module, emit_kernels
 from .spec import KernelInfo, KernelSpec, kernel_symbol
 

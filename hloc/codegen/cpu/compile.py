@@ -2,11 +2,13 @@
 
 Every Kernel thunk of the thunk program (nested ones included) becomes one kernel of the
 emitter's ABI (spec.py), named `kernel_symbol(thunk name)`, all in one LLVM module compiled to
-one relocatable object `cpu.o`. A fusion around dots or convolutions becomes a *composite*
-(outline.py): BLAS for the contraction, kernels for what is computed before and after it. A
-Kernel thunk the emitter cannot generate (complex numbers, sort, select-and-scatter,
-stochastic-convert: UnsupportedError) becomes a *host fallback*: the runtime runs the
-reference interpreter's implementation of the instruction on views of the arena.
+one relocatable object `cpu.o`; identical kernels share one symbol (dedup.py). Sort thunks
+and small Gemm / Convolution thunks get kernels too (thunk_kernels.NATIVE_KINDS; if one cannot
+be emitted its kind's runtime path runs). A fusion around big dots or convolutions becomes a
+*composite* (outline.py): BLAS for the contraction, kernels for what is computed before and
+after it. A Kernel thunk the emitter cannot generate (stochastic-convert, f8e8m0fnu, ...:
+UnsupportedError) becomes a *host fallback*: the runtime runs the reference interpreter's
+implementation of the instruction on views of the arena.
 Runs of small thunks and whole loops of them get a native *driver* (driver.py) that runs
 them without returning to Python. `kernels.json` lists all of it, so `hloc inspect` and the
 runtime see the same facts.
@@ -75,7 +77,9 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     groups, fallbacks = kernel_groups(module, plan.program)
     ir_module, infos, failed = emit_all(groups, target)
     fallbacks.update(failed)
-    emitted = [g for g in groups if g.thunk not in fallbacks]
+    # Optional groups (sort, small gemm, ...) that failed are in neither: they keep their
+    # thunk kind's own runtime path.
+    emitted = [g for g in groups if all(s.name in infos for s in g.specs)]
     kernels, composites = _kernel_entries(emitted, infos)
     drivers = plan_drivers(plan.program, kernels)
     emit_drivers(ir_module, drivers, plan.program, kernels)

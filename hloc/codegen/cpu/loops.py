@@ -105,6 +105,13 @@ def _inner_trip_count(i: Instruction) -> int:
             return 1  # computed ahead, whole (its work counts once per kernel: thunk_kernels)
         lhs = i.operands[0].shape
         return math.prod(lhs.dims[d] for d in i.attrs.dot_dnums.lhs_contracting_dimensions)
+    if i.opcode == Opcode.CONVOLUTION:
+        # Per output element: every kernel tap over the input features of its group.
+        kernel, dn = i.operands[1].shape, i.attrs.conv_dnums
+        return kernel.dims[dn.kernel_input_feature_dimension] * \
+            math.prod(kernel.dims[d] for d in dn.kernel_spatial_dimensions)
+    if i.opcode == Opcode.SELECT_AND_SCATTER:
+        return math.prod(w.size for w in i.attrs.window.dims)
     return 1
 
 

@@ -4,7 +4,8 @@ Output element x starts at the init value. For every window s that covers x (vis
 row-major order of s, the order XLA applies the scatter computation in), the window's
 selected position is recomputed — taps in row-major order, skipping padding, a tap replacing
 the current choice when select(current, tap) is false — and if it is x, source[s] is
-combined in. No two threads write the same element, so no atomics are needed.
+combined in. No two threads write the same element, so no atomics are needed. The window's
+choice is hloc/codegen/cpu/selscatter.py's WindowSelector, shared with the CPU kernel.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import contextlib
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode
+from ..cpu.selscatter import WindowSelector
 from ..elemental.compose import emit_scalar_computation
 from ..elemental.registry import emits
-from ..elemental.types import I1, I64
-from .conv import _tap
+from ..elemental.types import I1
 
 
 def _covering(ctx, x_pos, wd, size_src: int, tap):
@@ -32,43 +33,6 @@ def _covering(ctx, x_pos, wd, size_src: int, tap):
     valid = b.and_(valid, b.icmp_signed("<", s, ctx.i64(size_src)))
     return valid, ctx.call("llvm.smin.i64", [ctx.call("llvm.smax.i64", [s, ctx.i64(0)]),
                                              ctx.i64(max(0, size_src - 1))])
-
-
-class _Selector:
-    def __init__(self, ctx, instr: Instruction, operand_gen):
-        self.ctx, self.instr, self.gen = ctx, instr, operand_gen
-        self.window = instr.attrs.window.dims
-        self.shape = instr.operands[0].shape
-        self.value_type = None
-
-    def selected(self, s: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
-        """(found, position) of the element window `s` selects."""
-        ctx, b = self.ctx, self.ctx.builder
-        rank = self.shape.rank
-        have = ctx.alloca(I1)
-        pos = [ctx.alloca(I64) for _ in range(rank)]
-        b.store(ir.Constant(I1, 0), have)
-        best = None
-        with contextlib.ExitStack() as stack:
-            taps = [stack.enter_context(ctx.loop(0, wd.size, "tap")) for wd in self.window]
-            valid, here = ir.Constant(I1, 1), []
-            for d, (wd, q) in enumerate(zip(self.window, taps, strict=True)):
-                ok, p = _tap(ctx, s[d], q, wd, self.shape.dims[d])
-                valid = b.and_(valid, ok)
-                here.append(p)
-            stack.enter_context(b.if_then(valid))
-            x = self.gen(here)
-            if best is None:
-                best = ctx.alloca(x.type)
-            cur = b.load(best, typ=x.type)
-            keep = emit_scalar_computation(ctx, self.instr.called[0], [cur, x])[0]
-            take = b.or_(b.not_(b.load(have, typ=I1)), b.not_(keep))
-            with b.if_then(take):
-                b.store(x, best)
-                b.store(ir.Constant(I1, 1), have)
-                for slot, v in zip(pos, here, strict=True):
-                    b.store(v, slot)
-        return b.load(have, typ=I1), [b.load(p, typ=I64) for p in pos]
 
 
 @emits(Opcode.SELECT_AND_SCATTER, target="cuda")
@@ -90,7 +54,7 @@ def select_and_scatter(ctx, instr: Instruction, gens):
                 valid = b.and_(valid, ok)
                 s.append(sd)
             stack.enter_context(b.if_then(valid))
-            found, pos = _Selector(ctx, instr, operand_gen).selected(s)
+            found, pos = WindowSelector(ctx, instr, operand_gen).selected(s)
             mine = found
             for p, x in zip(pos, index, strict=True):
                 mine = b.and_(mine, b.icmp_signed("==", p, x))

@@ -1,0 +1,233 @@
+"""Small convolutions as native kernels: direct loops with the output features innermost.
+
+A convolution thunk's runtime path (hloc/runtime/cpu/contract.py) pays per call: a padded
+copy of the input, im2col or per-row GEMM calls from Python, a thread-pool wake-up, or the
+reference interpreter for grouped / dilated / reversed forms. For small convolutions that
+costs far more than the arithmetic, so they get a kernel here (`@native_kind("convolution")`,
+which also lets a run of small thunks around them go into one native driver).
+
+Work units are (output position, block of output features of one group). A unit keeps one
+accumulator per feature of its block and sweeps the window taps (skipping taps on padding
+or base-dilation holes, a whole dimension at a time) and the group's input features; the
+innermost loop runs over the block's features, unit-stride in the usual HWIO kernel and
+NHWC output layouts, so LLVM vectorizes it.
+
+XLA semantics: feature groups split input and output features, batch groups split the input
+batch and the output features (output feature o belongs to group o / (O / (G * BG)), batch
+group major), tap k of a window dimension reads the base-dilated, padded input at
+o * stride + k * window_dilation - padding_low, window_reversal flips the kernel taps.
+Products accumulate like the dot: f32 for f32 and narrower floats, f64 for f64, 64-bit
+integers for integers (wrap-around), or/and for pred.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...errors import UnsupportedError
+from ...ir import Instruction, Opcode, Shape
+from ..elemental.convert import convert_value
+from ..elemental.memory import major_to_minor, store_element
+from ..elemental.reduction import _dot_compute_type as dot_compute_type
+from ..elemental.scalar import const
+from ..elemental.types import elem_type
+from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .loops import delinearize
+from .spec import KernelSpec
+from .thunk_kernels import native_kind
+
+# Output features accumulated per unit (the innermost, vectorized loop's trip count).
+FEATURE_BLOCK = 64
+# Convolutions up to this many multiply-adds get a native kernel; larger ones keep the BLAS
+# paths, whose per-call costs they amortize.
+NATIVE_MAX_MACS = 1 << 23
+
+
+def window_tap(ctx, out_pos, tap, wd, size: int):
+    """(valid, input position) of window tap `tap` for output (window) position `out_pos`:
+    valid is false on padding and between base-dilated elements; the position is clamped
+    into [0, size) so it can always be loaded."""
+    b = ctx.builder
+    p = b.sub(b.add(b.mul(out_pos, ctx.i64(wd.stride)), b.mul(tap, ctx.i64(wd.window_dilation))),
+              ctx.i64(wd.padding_low))
+    valid = b.icmp_signed(">=", p, ctx.i64(0))
+    if wd.base_dilation > 1:
+        step = ctx.i64(wd.base_dilation)
+        valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
+        p = b.sdiv(p, step)
+    valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
+    p = ctx.call("llvm.smax.i64", [p, ctx.i64(0)])
+    return valid, ctx.call("llvm.smin.i64", [p, ctx.i64(max(0, size - 1))])
+
+
+def multiply_adds(instr: Instruction) -> int:
+    """Multiply-adds of a convolution: outputs x input features per group x window taps."""
+    rhs = instr.operands[1].shape
+    cg = rhs.dims[instr.attrs.conv_dnums.kernel_input_feature_dimension]
+    taps = math.prod(wd.size for wd in instr.attrs.window.dims) if instr.attrs.window else 1
+    return instr.shape.num_elements * cg * taps
+
+
+@native_kind("convolution")
+def wants_native(instr: Instruction) -> bool:
+    if instr.opcode != Opcode.CONVOLUTION or multiply_adds(instr) > NATIVE_MAX_MACS:
+        return False
+    try:
+        _check_types(instr)
+    except UnsupportedError:
+        return False  # e.g. complex: BLAS runs it
+    return True
+
+
+def _check_types(instr: Instruction) -> None:
+    """UnsupportedError unless the kernel can compute this convolution's element types."""
+    ets = [elem_type(s.element_type) for s in (instr.shape, *(o.shape for o in instr.operands))]
+    if ets[0].kind != "pred":
+        dot_compute_type(ets)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The sizes a convolution's loops need."""
+
+    groups: int  # feature_group_count
+    batch_groups: int
+    cg: int  # input features per group (the kernel's input feature dimension)
+    og: int  # output features per group
+    nb: int  # input batch per batch group
+    block: int  # output features per unit
+    blocks: int  # units per group along the output features
+
+    @staticmethod
+    def of(instr: Instruction) -> ConvGeometry:
+        dn = instr.attrs.conv_dnums
+        groups = instr.attrs.feature_group_count or 1
+        batch_groups = instr.attrs.batch_group_count or 1
+        og = instr.shape.dims[dn.output_feature_dimension] // (groups * batch_groups)
+        block = max(1, min(og, FEATURE_BLOCK))
+        return ConvGeometry(groups, batch_groups,
+                            instr.operands[1].shape.dims[dn.kernel_input_feature_dimension], og,
+                            instr.operands[0].shape.dims[dn.input_batch_dimension] // batch_groups,
+                            block, -(-og // block))
+
+
+@special_segment(Opcode.CONVOLUTION)
+def plan_convolution(spec: KernelSpec, item: RootItem):
+    instr = item.instr
+    _check_types(instr)
+    if spec.aliases:
+        raise UnsupportedError(f"convolution %{instr.name} writes over an operand")
+    return ConvolutionSegment(spec, item)
+
+
+class ConvolutionSegment(Segment):
+    """Units of (output position, feature block); see the module docstring."""
+
+    kind = "convolution"
+
+    def __init__(self, spec: KernelSpec, item: RootItem):
+        self.spec, self.item = spec, item
+        instr = item.instr
+        self.shape: Shape = spec.output_shapes[item.outputs[0]]
+        self.geo = ConvGeometry.of(instr)
+        feature = instr.attrs.conv_dnums.output_feature_dimension
+        self.rows = [d for d in major_to_minor(self.shape) if d != feature]
+        n_rows = math.prod(self.shape.dims[d] for d in self.rows)
+        n_features = self.geo.groups * self.geo.batch_groups * self.geo.blocks
+        empty = self.shape.num_elements == 0
+        self.extent = 0 if empty else n_rows * n_features
+
+    def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        ctx = kb.ctx
+        b = ctx.builder
+        geo = self.geo
+        emitter = _ConvEmitter(kb, self.item.instr, geo)
+        n_features = geo.groups * geo.batch_groups * geo.blocks
+        with ctx.loop(lo, hi, "unit") as unit:
+            row, fb = b.udiv(unit, ctx.i64(n_features)), b.urem(unit, ctx.i64(n_features))
+            index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
+            dims = [self.shape.dims[d] for d in self.rows]
+            for d, v in zip(self.rows, delinearize(ctx, row, dims) if dims else [], strict=True):
+                index[d] = v
+            emitter.unit(index, fb, kb.outputs[self.item.outputs[0]], self.shape)
+
+
+class _ConvEmitter:
+    """The loops of one unit."""
+
+    def __init__(self, kb: KernelBuild, instr: Instruction, geo: ConvGeometry):
+        self.ctx, self.instr, self.geo = kb.ctx, instr, geo
+        self.dn = instr.attrs.conv_dnums
+        self.window = instr.attrs.window.dims if instr.attrs.window else ()
+        self.lhs_gen, self.rhs_gen = (kb.gen(o) for o in instr.operands)
+        self.lhs, self.rhs = (o.shape for o in instr.operands)
+        self.l_et, self.r_et = (elem_type(s.element_type) for s in (self.lhs, self.rhs))
+        self.out_et = elem_type(instr.shape.element_type)
+        self.pred = self.out_et.kind == "pred"
+        self.cet = self.out_et if self.pred else dot_compute_type(
+            [self.l_et, self.r_et, self.out_et])
+        self.acc = self.ctx.alloca(self.cet.value_type, geo.block, name="acc")
+
+    def unit(self, index: list[ir.Value], fb: ir.Value, out: ir.Value, shape: Shape) -> None:
+        ctx, b, geo, dn = self.ctx, self.ctx.builder, self.geo, self.dn
+        q, jb = b.udiv(fb, ctx.i64(geo.blocks)), b.urem(fb, ctx.i64(geo.blocks))
+        o0 = b.add(b.mul(q, ctx.i64(geo.og)), b.mul(jb, ctx.i64(geo.block)))
+        width = ctx.i64(geo.block) if geo.og % geo.block == 0 else ctx.call(
+            "llvm.smin.i64", [ctx.i64(geo.block), b.sub(ctx.i64(geo.og),
+                                                        b.mul(jb, ctx.i64(geo.block)))])
+        bg, g = b.udiv(q, ctx.i64(geo.groups)), b.urem(q, ctx.i64(geo.groups))
+        li: list[ir.Value] = [ctx.i64(0)] * self.lhs.rank
+        li[dn.input_batch_dimension] = b.add(b.mul(bg, ctx.i64(geo.nb)),
+                                             index[dn.output_batch_dimension])
+        c0 = b.mul(g, ctx.i64(geo.cg))
+        with ctx.loop(0, width, "zero") as j:
+            b.store(const(self.cet, 0), self._slot(j))
+        self._taps(index, li, c0, o0, width)
+        with ctx.loop(0, width, "store") as j:
+            acc = b.load(self._slot(j), typ=self.cet.value_type)
+            index[dn.output_feature_dimension] = b.add(o0, j)
+            value = acc if self.pred else convert_value(ctx, self.cet, self.out_et, acc)
+            store_element(ctx, shape, out, list(index), value)
+
+    def _slot(self, j: ir.Value) -> ir.Value:
+        return self.ctx.builder.gep(self.acc, [j], inbounds=True,
+                                    source_etype=self.cet.value_type)
+
+    def _taps(self, index, li, c0, o0, width) -> None:
+        """Every valid tap: a dimension's taps on padding are skipped before the inner ones."""
+        ctx, b, dn = self.ctx, self.ctx.builder, self.dn
+        ri: list[ir.Value] = [ctx.i64(0)] * self.rhs.rank
+        with contextlib.ExitStack() as stack:
+            for i, wd in enumerate(self.window):
+                tap = stack.enter_context(ctx.loop(0, wd.size, "tap"))
+                ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
+                                     self.lhs.dims[dn.input_spatial_dimensions[i]])
+                stack.enter_context(b.if_then(ok))
+                li[dn.input_spatial_dimensions[i]] = pos
+                ri[dn.kernel_spatial_dimensions[i]] = (
+                    b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
+            c = stack.enter_context(ctx.loop(0, self.geo.cg, "c"))
+            li[dn.input_feature_dimension] = b.add(c0, c)
+            ri[dn.kernel_input_feature_dimension] = c
+            x = self._convert(self.l_et, self.lhs_gen(list(li)))
+            j = stack.enter_context(ctx.loop(0, width, "j"))
+            ri[dn.kernel_output_feature_dimension] = b.add(o0, j)
+            y = self._convert(self.r_et, self.rhs_gen(list(ri)))
+            slot = self._slot(j)
+            acc = b.load(slot, typ=self.cet.value_type)
+            b.store(self._combine(acc, x, y), slot)
+
+    def _convert(self, et, value):
+        return convert_value(self.ctx, et, self.cet, value)
+
+    def _combine(self, acc, x, y):
+        b = self.ctx.builder
+        if self.pred:
+            return b.or_(acc, b.and_(x, y))
+        if self.cet.is_float:
+            return b.fadd(acc, b.fmul(x, y))
+        return b.add(acc, b.mul(x, y))
