@@ -18,7 +18,7 @@ import math
 from llvmlite import ir
 
 from ...ir import Opcode, Shape
-from ..elemental.compose import emit_scalar_computation
+from ..elemental.comparator import emit_before
 from ..elemental.memory import load_element, store_element
 from ..elemental.types import I1, I32, I64
 from .kernel import KernelBuild, dims, variant
@@ -89,8 +89,8 @@ class Sorter:
         """Whether record x sorts before record y (positions break ties; -1 = padding)."""
         b = self.kb.b
         comp = self.instr.called[0]
-        xy = emit_scalar_computation(self.kb.ctx, comp, [v for p in zip(x, y, strict=True) for v in p])[0]
-        yx = emit_scalar_computation(self.kb.ctx, comp, [v for p in zip(y, x, strict=True) for v in p])[0]
+        xy = emit_before(self.kb.ctx, comp, x, y)
+        yx = emit_before(self.kb.ctx, comp, y, x)
         tie = b.and_(b.not_(yx), b.icmp_signed("<", xi, yi))
         real = b.or_(xy, tie)
         x_pad = b.icmp_signed("<", xi, ir.Constant(xi.type, 0))
