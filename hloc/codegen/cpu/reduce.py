@@ -60,7 +60,7 @@ class ColumnReduceSegment(Segment):
         ctx = kb.ctx
         b = ctx.builder
         instr = self.item.instr
-        ets = [elem_type(o.shape.element_type) for o in instr.operands[:self.n]]
+        ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:self.n]]
         reducer = Reducer(ctx, instr.called[0], ets)
         inputs = [kb.gen(o) for o in instr.operands[:self.n]]
         inits = [kb.gen(o) for o in instr.operands[self.n:]]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ...buffers.assignment import Slice
 from ...ir import Computation, Instruction, Opcode, Shape
+from ..elemental.registry import involves_complex
 from .kernel import LaunchDims, RootItem, kernel_computation, leaf_shapes, root_items
 
 
@@ -61,6 +62,10 @@ class PlanContext:
 
 ItemPlanner = Callable[[PlanContext, int], list[Part] | None]
 ITEM_PLANNERS: dict[Opcode, ItemPlanner] = {}
+# Planners whose kernels handle complex elements; other special kernels (gemm, transpose,
+# sort, ...) are written for real types, so a complex item goes to the loop kernel instead
+# (its elemental dot, transpose, ... handle complex values).
+COMPLEX_PLANNERS = frozenset({Opcode.REDUCE})
 
 
 def plans(*opcodes: Opcode):
@@ -92,6 +97,9 @@ def plan_parts(pc: PlanContext) -> list[Part]:
             continue
         core = find_core(item.instr) or item.instr
         planner = ITEM_PLANNERS.get(core.opcode)
+        if planner is not None and core.opcode not in COMPLEX_PLANNERS and \
+                (involves_complex(core) or involves_complex(item.instr)):
+            planner = None
         special = planner(pc, k) if planner is not None else None
         if special is not None:
             parts.extend(special)

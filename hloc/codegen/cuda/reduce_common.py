@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...ir import Instruction, Shape
+from ..elemental import complex_ir
 from ..elemental.memory import major_to_minor
 from ..elemental.reduction import Reducer
 from ..elemental.types import I1, I8, I32, ElemType, elem_type
@@ -57,7 +58,7 @@ class ReduceShape:
         return bool(order) and order[-1] in self.reduced
 
     def element_types(self) -> list[ElemType]:
-        return [elem_type(o.shape.element_type) for o in self.instr.operands[:self.n]]
+        return [elem_type(o.shape.element_type, complex_ok=True) for o in self.instr.operands[:self.n]]
 
 
 def split_index(kb: KernelBuild, linear: ir.Value, shape: Shape, dims) -> dict[int, ir.Value]:
@@ -129,10 +130,18 @@ class PartialOps:
         """Lane 0 ends with the combination of the 32 lanes' partials."""
         nv = self.kb.nvvm
         for delta in (16, 8, 4, 2, 1):
-            other = Partial([nv.shuffle("down", v, delta) for v in p.values],
+            other = Partial([shuffle_down(self.kb, v, delta) for v in p.values],
                             nv.shuffle("down", p.valid, delta))
             p = self.combine(p, other)
         return p
+
+
+def shuffle_down(kb: KernelBuild, value: ir.Value, delta: int) -> ir.Value:
+    """A warp shuffle of a scalar or of a complex {re, im} struct (part by part)."""
+    if not isinstance(value.type, ir.LiteralStructType):
+        return kb.nvvm.shuffle("down", value, delta)
+    moved = [kb.nvvm.shuffle("down", part, delta) for part in complex_ir.parts(kb.b, value)]
+    return complex_ir.pair(kb.b, value.type, *moved)
 
 
 class SharedPartials:
@@ -167,6 +176,8 @@ def _store_type(t: ir.Type) -> ir.Type:
 
 
 def _bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.LiteralStructType):  # complex: {re, im}
+        return sum(_bytes(e) for e in t.elements)
     if isinstance(t, ir.IntType):
         return max(1, t.width // 8)
     return 8 if isinstance(t, ir.DoubleType) else 4

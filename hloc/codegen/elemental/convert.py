@@ -2,7 +2,9 @@
 
 convert follows XLA CPU: float → int truncates, saturates and maps NaN to 0 (LLVM's
 fptosi.sat is exactly that); int → int wraps; → pred is "!= 0" (NaN is true); narrow floats
-go through f32; f64 → f8/f4 rounds once (round-to-odd to f32 first).
+go through f32; f64 → f8/f4 rounds once (round-to-odd to f32 first). Complex: a real
+value becomes the real part (imaginary +0), complex → complex converts both parts, complex →
+real keeps the real part and complex → pred is "either part != 0" (the interpreter's rules).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
-from . import lowfloat
+from . import complex_ir, lowfloat
 from .registry import emits
 from .scalar import finish, operand_type, out_type
 from .types import F32, F64, I1, I32, ElemType, elem_type
@@ -24,6 +26,8 @@ def convert_value(ctx, src: ElemType, dst: ElemType, x: ir.Value) -> ir.Value:
     b = ctx.builder
     if src.ptype == dst.ptype:
         return x
+    if src.is_complex or dst.is_complex:
+        return _convert_complex(ctx, src, dst, x)
     if dst.kind == "pred":
         if src.is_float:
             return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
@@ -36,6 +40,26 @@ def convert_value(ctx, src: ElemType, dst: ElemType, x: ir.Value) -> ir.Value:
         value = b.sitofp(x, target) if signed else b.uitofp(x, target)
         return finish(ctx, dst, value)
     return _resize_int(b, x, dst.value_type, signed)
+
+
+def _convert_complex(ctx, src: ElemType, dst: ElemType, x: ir.Value) -> ir.Value:
+    b = ctx.builder
+    if not src.is_complex:
+        re = convert_value(ctx, src, dst.part, x)
+        zero = ir.Constant(dst.part.value_type, 0.0)
+        return _pair(b, dst, re, zero)
+    re, im = complex_ir.parts(b, x)
+    if dst.is_complex:
+        return _pair(b, dst, convert_value(ctx, src.part, dst.part, re),
+                     convert_value(ctx, src.part, dst.part, im))
+    if dst.kind == "pred":
+        zero = ir.Constant(re.type, 0.0)
+        return b.or_(b.fcmp_unordered("!=", re, zero), b.fcmp_unordered("!=", im, zero))
+    return convert_value(ctx, src.part, dst, re)
+
+
+def _pair(b, et: ElemType, re: ir.Value, im: ir.Value) -> ir.Value:
+    return complex_ir.pair(b, et.value_type, re, im)
 
 
 def _resize_int(b, x, ty: ir.IntType, signed: bool) -> ir.Value:
@@ -106,11 +130,14 @@ def convert(ctx, instr, gens):
 # ---- bitcast-convert -----------------------------------------------------------------------------
 
 def storage_bits(et: ElemType) -> int:
+    if et.is_complex:
+        raise UnsupportedError("bitcast-convert of complex numbers has no lowering")
     return 8 if et.kind == "pred" else et.bits
 
 
 def to_bits(ctx, et: ElemType, x: ir.Value) -> ir.Value:
     """A register value's bit pattern as an integer of its storage width."""
+    storage_bits(et)  # complex: UnsupportedError
     b = ctx.builder
     if et.kind == "pred":
         return b.zext(x, ir.IntType(8))

@@ -1,4 +1,8 @@
-"""Array elements in memory: layout-aware offsets, loads and stores in storage form."""
+"""Array elements in memory: layout-aware offsets, loads and stores in storage form.
+
+A complex element is loaded and stored part by part (two float accesses at stride 2), which
+LLVM's vectorizer handles as an interleaved group; struct loads would hide that from it.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir import Shape
-from . import lowfloat
-from .types import ElemType, elem_type
+from . import complex_ir, lowfloat
+from .types import I32, ElemType, elem_type
 
 
 def major_to_minor(shape: Shape) -> list[int]:
@@ -69,21 +73,43 @@ def element_pointer(ctx, et: ElemType, base: ir.Value, offset: ir.Value) -> ir.V
 
 def load_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value]) -> ir.Value:
     """Load element `index` of an array of `shape` at `base`, in register form."""
-    et = elem_type(shape.element_type)
+    et = elem_type(shape.element_type, complex_ok=True)
     ptr = element_pointer(ctx, et, base, linear_offset(ctx, shape, index))
+    if et.is_complex:
+        return load_complex(ctx, et, ptr)
     raw = ctx.builder.load(ptr, typ=et.storage_type)
     return from_storage(ctx, et, raw)
 
 
 def store_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value], value) -> None:
-    et = elem_type(shape.element_type)
+    et = elem_type(shape.element_type, complex_ok=True)
     ptr = element_pointer(ctx, et, base, linear_offset(ctx, shape, index))
+    if et.is_complex:
+        store_complex(ctx, et, ptr, value)
+        return
     ctx.builder.store(to_storage(ctx, et, value), ptr)
+
+
+def _part_pointer(ctx, et: ElemType, ptr: ir.Value, k: int) -> ir.Value:
+    zero, part = ir.Constant(I32, 0), ir.Constant(I32, k)
+    return ctx.builder.gep(ptr, [zero, part], inbounds=True, source_etype=et.storage_type)
+
+
+def load_complex(ctx, et: ElemType, ptr: ir.Value) -> ir.Value:
+    """The complex number at `ptr` (real part first), as a {re, im} struct value."""
+    b = ctx.builder
+    re, im = (b.load(_part_pointer(ctx, et, ptr, k), typ=et.part.value_type) for k in range(2))
+    return complex_ir.pair(b, et.value_type, re, im)
+
+
+def store_complex(ctx, et: ElemType, ptr: ir.Value, value: ir.Value) -> None:
+    for k, part in enumerate(complex_ir.parts(ctx.builder, value)):
+        ctx.builder.store(part, _part_pointer(ctx, et, ptr, k))
 
 
 def storage_bytes(shape: Shape, array: np.ndarray) -> bytes:
     """A literal's elements in row-major order as the bytes of their storage form."""
-    et = elem_type(shape.element_type)
+    et = elem_type(shape.element_type, complex_ok=True)
     arr = np.ascontiguousarray(array)
     if et.kind == "pred":
         return arr.astype(np.uint8).tobytes()

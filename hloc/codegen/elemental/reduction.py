@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from ...errors import UnsupportedError
 from ...ir import Computation, Instruction, Opcode, PrimitiveType
 from .compose import emit_scalar_computation, flatten, operand_index
 from .convert import convert_value
@@ -48,6 +49,8 @@ def _flagged(instr: ir.Instruction) -> ir.Instruction:
 def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
     """a (op) x without rounding narrow floats (the caller rounds once at the end)."""
     b = ctx.builder
+    if et.is_complex:
+        return _combine_complex(ctx, op, et, a, x)
     if et.is_float:
         table = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
                  Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
@@ -64,6 +67,21 @@ def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> i
     table = {Opcode.ADD: b.add, Opcode.MULTIPLY: b.mul, Opcode.AND: b.and_, Opcode.OR: b.or_,
              Opcode.XOR: b.xor}
     return table[op](a, x)
+
+
+def _combine_complex(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
+    """Complex sums add part-wise (reassociable, so they vectorize like float sums)."""
+    # (the complex modules load on first use, see registry._load_complex_lowerings)
+    from .complex_arith import multiply
+    from .complex_values import Cx
+
+    cx = Cx(ctx, et)
+    if op == Opcode.MULTIPLY:
+        return multiply(cx, a, x)
+    if op != Opcode.ADD:
+        raise UnsupportedError(f"a complex reduction cannot use {op.value}")
+    (ar, ai), (xr, xi) = cx.parts(a), cx.parts(x)
+    return cx.make(_flagged(cx.b.fadd(ar, xr)), _flagged(cx.b.fadd(ai, xi)))
 
 
 class Reducer:
@@ -110,7 +128,7 @@ def reduce(ctx, instr: Instruction, gens):
     dims = set(instr.dimensions)
     kept = [d for d in range(in_shape.rank) if d not in dims]
     order = [d for d in major_to_minor(in_shape) if d in dims]
-    ets = [elem_type(o.shape.element_type) for o in instr.operands[:n]]
+    ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:n]]
     reducer = Reducer(ctx, instr.called[0], ets)
 
     def generate(index):
@@ -138,7 +156,7 @@ def reduce_window(ctx, instr: Instruction, gens):
     inputs, inits = gens[:n], gens[n:]
     in_shape = instr.operands[0].shape
     window = instr.attrs.window.dims
-    ets = [elem_type(o.shape.element_type) for o in instr.operands[:n]]
+    ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:n]]
     reducer = Reducer(ctx, instr.called[0], ets)
     b = ctx.builder
 
@@ -190,6 +208,9 @@ def map_(ctx, instr: Instruction, gens):
 # ---- dot ---------------------------------------------------------------------------------------------
 
 def _dot_compute_type(ets: list[ElemType]) -> ElemType:
+    if any(e.is_complex for e in ets):
+        wide = any(e.bits == (128 if e.is_complex else 64) for e in ets if e.is_complex or e.is_float)
+        return elem_type(PrimitiveType.C128 if wide else PrimitiveType.C64, complex_ok=True)
     if any(e.is_float and e.bits == 64 for e in ets):
         return elem_type(PrimitiveType.F64)
     if any(e.is_float for e in ets):
@@ -214,6 +235,12 @@ def _dot_operand_indices(ctx, index, lhs_rank: int, rhs_rank: int, dims):
     return li, ri
 
 
+def _product(ctx, et: ElemType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if et.is_complex:
+        return combine_simple(ctx, Opcode.MULTIPLY, et, x, y)
+    return ctx.builder.fmul(x, y) if et.is_float else ctx.builder.mul(x, y)
+
+
 @emits(Opcode.DOT)
 def dot(ctx, instr: Instruction, gens):
     """out[batch, lhs-free, rhs-free] = sum over contracting dims (a loop per element)."""
@@ -224,8 +251,9 @@ def dot(ctx, instr: Instruction, gens):
     rb, rc = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
     lf = [d for d in range(lhs.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.rank) if d not in rb and d not in rc]
-    out_et = elem_type(instr.shape.element_type)
-    l_et, r_et = elem_type(lhs.element_type), elem_type(rhs.element_type)
+    out_et = elem_type(instr.shape.element_type, complex_ok=True)
+    l_et = elem_type(lhs.element_type, complex_ok=True)
+    r_et = elem_type(rhs.element_type, complex_ok=True)
     cet = _dot_compute_type([l_et, r_et, out_et])
     b = ctx.builder
 
@@ -241,8 +269,7 @@ def dot(ctx, instr: Instruction, gens):
                 return [b.or_(accs[0], b.and_(x, y))]
             x = convert_value(ctx, l_et, cet, lhs_gen(list(li)))
             y = convert_value(ctx, r_et, cet, rhs_gen(list(ri)))
-            return [combine_simple(ctx, Opcode.ADD, cet, accs[0],
-                                   b.fmul(x, y) if cet.is_float else b.mul(x, y))]
+            return [combine_simple(ctx, Opcode.ADD, cet, accs[0], _product(ctx, cet, x, y))]
 
         acc_et = out_et if out_et.kind == "pred" else cet
         bounds = [(ctx.i64(0), ctx.i64(lhs.dims[d])) for d in lc]

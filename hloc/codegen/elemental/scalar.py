@@ -18,7 +18,11 @@ from .types import F64, I32, ElemType, elem_type
 
 
 def const(et: ElemType, value) -> ir.Constant:
-    """A constant of the register type of `et`."""
+    """A constant of the register type of `et` (complex: a Python complex or number)."""
+    if et.is_complex:
+        z = complex(value)
+        part = et.part.value_type
+        return ir.Constant(et.value_type, [ir.Constant(part, z.real), ir.Constant(part, z.imag)])
     if et.is_float:
         return ir.Constant(et.value_type, float(value))
     if et.kind == "pred":
@@ -123,11 +127,12 @@ def is_nan(ctx, x: ir.Value) -> ir.Value:
 
 
 def out_type(instr: Instruction) -> ElemType:
-    return elem_type(instr.shape.element_type)
+    """The result's element type (complex included: real-only rules reject it by kind)."""
+    return elem_type(instr.shape.element_type, complex_ok=True)
 
 
 def operand_type(instr: Instruction, i: int = 0) -> ElemType:
-    return elem_type(instr.operands[i].shape.element_type)
+    return elem_type(instr.operands[i].shape.element_type, complex_ok=True)
 
 
 def int_bits_of_float(value: ir.Value) -> ir.IntType:

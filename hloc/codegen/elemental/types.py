@@ -7,6 +7,11 @@ in f32 and rounds once, as XLA CPU does.
 
 Memory: pred and sub-byte integers take one byte each (numpy/ml_dtypes layout: an s4 is its
 low nibble), narrow floats are stored as their bit patterns (i8/i16).
+
+Complex numbers (c64/c128) are an LLVM struct {re, im} of f32/f64 in registers and in
+memory: numpy's interleaved layout. Their lowerings live in complex_*.py (see registry.py).
+Only code that handles them asks for them (`elem_type(t, complex_ok=True)`); everywhere else
+a complex type is still an UnsupportedError, so real-only kernels reject it cleanly.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ class ElemType:
     """An element type's LLVM facts."""
 
     ptype: PrimitiveType
-    kind: str  # "pred" | "int" | "uint" | "float"
+    kind: str  # "pred" | "int" | "uint" | "float" | "complex"
     bits: int  # logical width
     value_type: ir.Type
     storage_type: ir.Type
@@ -47,6 +52,17 @@ class ElemType:
     def is_narrow_float(self) -> bool:
         """Floats held in f32 registers and rounded after every operation."""
         return self.kind == "float" and self.bits < 32
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    @property
+    def part(self) -> ElemType:
+        """The type of a complex number's real and imaginary parts (f32 or f64)."""
+        if not self.is_complex:
+            raise TypeError(f"{self.ptype.name.lower()} is not a complex type")
+        return elem_type(P.F64 if self.bits == 128 else P.F32)
 
     @property
     def is_signed(self) -> bool:
@@ -65,8 +81,13 @@ def _storage_int(bits: int) -> ir.IntType:
     return ir.IntType(max(8, bits))
 
 
-def elem_type(ptype: PrimitiveType) -> ElemType:
-    """The ElemType of an array element type; UnsupportedError for complex/tuple/token/etc."""
+COMPLEX64 = ir.LiteralStructType([F32, F32])
+COMPLEX128 = ir.LiteralStructType([F64, F64])
+
+
+def elem_type(ptype: PrimitiveType, *, complex_ok: bool = False) -> ElemType:
+    """The ElemType of an array element type; UnsupportedError for tuple/token/etc. and, unless
+    `complex_ok`, for complex types."""
     d = dtypes.info(ptype)
     if d.kind == "pred":
         return ElemType(d.ptype, "pred", 1, I1, I8)
@@ -82,6 +103,9 @@ def elem_type(ptype: PrimitiveType) -> ElemType:
         if d.bits == 32:
             return ElemType(d.ptype, "float", 32, F32, F32)
         return ElemType(d.ptype, "float", d.bits, F32, _storage_int(d.bits))
+    if d.kind == "complex" and complex_ok:
+        pair = COMPLEX128 if d.bits == 128 else COMPLEX64
+        return ElemType(d.ptype, "complex", d.bits, pair, pair)
     raise UnsupportedError(f"element type {d.name} is not supported by the code generator")
 
 
