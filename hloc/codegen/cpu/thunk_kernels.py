@@ -172,6 +172,16 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
         return math.prod(item.operands[0].shape.dims)
     if item.opcode == Opcode.DYNAMIC_UPDATE_SLICE and spec.aliases:
         return math.prod(item.operands[1].shape.dims)  # in place: only the update is written
+    if item.opcode == Opcode.SORT:
+        # n log n comparisons per row, each moving every operand's element.
+        dims = item.operands[0].shape.dims
+        n = dims[item.dimensions[0]]
+        return math.prod(dims) * max(1, n.bit_length()) * len(item.operands)
+    if item.opcode in (Opcode.TOPK, Opcode.CUSTOM_CALL):
+        # Top-k (or XLA's TopK custom-call) looks at every input element, log k each.
+        values = next(s for _, s in item.shape.leaves())
+        k = values.dims[-1] if values.dims else 1
+        return sum(math.prod(o.shape.dims) for o in item.operands) * max(1, k.bit_length())
     elements = sum(math.prod(s.dims) for _, s in item.shape.leaves())
     return elements * element_work(item)
 

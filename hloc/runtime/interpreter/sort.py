@@ -262,10 +262,12 @@ def sort(ctx, instr, ops):
     shape = ops[0].shape
     moved = [np.moveaxis(o, axis, -1) for o in ops]
     n = shape[axis] if ops[0].ndim else 1
+    if n <= 1 or ops[0].size == 0:  # nothing to reorder (also: empty rows cannot reshape)
+        results = [np.array(o) for o in ops]
+        return tuple(results) if instr.shape.is_tuple else results[0]
     flat = [m.reshape(-1, n) for m in moved]
-    if n > 1 and flat[0].shape[0] > 0:
-        perm = sort_perm(ctx, instr.called[0], flat)
-        flat = [np.take_along_axis(f, perm, axis=1) for f in flat]
+    perm = sort_perm(ctx, instr.called[0], flat)
+    flat = [np.take_along_axis(f, perm, axis=1) for f in flat]
     results = [np.moveaxis(f.reshape(m.shape), -1, axis) for f, m in zip(flat, moved, strict=False)]
     return tuple(results) if instr.shape.is_tuple else results[0]
 
