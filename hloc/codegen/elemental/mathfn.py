@@ -1,17 +1,21 @@
 """Transcendental, root and rounding lowerings.
 
 f32 (and the narrow floats, computed in f32) use the vectorizable approximations of
-approx.py. f64 has no target-neutral lowering: each target overrides it (the CPU calls libm,
-see cpu_math below; f64 math is rare in ML models and libm is correctly rounded there).
+approx.py. f64 uses the libm-free implementations of fmath64*.py (within 1 ulp; what CUDA
+kernels run), read with XLA CPU's flush-to-zero rules for denormal operands. The CPU target
+overrides f64 with libm calls instead (see cpu_math below: vectorized loops do not matter
+for f64 math there, and its results stay those of XLA CPU).
 """
 
 from __future__ import annotations
+
+import math
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
-from . import approx, lowfloat
+from . import approx, fmath64, fmath64_atan, fmath64_erf, fmath64_log, fmath64_trig, lowfloat
 from .registry import emits, generic_lowering
 from .scalar import elementwise, unary_float
 from .types import F64, elem_type
@@ -30,10 +34,19 @@ _F32_UNARY = {
     Opcode.CBRT: approx.cbrt_f32,
 }
 
-
-def _no_f64(instr):
-    raise UnsupportedError(f"{instr.opcode.value} on f64 has no target-neutral lowering "
-                           f"(instruction %{instr.name})")
+_F64_UNARY = {
+    Opcode.EXP: fmath64.exp_f64,
+    Opcode.EXPM1: fmath64.expm1_f64,
+    Opcode.LOG: fmath64_log.log_f64,
+    Opcode.LOG1P: fmath64_log.log1p_f64,
+    Opcode.SIN: fmath64_trig.sin_f64,
+    Opcode.COS: fmath64_trig.cos_f64,
+    Opcode.TAN: fmath64_trig.tan_f64,
+    Opcode.TANH: fmath64.tanh_f64,
+    Opcode.LOGISTIC: fmath64.logistic_f64,
+    Opcode.ERF: fmath64_erf.erf_f64,
+    Opcode.CBRT: fmath64_log.cbrt_f64,
+}
 
 
 # XLA CPU's expm1/sin/tan/tanh return a denormal operand unchanged (a small-argument
@@ -61,10 +74,19 @@ def denormal_quirks(ctx, opcode: Opcode, x: ir.Value, result: ir.Value) -> ir.Va
     return result
 
 
+def unary_f64(ctx, opcode: Opcode, x: ir.Value) -> ir.Value:
+    """The target-neutral f64 `opcode` of x, denormals read as XLA CPU reads them."""
+    fn = _F64_UNARY.get(opcode)
+    if fn is None:
+        raise UnsupportedError(f"{opcode.value} has no f64 lowering")
+    m = approx.FMath(ctx, F64)
+    return denormal_quirks(ctx, opcode, x, fn(ctx, m.daz(x)))
+
+
 def _unary_math(fn):
     def rule(ctx, instr, v, et):
         if v[0].type == F64:
-            _no_f64(instr)
+            return unary_f64(ctx, instr.opcode, v[0])
         return denormal_quirks(ctx, instr.opcode, v[0], fn(ctx, v[0]))
     return rule
 
@@ -77,7 +99,7 @@ for _op, _fn in _F32_UNARY.items():
 def _logistic(ctx, instr, v, et):
     x = v[0]
     if x.type == F64:
-        _no_f64(instr)
+        return unary_f64(ctx, Opcode.LOGISTIC, x)
     if et.ptype != PrimitiveType.F16:
         return approx.logistic_f32(ctx, x)
     # XLA CPU expands f16 logistic into 1 / (1 + exp(-x)) with every step rounded to f16.
@@ -109,8 +131,22 @@ for _op, _name in {Opcode.FLOOR: "floor", Opcode.CEIL: "ceil",
 
 def _atan2(ctx, instr, v, et):
     if v[0].type == F64:
-        _no_f64(instr)
+        return atan2_f64_xla(ctx, *v)
     return approx.atan2_f32(ctx, *v)
+
+
+def atan2_f64_xla(ctx, y, x):
+    """fmath64's atan2 with XLA CPU's denormal rules (measured, see the interpreter's
+    libm.atan2): a denormal y gives -pi against a negative normal x whatever its sign, and
+    ±pi/2 against a zero or denormal x; a denormal x acts as zero (see _atan2_f64)."""
+    m = approx.FMath(ctx, F64)
+    b = ctx.builder
+    res = _atan2_f64(ctx, y, x, fmath64_atan.atan2_f64)
+    y_den = is_denormal(ctx, y)
+    x_zero = m.lt(m.abs(x), m.c(2.2250738585072014e-308))
+    normal_x = b.and_(m.lt(m.abs(x), m.c(float("inf"))), b.not_(x_zero))
+    res = m.sel(b.and_(y_den, b.and_(m.lt(x, m.c(0.0)), normal_x)), m.c(-math.pi), res)
+    return m.sel(b.and_(y_den, x_zero), m.copysign(m.c(math.pi / 2), y), res)
 
 
 emits(Opcode.ATAN2)(elementwise({"float": _atan2}))
@@ -119,7 +155,7 @@ emits(Opcode.ATAN2)(elementwise({"float": _atan2}))
 def float_power(ctx, instr, v, et):
     """The float rule of `power` (integer power lives in arith.py)."""
     if v[0].type == F64:
-        _no_f64(instr)
+        return fmath64_log.pow_f64(ctx, *v, xla_denormal_base=True)
     return approx.pow_f32(ctx, *v)
 
 
@@ -140,7 +176,7 @@ def _libm_f64(opcode: Opcode):
         if opcode == Opcode.POWER:
             return ctx.call(name, list(v))  # glibc pow under DAZ is what XLA CPU computes
         if opcode == Opcode.ATAN2:
-            return _atan2_f64(ctx, *v)
+            return _atan2_f64(ctx, *v, lambda c, y, x: c.call("atan2", [y, x]))
         x = m.daz(v[0])  # libm tests bits itself: give it the zero DAZ would read
         if opcode == Opcode.LOGISTIC:
             one = ir.Constant(F64, 1.0)
@@ -149,12 +185,12 @@ def _libm_f64(opcode: Opcode):
     return rule
 
 
-def _atan2_f64(ctx, y, x):
-    """libm atan2 on flushed operands, except that a denormal x with a nonzero finite y
-    gives ±pi/2 (libm's own zero test sees the denormal)."""
+def _atan2_f64(ctx, y, x, atan2):
+    """atan2(ctx, y, x) (libm's or fmath64's) on flushed operands, except that a denormal x
+    with a nonzero finite y gives ±pi/2 (libm's own zero test sees the denormal)."""
     m = approx.FMath(ctx, F64)
     b = ctx.builder
-    res = ctx.call("atan2", [m.daz(y), m.daz(x)])
+    res = atan2(ctx, m.daz(y), m.daz(x))
     y_nonzero = b.icmp_unsigned("!=", b.shl(m.bits(y), m.ic(1)), m.ic(0))
     vertical = b.and_(is_denormal(ctx, x), b.and_(y_nonzero, m.lt(m.abs(y), m.c(float("inf")))))
     return b.select(vertical, m.copysign(m.c(1.5707963267948966), y), res)
