@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import os
 
 import numpy as np
 
@@ -22,6 +20,7 @@ from ..codegen.cuda.schedule import BlasCall
 from ..errors import UnsupportedError
 from ..ir import dtypes
 from .cuda_blas import check_call
+from .openblas import openblas
 
 _ROUTINES = {"f32": "sgemm", "f64": "dgemm"}
 # (symbol pattern, BLAS integer type): numpy's scipy-openblas is ILP64 with suffixed names.
@@ -30,21 +29,9 @@ _SYMBOLS = (("scipy_{}_64_", ctypes.c_int64), ("{}_64_", ctypes.c_int64),
 
 
 @functools.cache
-def _openblas():
-    """numpy's bundled OpenBLAS (found as hloc.runtime.cpu.blas finds it), or None."""
-    base = os.path.dirname(os.path.dirname(np.__file__))
-    for path in sorted(glob.glob(os.path.join(base, "numpy.libs", "*openblas*"))):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-@functools.cache
 def routine(compute: str):
     """(the Fortran gemm of `compute` ("f32"/"f64"), its integer type)."""
-    lib = _openblas()
+    lib = openblas()
     name = _ROUTINES.get(compute)
     for pattern, int_type in _SYMBOLS if lib is not None and name else ():
         fn = getattr(lib, pattern.format(name), None)

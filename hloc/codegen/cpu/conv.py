@@ -35,6 +35,7 @@ from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import _dot_compute_type as dot_compute_type
 from ..elemental.scalar import const
 from ..elemental.types import elem_type
+from ..elemental.windows import window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .loops import delinearize
 from .spec import KernelSpec
@@ -45,23 +46,6 @@ FEATURE_BLOCK = 64
 # Convolutions up to this many multiply-adds get a native kernel; larger ones keep the BLAS
 # paths, whose per-call costs they amortize.
 NATIVE_MAX_MACS = 1 << 23
-
-
-def window_tap(ctx, out_pos, tap, wd, size: int):
-    """(valid, input position) of window tap `tap` for output (window) position `out_pos`:
-    valid is false on padding and between base-dilated elements; the position is clamped
-    into [0, size) so it can always be loaded."""
-    b = ctx.builder
-    p = b.sub(b.add(b.mul(out_pos, ctx.i64(wd.stride)), b.mul(tap, ctx.i64(wd.window_dilation))),
-              ctx.i64(wd.padding_low))
-    valid = b.icmp_signed(">=", p, ctx.i64(0))
-    if wd.base_dilation > 1:
-        step = ctx.i64(wd.base_dilation)
-        valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
-        p = b.sdiv(p, step)
-    valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
-    p = ctx.call("llvm.smax.i64", [p, ctx.i64(0)])
-    return valid, ctx.call("llvm.smin.i64", [p, ctx.i64(max(0, size - 1))])
 
 
 def multiply_adds(instr: Instruction) -> int:

@@ -12,7 +12,7 @@ with unit stride and no padding or dilation (e.g. the batch and channel dimensio
 pooling). There window s reads and writes operand position s alone, so units over the free
 dimensions own disjoint output slabs; inside a unit everything runs serially.
 
-`WindowSelector` (the pick of one window) is target-neutral; the CUDA backend uses it too.
+`WindowSelector` (elemental/windows.py, the pick of one window) is shared with CUDA.
 """
 
 from __future__ import annotations
@@ -26,52 +26,10 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, Shape
 from ..elemental.compose import emit_scalar_computation
 from ..elemental.memory import load_element, store_element
-from ..elemental.types import I1, I64, elem_type
-from .conv import window_tap
+from ..elemental.windows import WindowSelector
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .loops import delinearize
 from .spec import KernelSpec
-
-
-class WindowSelector:
-    """Emits the choice of one select-and-scatter window: which operand element it picks."""
-
-    def __init__(self, ctx, instr: Instruction, operand_gen):
-        self.ctx, self.instr, self.gen = ctx, instr, operand_gen
-        self.window = instr.attrs.window.dims
-        self.shape = instr.operands[0].shape
-
-    def selected(self, s: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
-        """(found, operand position) of the element window `s` selects; found is false when
-        every tap of the window falls on padding."""
-        ctx, b = self.ctx, self.ctx.builder
-        have = ctx.alloca(I1)
-        pos = [ctx.alloca(I64) for _ in range(self.shape.rank)]
-        value_type = elem_type(self.shape.element_type).value_type
-        best = ctx.alloca(value_type)
-        b.store(ir.Constant(I1, 0), have)
-        # Defined before the first tap: select() then never sees an uninitialized value.
-        b.store(ir.Constant(value_type, 0), best)
-        for slot in pos:
-            b.store(ctx.i64(0), slot)
-        with contextlib.ExitStack() as stack:
-            taps = [stack.enter_context(ctx.loop(0, wd.size, "tap")) for wd in self.window]
-            valid, here = ir.Constant(I1, 1), []
-            for d, (wd, q) in enumerate(zip(self.window, taps, strict=True)):
-                ok, p = window_tap(ctx, s[d], q, wd, self.shape.dims[d])
-                valid = b.and_(valid, ok)
-                here.append(p)
-            stack.enter_context(b.if_then(valid))
-            x = self.gen(here)
-            cur = b.load(best, typ=value_type)
-            keep = emit_scalar_computation(ctx, self.instr.called[0], [cur, x])[0]
-            take = b.or_(b.not_(b.load(have, typ=I1)), b.not_(keep))
-            with b.if_then(take):
-                b.store(x, best)
-                b.store(ir.Constant(I1, 1), have)
-                for slot, v in zip(pos, here, strict=True):
-                    b.store(v, slot)
-        return b.load(have, typ=I1), [b.load(p, typ=I64) for p in pos]
 
 
 def free_dimensions(instr: Instruction) -> list[int]:

@@ -22,22 +22,8 @@ from ..elemental.reduction import accumulate_loops
 from ..elemental.registry import emits
 from ..elemental.scalar import const
 from ..elemental.types import I1, elem_type
+from ..elemental.windows import window_tap
 from .gemm import compute_type
-
-
-def _tap(ctx, out_pos, tap, wd, size: int):
-    """(valid, input position) of window tap `tap` for output position `out_pos`."""
-    b = ctx.builder
-    p = b.sub(b.add(b.mul(out_pos, ctx.i64(wd.stride)), b.mul(tap, ctx.i64(wd.window_dilation))),
-              ctx.i64(wd.padding_low))
-    valid = b.icmp_signed(">=", p, ctx.i64(0))
-    if wd.base_dilation > 1:
-        step = ctx.i64(wd.base_dilation)
-        valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
-        p = b.sdiv(p, step)
-    valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
-    p = ctx.call("llvm.smax.i64", [p, ctx.i64(0)])
-    return valid, ctx.call("llvm.smin.i64", [p, ctx.i64(max(0, size - 1))])
 
 
 @emits(Opcode.CONVOLUTION, target="cuda")
@@ -74,7 +60,7 @@ def convolution(ctx, instr: Instruction, gens):
             ri[dn.kernel_input_feature_dimension] = c
             valid = ir.Constant(I1, 1)
             for i, (wd, tap) in enumerate(zip(window, taps, strict=True)):
-                ok, pos = _tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
+                ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
                                lhs.dims[dn.input_spatial_dimensions[i]])
                 valid = b.and_(valid, ok)
                 li[dn.input_spatial_dimensions[i]] = pos

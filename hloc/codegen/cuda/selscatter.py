@@ -15,10 +15,10 @@ import contextlib
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode
-from ..cpu.selscatter import WindowSelector
 from ..elemental.compose import emit_scalar_computation
 from ..elemental.registry import emits
 from ..elemental.types import I1
+from ..elemental.windows import WindowSelector
 
 
 def _covering(ctx, x_pos, wd, size_src: int, tap):

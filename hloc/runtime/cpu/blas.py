@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 
 import numpy as np
 
+from ..openblas import openblas
 from . import gemm, parallel
 
 # Products below this many flops use one BLAS thread.
@@ -33,23 +33,9 @@ _AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})
 
 
 @functools.cache
-def _openblas():
-    """numpy's bundled OpenBLAS library, or None."""
-    import numpy
-
-    base = os.path.dirname(os.path.dirname(numpy.__file__))
-    for path in sorted(glob.glob(os.path.join(base, "numpy.libs", "*openblas*"))):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-@functools.cache
 def _setter():
     """OpenBLAS' `openblas_set_num_threads_local(n) -> previous`, or None."""
-    fn = getattr(_openblas(), "openblas_set_num_threads_local", None)
+    fn = getattr(openblas(), "openblas_set_num_threads_local", None)
     if fn is None:
         return None
     fn.argtypes = [ctypes.c_int]
@@ -58,7 +44,7 @@ def _setter():
 
 
 def core_name() -> str | None:
-    fn = getattr(_openblas(), "gotoblas_corename", None)
+    fn = getattr(openblas(), "gotoblas_corename", None)
     if fn is None:
         return None
     fn.restype = ctypes.c_char_p
@@ -71,7 +57,7 @@ def prefer_avx512_kernels(host_features: frozenset[str]) -> str | None:
     but OpenBLAS runs Haswell/Zen kernels. HLOC_OPENBLAS_CORETYPE: unset = only when the user
     did not choose a core (OPENBLAS_CORETYPE unset), "keep" = never, a core name = always
     switch to that core. Returns the core name in use afterwards."""
-    lib = _openblas()
+    lib = openblas()
     current = core_name()
     choice = os.environ.get("HLOC_OPENBLAS_CORETYPE", "")
     if choice == "keep" or not hasattr(lib, "gotoblas_dynamic_init"):
