@@ -7,6 +7,7 @@ object code into an MCJIT engine for the runtime and tests.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import tempfile
@@ -125,13 +126,58 @@ def optimize(module, target, opt_level: int = 2) -> None:
     tm = target_machine(target, opt_level)
     module.triple = target.triple
     module.data_layout = target.data_layout
+    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level))
+    pass_builder.getModulePassManager().run(module, pass_builder)
+
+
+def _tuning(opt_level: int):
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     vectorize = opt_level >= 2
     pto.loop_vectorization = vectorize
     pto.slp_vectorization = vectorize
     pto.loop_unrolling = opt_level >= 1
-    pass_builder = llvm.create_pass_builder(tm, pto)
-    pass_builder.getModulePassManager().run(module, pass_builder)
+    return pto
+
+
+def optimize_concurrently(module, target, opt_level: int = 2) -> None:
+    """`optimize`, but able to run on several threads at once, each on a module of its own
+    LLVM context: llvmlite serializes every call into LLVM with one global lock, which the
+    (long) pass-manager run skips here. LLVM itself is thread-safe across contexts."""
+    run = _unlocked("LLVMPY_RunNewModulePassManager")
+    if run is None:  # another llvmlite: stay correct, just serial
+        optimize(module, target, opt_level)
+        return
+    tm = target_machine(target, opt_level)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level))
+    manager = pass_builder.getModulePassManager()
+    run(manager, module, pass_builder)
+
+
+def _unlocked(name: str):
+    """llvmlite's C function `name` without llvmlite's global lock, or None."""
+    return getattr(getattr(llvm.ffi.lib, name, None), "_cfn", None)
+
+
+def emit_concurrently(module, target, opt_level: int = 2, *, assembly: bool = False):
+    """Object code (or assembly text) like emit_object / emit_assembly, able to overlap with
+    other LLVM work on another thread (see optimize_concurrently)."""
+    emit = _unlocked("LLVMPY_TargetMachineEmitToMemory")
+    tm = target_machine(target, opt_level)
+    if emit is None:
+        return tm.emit_assembly(module) if assembly else tm.emit_object(module)
+    ffi = llvm.ffi
+    with ffi.OutputString() as error:
+        buffer = emit(tm, module, int(not assembly), error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        data = ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+    return data.decode() if assembly else data
 
 
 def emit_object(module, target, opt_level: int = 2) -> bytes:

@@ -34,18 +34,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
-from ...errors import UnsupportedError
+from ...errors import CheckFailed, UnsupportedError
 from ...ir import Module
 from .. import llvm
+from ..llvm_split import optimize_parallel
 from .dedup import kernel_key
 from .driver import emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .spec import KernelInfo
-from .thunk_kernels import composite_json, kernel_groups, kernel_json
+from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
 
 log = logging.getLogger("hloc.codegen.cpu")
 
@@ -109,16 +111,21 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
 
 
 def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> llvm.CompiledCode:
-    """Parse, optimize, then emit object code and (optionally) assembly concurrently: the
-    assembly comes from the optimized IR re-parsed in its own LLVM context (LLVM releases the
-    GIL)."""
+    """Parse and optimize (partitions on several cores: llvm_split), then emit object code
+    and (optionally) assembly concurrently: the assembly comes from the optimized IR re-parsed
+    in its own LLVM context."""
     import threading
 
     import llvmlite.binding as binding
 
-    module = llvm.parse(text)
-    module.triple, module.data_layout = target.triple, target.data_layout
-    llvm.optimize(module, target, opt_level)
+    llvm.initialize()
+    try:
+        module = optimize_parallel(text,
+                                   lambda m: llvm.optimize_concurrently(m, target, opt_level),
+                                   threads=os.cpu_count() or 1)
+        module.verify()
+    except RuntimeError as e:
+        raise CheckFailed(f"invalid LLVM IR: {e}") from None
     optimized = str(module)
     if not assembly:
         return llvm.CompiledCode(text, optimized, llvm.emit_object(module, target, opt_level))
@@ -127,13 +134,13 @@ def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> ll
     def assembly() -> None:
         try:
             clone = binding.parse_assembly(optimized, context=binding.create_context())
-            result["asm"] = llvm.emit_assembly(clone, target, opt_level)
+            result["asm"] = llvm.emit_concurrently(clone, target, opt_level, assembly=True)
         except Exception as e:  # re-raised on the calling thread
             result["error"] = e
 
     worker = threading.Thread(target=assembly, name="hloc-asm")
     worker.start()
-    obj = llvm.emit_object(module, target, opt_level)
+    obj = llvm.emit_concurrently(module, target, opt_level)
     worker.join()
     if "error" in result:
         raise result["error"]
@@ -166,7 +173,7 @@ def emit_all(groups, target):
                 key = kernel_key(spec, memo)
                 same = emitted_keys.get(key) or new_keys.get(key)
                 if same is None:
-                    info = new_keys[key] = emit_kernel(module, spec, target)
+                    info = new_keys[key] = _emit_spec(module, spec, target)
                 else:
                     info = replace(same, instruction_names=spec.instruction_names)
                 emitted[spec.name] = info
@@ -181,6 +188,24 @@ def emit_all(groups, target):
         infos.update(emitted)
         emitted_keys.update(new_keys)
     return module, infos, failed
+
+
+# Kernels estimated below this much work (thunk_kernels.work, rough scalar operations) are
+# optimized for size: they take well under a microsecond, where a vectorized main loop plus
+# its remainder loops gains nothing measurable, yet such code costs LLVM over a third of its
+# time on modules made of small kernels (compile time matters there: it is most of the cost).
+SMALL_KERNEL_WORK = 1 << 12
+
+
+def _emit_spec(module: ir.Module, spec, target) -> KernelInfo:
+    before = set(module.globals)
+    info = emit_kernel(module, spec, target)
+    if work(spec) < SMALL_KERNEL_WORK:
+        for name in sorted(set(module.globals) - before):
+            fn = module.globals[name]
+            if isinstance(fn, ir.Function) and not fn.is_declaration:
+                fn.attributes.add("optsize")
+    return info
 
 
 def _snapshot(module: ir.Module):

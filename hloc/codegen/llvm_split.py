@@ -1,0 +1,166 @@
+"""Optimizing one LLVM module on several cores: split its IR text, optimize, link back.
+
+LLVM's module optimizer runs on one thread, and on modules made of many small kernels it is
+most of a compile. Kernels do not depend on each other, so the module's text is cut into a
+fixed number of partitions, each optimized in its own LLVM context on its own thread
+(llvmlite releases the GIL), and the optimized partitions are linked back into one module,
+from which the one relocatable object is emitted as before.
+
+- Every externally visible function (a kernel, a driver) is a *root*; roots are dealt to
+  the partitions largest first, each to the smallest partition so far.
+- Internal functions and internal globals go with every root that references them
+  (duplicates are internal, so linking renames them; each copy is inlined or stays local).
+- A partition declares the external functions it calls but does not define (drivers call
+  kernels). Declarations, attribute groups and metadata are copied into every partition.
+- The partition count is fixed, not the number of cores, so the object code is the same on
+  every machine. A module the splitter does not understand (an externally visible global)
+  or one too small to gain is optimized whole.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import llvmlite.binding as binding
+
+PARTITIONS = 4
+# Below this much IR text, the split, extra parses and link cost more than they save.
+MIN_SPLIT_BYTES = 20_000
+
+_NAME = re.compile(r'@"((?:[^"\\]|\\.)*)"|@([-\w.$]+)')
+_HEADER = ("; ModuleID", "target ", "source_filename")
+
+
+@dataclass(frozen=True)
+class _Item:
+    kind: str  # "define", "declare", "global" or "other" (metadata, attribute groups)
+    name: str | None
+    text: str
+    internal: bool = False
+    refs: frozenset[str] = frozenset()
+
+
+def _first_name(line: str) -> str | None:
+    m = _NAME.search(line)
+    return None if m is None else (m.group(1) if m.group(1) is not None else m.group(2))
+
+
+def _refs(text: str, own: str | None) -> frozenset[str]:
+    names = {quoted or plain for quoted, plain in _NAME.findall(text)}
+    names.discard(own)
+    return frozenset(names)
+
+
+def _is_internal(prefix: str) -> bool:
+    words = prefix.split()
+    return "internal" in words or "private" in words
+
+
+def parse_items(text: str) -> tuple[list[str], list[_Item]]:
+    """(header lines, module items in text order)."""
+    lines = text.splitlines()
+    header: list[str] = []
+    items: list[_Item] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define"):
+            j = i
+            while lines[j] != "}":
+                j += 1
+            block = "\n".join(lines[i:j + 1])
+            name = _first_name(line)
+            items.append(_Item("define", name, block, _is_internal(line.split("@", 1)[0]),
+                               _refs(block, name)))
+            i = j + 1
+            continue
+        if line.startswith("declare"):
+            items.append(_Item("declare", _first_name(line), line))
+        elif line.startswith("@"):
+            name = _first_name(line)
+            items.append(_Item("global", name, line, _is_internal(line.split("=", 1)[1]),
+                               _refs(line, name)))
+        elif line.startswith(_HEADER):
+            header.append(line)
+        elif line.strip():
+            items.append(_Item("other", None, line))
+        i += 1
+    return header, items
+
+
+def _declaration(define: _Item) -> str:
+    line = define.text.split("\n", 1)[0].rstrip()
+    line = line[:-1].rstrip() if line.endswith("{") else line
+    return "declare" + line[len("define"):]
+
+
+def split_module(text: str, parts: int = PARTITIONS) -> list[str]:
+    """The IR text as up to `parts` partition texts ([text] when it is not worth it)."""
+    if len(text) < MIN_SPLIT_BYTES or parts < 2:
+        return [text]
+    header, items = parse_items(text)
+    if any(it.kind == "global" and not it.internal for it in items):
+        return [text]
+    by_name = {it.name: it for it in items if it.kind in ("define", "global")}
+    roots = [it for it in items if it.kind == "define" and not it.internal]
+    if len(roots) < 2:
+        return [text]
+    closures = {r.name: _closure(r, by_name) for r in roots}
+    cost = {r.name: sum(len(by_name[n].text) for n in closures[r.name]) for r in roots}
+    bins: list[set[str]] = [set() for _ in range(parts)]
+    sizes = [0] * parts
+    for root in sorted(roots, key=lambda r: (-cost[r.name], r.name)):
+        k = min(range(parts), key=lambda b: (sizes[b], b))
+        bins[k] |= closures[root.name]
+        sizes[k] += cost[root.name]
+    return [_partition_text(header, items, members) for members in bins if members]
+
+
+def _closure(root: _Item, by_name: dict[str, _Item]) -> set[str]:
+    """The root and every internal function/global it reaches."""
+    members, stack = {root.name}, [root]
+    while stack:
+        for ref in stack.pop().refs:
+            item = by_name.get(ref)
+            if item is not None and item.internal and ref not in members:
+                members.add(ref)
+                stack.append(item)
+    return members
+
+
+def _partition_text(header: list[str], items: list[_Item], members: set[str]) -> str:
+    out = list(header)
+    for it in items:
+        if it.kind in ("define", "global"):
+            if it.name in members:
+                out.append(it.text)
+            elif it.kind == "define" and not it.internal:
+                out.append(_declaration(it))
+        else:
+            out.append(it.text)
+    return "\n".join(out) + "\n"
+
+
+def optimize_parallel(text: str, optimize, threads: int):
+    """Optimize `text` with `optimize(module)` per partition on up to `threads` threads;
+    the linked, optimized module (in the global LLVM context)."""
+    parts = split_module(text)
+    if len(parts) == 1:
+        module = binding.parse_assembly(text)
+        optimize(module)
+        return module
+
+    def run(part: str) -> str:
+        module = binding.parse_assembly(part, context=binding.create_context())
+        optimize(module)
+        return str(module)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(parts))),
+                            thread_name_prefix="hloc-llvm") as pool:
+        optimized = list(pool.map(run, parts))
+    linked = binding.parse_assembly(optimized[0])
+    for part in optimized[1:]:
+        linked.link_in(binding.parse_assembly(part))
+    return linked

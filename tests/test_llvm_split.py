@@ -1,0 +1,97 @@
+"""llvm_split: a module optimized as partitions on several threads, linked back."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from hloc.codegen import llvm
+from hloc.codegen.llvm_split import optimize_parallel, parse_items, split_module
+from hloc.codegen.target import host_target
+
+
+def _module_text(kernels: int) -> str:
+    """Kernels scale(x, n) -> x * (k+1) + helper(k); an internal helper shared by all, a
+    driver calling every kernel, and an internal constant table."""
+    lines = [f'target triple = "{host_target().triple}"',
+             '@"table" = internal constant [4 x double] [double 1.0, double 2.0, double 3.0, double 4.0]',
+             'declare double @"llvm.fabs.f64"(double %".1")',
+             'define internal double @"helper"(i64 %".1") alwaysinline nounwind',
+             "{",
+             "entry:",
+             '  %".3" = and i64 %".1", 3',
+             '  %".4" = getelementptr [4 x double], ptr @"table", i64 0, i64 %".3"',
+             '  %".5" = load double, ptr %".4"',
+             '  %".6" = call double @"llvm.fabs.f64"(double %".5")',
+             '  ret double %".6"',
+             "}"]
+    for k in range(kernels):
+        lines += [f'define void @"k{k}"(ptr %".1", i64 %".2") nounwind', "{", "entry:",
+                  '  br label %"loop"', "loop:",
+                  '  %"i" = phi i64 [0, %"entry"], [%"next", %"loop"]',
+                  '  %"p" = getelementptr double, ptr %".1", i64 %"i"',
+                  '  %"x" = load double, ptr %"p"',
+                  f'  %"h" = call double @"helper"(i64 {k})',
+                  f'  %"y" = fmul double %"x", {float(k + 1)!r}',
+                  '  %"z" = fadd double %"y", %"h"',
+                  '  store double %"z", ptr %"p"',
+                  '  %"next" = add i64 %"i", 1',
+                  '  %"c" = icmp slt i64 %"next", %".2"',
+                  '  br i1 %"c", label %"loop", label %"done"', "done:", "  ret void", "}"]
+    lines += ['define void @"driver"(ptr %".1", i64 %".2") nounwind', "{", "entry:"]
+    lines += [f'  call void @"k{k}"(ptr %".1", i64 %".2")' for k in range(kernels)]
+    lines += ["  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_partitions_hold_each_root_once_and_what_it_needs():
+    text = _module_text(40)
+    parts = split_module(text, 4)
+    assert len(parts) == 4
+    defined = []
+    for part in parts:
+        _, items = parse_items(part)
+        names = [i.name for i in items if i.kind == "define"]
+        defined += [n for n in names if n != "helper"]
+        if any(n.startswith("k") for n in names):
+            assert "helper" in names and any(i.name == "table" for i in items)
+        llvm.parse(part)  # every partition is a valid module on its own
+    assert sorted(defined) == sorted([f"k{k}" for k in range(40)] + ["driver"])
+
+
+def test_small_or_unsplittable_modules_stay_whole():
+    assert split_module(_module_text(2), 4) == [_module_text(2)]
+    exported = _module_text(40).replace('@"table" = internal constant', '@"table" = constant')
+    assert split_module(exported, 4) == [exported]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_linked_module_computes_and_is_deterministic(threads):
+    target = host_target()
+    text = _module_text(40)
+    objects = []
+    for _ in range(2):
+        module = optimize_parallel(text, lambda m: llvm.optimize_concurrently(m, target, 2),
+                                   threads)
+        objects.append(llvm.emit_concurrently(module, target, 2))
+    assert objects[0] == objects[1]
+    library = llvm.JitLibrary(objects[0], target)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
+    x = np.linspace(-2, 2, 16)
+    want = x.copy()
+    for k in range(40):
+        want = want * (k + 1) + float(k % 4 + 1)
+    fn(x.ctypes.data, x.size)
+    np.testing.assert_allclose(x, want, rtol=1e-12)
+
+
+def test_object_is_the_same_for_any_thread_count():
+    target = host_target()
+    text = _module_text(40)
+    a = llvm.emit_concurrently(optimize_parallel(
+        text, lambda m: llvm.optimize_concurrently(m, target, 2), 1), target, 2)
+    b = llvm.emit_concurrently(optimize_parallel(
+        text, lambda m: llvm.optimize_concurrently(m, target, 2), 2), target, 2)
+    assert a == b
