@@ -72,6 +72,8 @@ def case_jobs(tmp: Path) -> list[dict]:
     return jobs
 
 
+SETTLE_SECONDS = 0.2
+
 # ---- hloc side --------------------------------------------------------------------------------
 
 def hloc_compile(pb: str, out: Path) -> float:
@@ -116,12 +118,17 @@ def prepare_hloc(job: dict, tmp: Path) -> dict:
 
 
 def compare(job: dict, tmp: Path, worker, seconds: float, rounds: int) -> tuple[dict, dict]:
-    """Time both sides in alternating rounds, so load from other processes hits both."""
+    """Time both sides in alternating rounds, so load from other processes hits both. Each
+    side compiles after a short pause, once the other side's worker threads (which may spin
+    for a while after a run) are idle."""
+    time.sleep(SETTLE_SECONDS)
     ours = prepare_hloc(job, tmp)
     theirs: dict = {}
-    for _ in range(rounds):
+    for round_index in range(rounds):
         if "error" not in ours:
             ours["times"] += timed_runs(ours["run"], seconds / rounds)
+        if round_index == 0:
+            time.sleep(SETTLE_SECONDS)  # the worker compiles on its first answer
         answer = worker.run(job)
         if "error" in answer:
             return ours, answer
