@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llvmlite import ir
+from llvmlite.ir import instructions as llvm_instructions
 
 from ...elemental.types import I8, I32, PTR
 from ..nvvm import AXES, BARRIER, SHARED_ADDRSPACE, SREG_KINDS, sreg_name
@@ -301,13 +302,19 @@ class KernelTransform:
 
 
 def replace_use(instr, old, new) -> None:
-    """instr.replace_usage, plus the fields GEPs print from (llvmlite keeps them apart)."""
+    """instr.replace_usage, plus the fields GEPs, extractvalue and insertvalue print from
+    (llvmlite keeps them apart from the operand list)."""
     instr.replace_usage(old, new)
     if isinstance(instr, ir.GEPInstr):
         if instr.pointer is old:
             instr.pointer = new
         instr.indices = [new if i is old else i for i in instr.indices]
-        instr._clear_string_cache()
+    elif isinstance(instr, (llvm_instructions.ExtractValue, llvm_instructions.InsertValue)):
+        if instr.aggregate is old:
+            instr.aggregate = new
+        if getattr(instr, "value", None) is old:
+            instr.value = new
+    instr._clear_string_cache()
 
 
 def _clear_caches(blk: ir.Block) -> None:
