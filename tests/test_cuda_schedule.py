@@ -43,7 +43,7 @@ ENTRY e {
   w = (s32[], f32[256]) while(t), condition=cond, body=body
   r = f32[256] get-tuple-element(w), index=1
   c = c64[64,64] convert(b)
-  f = c64[64,64] fft(c), fft_type=FFT, fft_length={64}
+  f = c64[64,64] fft(c), fft_type=FFT, fft_length={64,64}
   re = f32[64,64] real(f)
   zero = f32[] constant(0)
   s = f32[64] reduce(b, zero), dimensions={0}, to_apply=add

@@ -16,6 +16,7 @@ from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...thunks.thunks import io_slices
+from ..elemental.dft import plan_of
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .loops import element_work
 from .outline import CONTRACTIONS, Composite, outline
@@ -177,6 +178,11 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
         dims = item.operands[0].shape.dims
         n = dims[item.dimensions[0]]
         return math.prod(dims) * max(1, n.bit_length()) * len(item.operands)
+    if item.opcode == Opcode.FFT:
+        # Every pass term of every batch element (fft.py): the transform's size, not only
+        # its output elements, decides the thread split.
+        plan = plan_of(item)
+        return 0 if plan.empty else plan.batches * plan.pass_work()
     if item.opcode in (Opcode.TOPK, Opcode.CUSTOM_CALL):
         # Top-k (or XLA's TopK custom-call) looks at every input element, log k each.
         values = next(s for _, s in item.shape.leaves())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (kernel variants register themselves)
     conv,
     dus,
+    fft,
     gemm,
     loop,
     reduce_col,

@@ -4,9 +4,9 @@ Built from the target-neutral thunk program (hloc.thunks) by mapping every thunk
 kernels (with launch dimensions, shared memory and argument slices), Gemm (the tiled GEMM
 kernel), device copies and memsets, While (the predicate is copied to the host after the
 condition, or a known trip count runs as a host loop), Conditional (the selector is copied
-to the host), Sequential, and HostCompute for the few ops without a GPU kernel (FFT, LAPACK
-custom-calls, complex arithmetic): their operands go to the host, the reference
-implementation runs there and the results come back.
+to the host), Sequential, and HostCompute for the few ops without a GPU kernel (LAPACK
+custom-calls, FFTs above the kernel's size bound): their operands go to the host, the
+reference implementation runs there and the results come back.
 
 Three programs: host-to-device (parameter uploads, constants uploaded once per executable),
 main (the thunks, on the streams of hloc.schedule.streams with events for cross-stream
