@@ -110,7 +110,7 @@ def _fft_kernels(bundle) -> list[dict]:
 def test_cpu_matches_interpreter(kind, ct, tmp_path):
     text = module_text(kind, ct, SHAPES)
     args = random_inputs(kind, ct, SHAPES)
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    bundle = compile_to_bundle(text, tmp_path / "m.bundle", opt_level=3)
     assert len(_fft_kernels(bundle)) == len(SHAPES)
     assert_close(load_cpu(bundle).run(args), reference(text, args), ct)
 
@@ -118,7 +118,7 @@ def test_cpu_matches_interpreter(kind, ct, tmp_path):
 def test_cpu_work_counts_every_pass_term(tmp_path):
     # 1-D: batch * n outputs * n terms; 2-D: each point sums a row, then a column.
     shapes = [((3,), (8,)), ((2,), (4, 6))]
-    bundle = compile_to_bundle(module_text("FFT", "c64", shapes), tmp_path / "m.bundle")
+    bundle = compile_to_bundle(module_text("FFT", "c64", shapes), tmp_path / "m.bundle", opt_level=3)
     works = sorted(k["work"] for k in _fft_kernels(bundle))
     assert works == sorted([3 * 8 * 8, 2 * 4 * 6 * (4 + 6)])
     extents = sorted(k["parallel_extent"] for k in _fft_kernels(bundle))
@@ -130,7 +130,7 @@ def test_cpu_empty_and_big_transforms(tmp_path):
     shapes = [((0,), (6,)), ((2,), (512,))]
     text = module_text("FFT", "c64", shapes)
     args = random_inputs("FFT", "c64", shapes)
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    bundle = compile_to_bundle(text, tmp_path / "m.bundle", opt_level=3)
     kernels = _fft_kernels(bundle)
     assert [k["parallel_extent"] for k in kernels] == [0]
     assert_close(load_cpu(bundle).run(args), reference(text, args), "c64")
@@ -180,9 +180,19 @@ def _check_sample(name: str, outputs) -> None:
 def test_samples_cpu_native(name, suffix, tmp_path):
     require_samples()
     path = SAMPLES / f"{name}{suffix}"
-    bundle = compile_to_bundle(path, tmp_path / "m.bundle")
+    bundle = compile_to_bundle(path, tmp_path / "m.bundle", opt_level=3)
     assert len(_fft_kernels(bundle)) == _count_ffts(path) > 0
     _check_sample(name, load_cpu(bundle).run(sample_arrays(name, "inputs")))
+
+
+def test_default_level_keeps_the_library_fft(tmp_path):
+    # -O2 compiles no FFT kernel (compile time, like XLA's library call); the thunk's numpy
+    # path gives the same results.
+    require_samples()
+    path = SAMPLES / "fft.pb"
+    bundle = compile_to_bundle(path, tmp_path / "m.bundle", opt_level=2)
+    assert not _fft_kernels(bundle)
+    _check_sample("fft", load_cpu(bundle).run(sample_arrays("fft", "inputs")))
 
 
 @pytest.mark.parametrize("name,suffix", SAMPLE_CASES)

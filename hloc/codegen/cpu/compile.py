@@ -76,7 +76,7 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     from ..target import host_target
 
     target = target or host_target()
-    groups, fallbacks = kernel_groups(module, plan.program)
+    groups, fallbacks = kernel_groups(module, plan.program, opt_level)
     ir_module, infos, failed = emit_all(groups, target)
     fallbacks.update(failed)
     # Optional groups (sort, small gemm, ...) that failed are in neither: they keep their

@@ -37,17 +37,27 @@ class KernelGroup:
 
 
 # Thunk kinds other than Kernel that may get a native kernel as well (sort, small gemms, ...):
-# kind -> fn(instruction) -> bool, registered by the modules that emit them. A thunk whose
-# kernel cannot be emitted keeps its kind's runtime implementation (it is no host fallback).
-NATIVE_KINDS: dict[str, Callable[[Instruction], bool]] = {}
+# kind -> (fn(instruction) -> bool, lowest -O level), registered by the modules that emit
+# them. A thunk whose kernel cannot be emitted keeps its kind's runtime implementation (it is
+# no host fallback).
+NATIVE_KINDS: dict[str, tuple[Callable[[Instruction], bool], int]] = {}
 
 
-def native_kind(kind: str):
-    """Register `fn(instruction) -> bool`: whether a thunk of `kind` should try a kernel."""
+def native_kind(kind: str, min_opt_level: int = 0):
+    """Register `fn(instruction) -> bool`: whether a thunk of `kind` should try a kernel
+    (from -O`min_opt_level` on: below it the kind's runtime path is always used)."""
     def register(fn):
-        NATIVE_KINDS[kind] = fn
+        NATIVE_KINDS[kind] = (fn, min_opt_level)
         return fn
     return register
+
+
+def wants_kernel(kind: str, instr: Instruction | None, opt_level: int) -> bool:
+    """Whether a thunk of `kind` (other than "kernel") should try a native kernel."""
+    if kind not in NATIVE_KINDS or instr is None:
+        return False
+    fn, min_level = NATIVE_KINDS[kind]
+    return opt_level >= min_level and fn(instr)
 
 
 # A small dot as a kernel (dot.py) instead of a BLAS call from Python: a loop around it can
@@ -55,16 +65,17 @@ def native_kind(kind: str):
 native_kind("gemm")(small_dot)
 
 
-def kernel_groups(module: Module, program) -> tuple[list[KernelGroup], dict[str, dict]]:
-    """The kernel group of every Kernel thunk, and the thunks that cannot have one."""
+def kernel_groups(module: Module, program, opt_level: int = 2
+                  ) -> tuple[list[KernelGroup], dict[str, dict]]:
+    """The kernel group of every Kernel thunk (and of the other thunks NATIVE_KINDS selects at
+    `opt_level`), and the Kernel thunks that cannot have one."""
     instructions = {i.name: i for c in module.computations for i in c.instructions}
     groups: list[KernelGroup] = []
     fallbacks: dict[str, dict] = {}
     for thunk in program.walk():
         instr = instructions[thunk.name] if thunk.name in instructions else None
         optional = thunk.kind != "kernel"
-        if optional and (thunk.kind not in NATIVE_KINDS or instr is None
-                         or not NATIVE_KINDS[thunk.kind](instr)):
+        if optional and not wants_kernel(thunk.kind, instr, opt_level):
             continue
         try:
             groups.append(_group(instr, thunk, optional))
