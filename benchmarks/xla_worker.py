@@ -41,6 +41,7 @@ def _decode(arr: np.ndarray, dtype: str) -> np.ndarray:
 
 
 _CACHE: dict[str, tuple] = {}
+COMPILES = 3  # keep equal to bench_cpu.COMPILES
 
 
 def _prepare(job: dict, backend, xla_client, mlir) -> tuple:
@@ -49,10 +50,12 @@ def _prepare(job: dict, backend, xla_client, mlir) -> tuple:
     if job["name"] in _CACHE:
         return _CACHE[job["name"]]
     pb = open(job["pb"], "rb").read()
-    start = time.perf_counter()
-    module = mlir.hlo_to_stablehlo(pb)
-    exe = backend.compile_and_load(module, backend.devices()[:1], xla_client.CompileOptions())
-    compile_s = time.perf_counter() - start
+    compile_s = float("inf")
+    for _ in range(COMPILES):  # the fastest of a few compiles: steadier on a busy machine
+        start = time.perf_counter()
+        module = mlir.hlo_to_stablehlo(pb)
+        exe = backend.compile_and_load(module, backend.devices()[:1], xla_client.CompileOptions())
+        compile_s = min(compile_s, time.perf_counter() - start)
     with np.load(job["inputs"]) as z:
         args = [_decode(z[f"arg{i}"], d) for i, d in enumerate(job["dtypes"])]
     _CACHE[job["name"]] = (exe, args, compile_s)
