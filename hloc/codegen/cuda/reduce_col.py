@@ -10,16 +10,14 @@ the transposed reads hit distinct shared-memory banks.
 
 from __future__ import annotations
 
-from llvmlite import ir
-
 from .epilogue import find_core, store_with_core
 from .kernel import KernelBuild, dims, variant
 from .parts import Part, PlanContext
 from .reduce_common import (
-    Partial,
     PartialOps,
     ReduceShape,
     SharedPartials,
+    accumulate_strided,
     shared_partial_bytes,
     split_index,
 )
@@ -35,27 +33,8 @@ def plan_column(pc: PlanContext, k: int, rs: ReduceShape) -> list[Part]:
 
 
 def _partial(kb: KernelBuild, ops: PartialOps, rs: ReduceShape, kept_index, live, y):
-    b, ctx = kb.b, kb.ctx
-    empty = ops.empty()
-    slots = [ctx.alloca(v.type) for v in empty.values]
-    flag = ctx.alloca(ir.IntType(1))
-    for s, v in zip(slots, empty.values, strict=True):
-        b.store(v, s)
-    b.store(empty.valid, flag)
-    start = b.select(live, y, kb.i64(rs.row_length))
-    with ctx.loop(start, kb.i64(rs.row_length), "r", step=TILE) as r:
-        index = dict(kept_index)
-        index.update(split_index(kb, r, rs.in_shape, rs.reduced))
-        full = [index[d] for d in range(rs.in_shape.rank)]
-        current = Partial([b.load(s, typ=v.type) for s, v in zip(slots, empty.values,
-                                                                    strict=True)],
-                          b.load(flag, typ=ir.IntType(1)))
-        new = ops.add_element(current, ops.read(full))
-        for s, v in zip(slots, new.values, strict=True):
-            b.store(v, s)
-        b.store(new.valid, flag)
-    return Partial([b.load(s, typ=v.type) for s, v in zip(slots, empty.values, strict=True)],
-                   b.load(flag, typ=ir.IntType(1)))
+    return accumulate_strided(kb, ops, rs, dict(kept_index),
+                              kb.b.select(live, y, kb.i64(rs.row_length)), TILE)
 
 
 @variant("column-reduce")

@@ -136,6 +136,32 @@ class PartialOps:
         return p
 
 
+def accumulate_strided(kb: KernelBuild, ops: PartialOps, rs: ReduceShape, kept_index: dict,
+                       start: ir.Value, step: int) -> Partial:
+    """The partial of the row at `kept_index` (kept dim -> value) over the reduced positions
+    start, start + step, ... (none when start >= the row length)."""
+    b, ctx = kb.b, kb.ctx
+    empty = ops.empty()
+    slots = [ctx.alloca(v.type) for v in empty.values]
+    flag = ctx.alloca(ir.IntType(1))
+    for s, v in zip(slots, empty.values, strict=True):
+        b.store(v, s)
+    b.store(empty.valid, flag)
+
+    def load() -> Partial:
+        return Partial([b.load(s, typ=v.type) for s, v in zip(slots, empty.values, strict=True)],
+                       b.load(flag, typ=ir.IntType(1)))
+
+    with ctx.loop(start, kb.i64(rs.row_length), "r", step=step) as r:
+        index = dict(kept_index)
+        index.update(split_index(kb, r, rs.in_shape, rs.reduced))
+        new = ops.add_element(load(), ops.read([index[d] for d in range(rs.in_shape.rank)]))
+        for s, v in zip(slots, new.values, strict=True):
+            b.store(v, s)
+        b.store(new.valid, flag)
+    return load()
+
+
 def shuffle_down(kb: KernelBuild, value: ir.Value, delta: int) -> ir.Value:
     """A warp shuffle of a scalar or of a complex {re, im} struct (part by part)."""
     if not isinstance(value.type, ir.LiteralStructType):

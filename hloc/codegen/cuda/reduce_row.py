@@ -24,8 +24,8 @@ from .reduce_common import (
     PartialOps,
     ReduceShape,
     SharedPartials,
+    accumulate_strided,
     shared_partial_bytes,
-    split_index,
 )
 
 WARP = 32
@@ -54,27 +54,8 @@ def plan_reduce(pc: PlanContext, k: int) -> list[Part] | None:
 
 def _accumulate(kb: KernelBuild, ops: PartialOps, rs: ReduceShape, out_index, start, step):
     """The partial of row `out_index` over reduced positions start, start+step, ..."""
-    b = kb.b
-    ctx = kb.ctx
-    slots = [ctx.alloca(v.type) for v in ops.init_values()]
-    flag = ctx.alloca(ir.IntType(1))
-    empty = ops.empty()
-    for s, v in zip(slots, empty.values, strict=True):
-        b.store(v, s)
-    b.store(empty.valid, flag)
-    with ctx.loop(start, kb.i64(rs.row_length), "r", step=step) as r:
-        index = dict(zip(rs.kept, out_index, strict=True))
-        index.update(split_index(kb, r, rs.in_shape, rs.reduced))
-        full = [index[d] for d in range(rs.in_shape.rank)]
-        current = Partial([b.load(s, typ=v.type) for s, v in zip(slots, empty.values,
-                                                                    strict=True)],
-                          b.load(flag, typ=ir.IntType(1)))
-        new = ops.add_element(current, ops.read(full))
-        for s, v in zip(slots, new.values, strict=True):
-            b.store(v, s)
-        b.store(new.valid, flag)
-    return Partial([b.load(s, typ=v.type) for s, v in zip(slots, empty.values, strict=True)],
-                   b.load(flag, typ=ir.IntType(1)))
+    return accumulate_strided(kb, ops, rs, dict(zip(rs.kept, out_index, strict=True)), start,
+                              step)
 
 
 def _store(kb: KernelBuild, ops: PartialOps, item, out_index, p: Partial) -> None:
