@@ -19,15 +19,9 @@ from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element
 from ..elemental.types import I32, I64, PTR
+from ..roots import RootItem
+from ..roots import root_items as computation_root_items
 from .spec import KernelInfo, KernelSpec
-
-
-@dataclass(frozen=True)
-class RootItem:
-    """One value the kernel writes: an instruction and the output buffers of its leaves."""
-
-    instr: Instruction
-    outputs: tuple[int, ...]
 
 
 @dataclass
@@ -67,20 +61,8 @@ def special_segment(*opcodes: Opcode):
 
 
 def root_items(spec: KernelSpec) -> list[RootItem]:
-    items: list[RootItem] = []
-    next_output = 0
-
-    def visit(instr: Instruction) -> None:
-        nonlocal next_output
-        if instr.opcode == Opcode.TUPLE:
-            for o in instr.operands:
-                visit(o)
-            return
-        n = sum(1 for _ in instr.shape.leaves())
-        items.append(RootItem(instr, tuple(range(next_output, next_output + n))))
-        next_output += n
-
-    visit(spec.computation.root)
+    items = computation_root_items(spec.computation)
+    next_output = sum(len(item.outputs) for item in items)
     if next_output != len(spec.output_shapes):
         raise UnsupportedError(f"kernel {spec.name}: root has {next_output} leaves but "
                                f"{len(spec.output_shapes)} outputs were given")

@@ -24,6 +24,7 @@ from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element
 from ..elemental.types import I64
+from ..roots import RootItem, root_items  # noqa: F401  (re-exported for the kernel variants)
 from .nvvm import Nvvm, kernel_function
 
 
@@ -79,33 +80,6 @@ class KernelRecipe:
         return KernelRecipe(d["name"], d["variant"], d["instruction"], tuple(d["items"]),
                             tuple(sorted((k, int(v)) for k, v in d["params"].items())),
                             int(d["block_threads"]), int(d.get("scratch_bytes", 0)))
-
-
-@dataclass(frozen=True)
-class RootItem:
-    """One value of the instruction's result: the HLO instruction computing it (inside the
-    fused computation) and the kernel output indices of its leaves."""
-
-    instr: Instruction
-    outputs: tuple[int, ...]
-
-
-def root_items(comp: Computation) -> list[RootItem]:
-    items: list[RootItem] = []
-    count = 0
-
-    def visit(instr: Instruction) -> None:
-        nonlocal count
-        if instr.opcode == Opcode.TUPLE:
-            for o in instr.operands:
-                visit(o)
-            return
-        n = sum(1 for _ in instr.shape.leaves())
-        items.append(RootItem(instr, tuple(range(count, count + n))))
-        count += n
-
-    visit(comp.root)
-    return items
 
 
 def kernel_computation(instr: Instruction) -> Computation:
