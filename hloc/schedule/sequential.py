@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Callable
 
 from ..analysis import AliasAnalysis, CallGraph
-from ..analysis.call_graph import nested_sequences
+from ..analysis.storage import closure
 from ..errors import InputError
 from ..ir import Computation, Instruction, Module
 from .memory_model import MemoryModel
@@ -142,22 +142,11 @@ def dfs_schedule(model: MemoryModel) -> list[Instruction]:
     return out
 
 
-def _nested_closure(comp: Computation) -> frozenset[Computation]:
-    out, stack = {comp}, [comp]
-    while stack:
-        for instr in stack.pop().instructions:
-            for callee in nested_sequences(instr):
-                if callee not in out:
-                    out.add(callee)
-                    stack.append(callee)
-    return frozenset(out)
-
-
 def candidate_orders(alias: AliasAnalysis, comp: Computation, algorithm: str = "auto"
                      ) -> dict[str, list[Instruction]]:
     """Orders of one computation by name. For "auto": every algorithm's, plus under "auto"
     the one with the smallest modelled peak (list wins ties)."""
-    model = MemoryModel(alias, comp, _nested_closure(comp))
+    model = MemoryModel(alias, comp, closure(comp))
     if algorithm != "auto":
         return {algorithm: ALGORITHMS[algorithm](model)}
     orders = {name: ALGORITHMS[name](model) for name in ("list", "dfs", "post-order")}

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
-from ...errors import CheckFailed, UnsupportedError
+from ...errors import UnsupportedError
+from .. import llvm as codegen_llvm
 from .target import TRIPLE, CudaTarget
 
 _LOCK = threading.Lock()
@@ -56,13 +57,9 @@ class PtxResult:
 
 
 def parse(ir_text: str):
+    """Parse and verify kernel IR with every target initialized (NVPTX included)."""
     initialize()
-    try:
-        module = llvm.parse_assembly(ir_text)
-        module.verify()
-    except RuntimeError as e:
-        raise CheckFailed(f"invalid kernel LLVM IR: {e}") from None
-    return module
+    return codegen_llvm.parse(ir_text)
 
 
 def optimize(module, tm, opt_level: int) -> None:
