@@ -132,3 +132,17 @@ def dfs_post_order(starts, deps, visited: set[int] | None = None) -> list[Instru
                 if id(dep) not in visited:
                     stack.append((dep, False))
     return order
+
+
+def scalar_binary_root(comp: Computation) -> Instruction | None:
+    """The root if `comp` is exactly op(p0, p1) (either order) on scalars of one element type
+    (a plain reducer such as add or max), else None."""
+    root = comp.root
+    if root is None or comp.num_parameters != 2 or len(root.operands) != 2:
+        return None
+    params = comp.parameters
+    if {id(o) for o in root.operands} != {id(p) for p in params}:
+        return None
+    if any(p.shape.dims or p.shape.element_type != root.shape.element_type for p in params):
+        return None
+    return root

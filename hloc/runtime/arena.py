@@ -17,20 +17,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..buffers.assignment import Slice
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError
 from ..ir import Instruction, Module, Shape
 from ..thunks.thunks import Thunk, ThunkProgram, io_slices
 from .interpreter import evaluate_computation, registry, to_value
-
-
-def _physical_order(shape: Shape) -> tuple[int, ...] | None:
-    """Dimensions from major to minor, or None for the row-major identity."""
-    layout = shape.layout
-    if layout is None or shape.rank < 2 or layout.is_row_major:
-        return None
-    if layout.tiles:
-        raise UnsupportedError(f"the arena executor does not support tiled layouts ({shape})")
-    return tuple(reversed(layout.minor_to_major))
+from .layouts import physical_order
 
 
 class Arena:
@@ -44,7 +35,7 @@ class Arena:
         raw = self.memory[s.allocation][s.offset:s.offset + s.size]
         if raw.size != shape.byte_size:
             raise InputError(f"slice {s} holds {raw.size} bytes, {shape} needs {shape.byte_size}")
-        order = _physical_order(shape)
+        order = physical_order(shape)
         if order is None:
             return raw.view(shape.np_dtype).reshape(shape.dims)
         phys = raw.view(shape.np_dtype).reshape([shape.dims[d] for d in order])

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Computation, Instruction, Opcode, PrimitiveType
+from ...ir.computation import scalar_binary_root
 from .compose import emit_scalar_computation, flatten, operand_index
 from .convert import convert_value
 from .memory import major_to_minor
@@ -30,15 +31,8 @@ _F32 = elem_type(PrimitiveType.F32)
 
 def simple_reducer(comp: Computation) -> Opcode | None:
     """The opcode if `comp` is exactly op(p0, p1) on scalars of one type, else None."""
-    root = comp.root
-    if root is None or comp.num_parameters != 2 or root.opcode not in _SIMPLE:
-        return None
-    params = comp.parameters
-    if {id(o) for o in root.operands} != {id(p) for p in params} or len(root.operands) != 2:
-        return None
-    if any(p.shape.dims or p.shape.element_type != root.shape.element_type for p in params):
-        return None
-    return root.opcode
+    root = scalar_binary_root(comp)
+    return root.opcode if root is not None and root.opcode in _SIMPLE else None
 
 
 def _flagged(instr: ir.Instruction) -> ir.Instruction:

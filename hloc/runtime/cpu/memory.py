@@ -21,8 +21,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ...buffers.assignment import Slice
-from ...errors import InputError, UnsupportedError
+from ...errors import InputError
 from ...ir import Shape
+from ..layouts import physical_order
 
 ALIGN = 64
 SCRATCH = -1  # the allocation index of the runtime's own scratch space (composites)
@@ -43,16 +44,6 @@ def empty_aligned(size: int) -> np.ndarray:
     raw = np.empty(size + ALIGN, np.uint8)
     start = (-raw.ctypes.data) % ALIGN
     return raw[start:start + size]
-
-
-def physical_order(shape: Shape) -> tuple[int, ...] | None:
-    """Logical dimensions from major to minor, or None for row-major."""
-    layout = shape.layout
-    if layout is None or shape.rank < 2 or layout.is_row_major:
-        return None
-    if layout.tiles:
-        raise UnsupportedError(f"the CPU runtime does not support tiled layouts ({shape})")
-    return tuple(reversed(layout.minor_to_major))
 
 
 def array_view(raw: np.ndarray, shape: Shape) -> np.ndarray:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ...ir import Computation, Opcode
+from ...ir.computation import scalar_binary_root
 from ...ir.opcodes import ELEMENTWISE
 from .elementwise import float_max, float_min
 from .registry import impl
@@ -33,15 +34,8 @@ _RNG_LIKE = frozenset({Opcode.MAP, Opcode.STOCHASTIC_CONVERT})
 
 def simple_ufunc(comp: Computation):
     """The numpy ufunc if `comp` is exactly `op(p0, p1)` for a commutative binary op, else None."""
-    root = comp.root
-    if root is None or comp.num_parameters != 2 or root.opcode not in _UFUNCS:
-        return None
-    params = comp.parameters
-    if {id(o) for o in root.operands} != {id(p) for p in params} or len(root.operands) != 2:
-        return None
-    if any(p.shape.dims or p.shape.element_type != root.shape.element_type for p in params):
-        return None
-    return _UFUNCS[root.opcode]
+    root = scalar_binary_root(comp)
+    return _UFUNCS.get(root.opcode) if root is not None else None
 
 
 def returns_second_half(comp: Computation) -> bool:
