@@ -22,6 +22,40 @@ X86_LEVELS: dict[str, tuple[str, ...]] = {
     "x86-64": _X86_V1, "x86-64-v2": _X86_V2, "x86-64-v3": _X86_V3, "x86-64-v4": _X86_V4,
 }
 
+# What each x86 vector feature needs (LLVM's X86.td "implies" edges). LLVM turns a feature on
+# with everything it needs and off with everything that needs it; recorded features must do the
+# same, or a bundle built with `-avx512f` would still demand avx512bw/vl/... from the host.
+_X86_NEEDS: dict[str, tuple[str, ...]] = {
+    "sse2": ("sse",), "sse3": ("sse2",), "ssse3": ("sse3",), "sse4.1": ("ssse3",),
+    "sse4.2": ("sse4.1",), "avx": ("sse4.2",), "avx2": ("avx",), "fma": ("avx",),
+    "f16c": ("avx",), "aes": ("sse2",), "pclmul": ("sse2",), "sha": ("sse2",),
+    "gfni": ("sse2",), "vaes": ("aes", "avx"), "vpclmulqdq": ("avx", "pclmul"),
+    "avxvnni": ("avx2",), "avxifma": ("avx2",), "avxvnniint8": ("avx2",),
+    "avx512f": ("avx2", "fma", "f16c"), "avx512bw": ("avx512f",), "avx512cd": ("avx512f",),
+    "avx512dq": ("avx512f",), "avx512vl": ("avx512f",), "avx512ifma": ("avx512f",),
+    "avx512vpopcntdq": ("avx512f",), "avx512vnni": ("avx512f",), "avx512vbmi": ("avx512bw",),
+    "avx512vbmi2": ("avx512bw",), "avx512bitalg": ("avx512bw",), "avx512bf16": ("avx512bw",),
+    "avx512fp16": ("avx512bw", "avx512dq", "avx512vl"), "avx512vp2intersect": ("avx512f",),
+}
+
+
+def _x86_implications(settings: dict[str, str]) -> dict[str, str]:
+    """Close '+'/'-' settings under _X86_NEEDS: on pulls in what it needs, off what needs it."""
+    out = dict(settings)
+    changed = True
+    while changed:
+        changed = False
+        for feature, needs in _X86_NEEDS.items():
+            if out.get(feature) == "+":
+                for need in needs:
+                    if settings.get(need) != "-" and out.get(need) != "+":
+                        out[need] = "+"
+                        changed = True
+            if out.get(feature) == "+" and any(out.get(n) == "-" for n in needs):
+                out[feature] = "-"
+                changed = True
+    return out
+
 
 @dataclass(frozen=True)
 class CpuTarget:
@@ -60,8 +94,12 @@ class CpuTarget:
                 "data_layout": self.data_layout, "vector_bits": self.vector_bits}
 
 
-def normalize_features(text: str) -> str:
-    """'+a,-b,+a' → '+a,-b': validate each entry and sort them (the last setting wins)."""
+def normalize_features(text: str, *, x86: bool = False) -> str:
+    """'+a,-b,+a' → '+a,-b': validate each entry and sort them (the last setting wins).
+
+    With `x86`, the settings are closed under the x86 feature implications as LLVM applies
+    them: '-avx512f' also turns off avx512bw/cd/dq/vl, '+avx2' also turns on avx and the SSEs.
+    """
     settings: dict[str, str] = {}
     for raw in (t.strip() for t in text.split(",")):
         if not raw:
@@ -69,7 +107,13 @@ def normalize_features(text: str) -> str:
         if raw[0] not in "+-" or len(raw) < 2:
             raise InputError(f"bad CPU feature '{raw}': expected +name or -name")
         settings[raw[1:]] = raw[0]
+    if x86:
+        settings = _x86_implications(settings)
     return ",".join(sign + name for name, sign in sorted(settings.items()))
+
+
+def _is_x86(triple: str) -> bool:
+    return triple.startswith(("x86_64", "i386", "i686"))
 
 
 def _vector_bits(triple: str, features: str) -> int:
@@ -86,7 +130,7 @@ def _vector_bits(triple: str, features: str) -> int:
 def _make(triple: str, cpu: str, features: str) -> CpuTarget:
     from . import llvm
 
-    features = normalize_features(features)
+    features = normalize_features(features, x86=_is_x86(triple))
     layout = llvm.data_layout(triple, cpu, features)
     return CpuTarget(triple, cpu, features, layout, _vector_bits(triple, features))
 
