@@ -214,6 +214,10 @@ from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
 
 cli.add_command(inspect)
 
+from .bisect_cmd import bisect_cmd  # noqa: E402  (issue 15's debugging commands)
+
+cli.add_command(bisect_cmd)
+
 
 def main() -> None:
     cli(prog_name="hloc")
