@@ -54,12 +54,22 @@ def cli() -> None:
 @click.option("--dump-format", default="text", show_default=True, help="text,proto,dot")
 @click.option("--stop-after", default=None, help="passes, schedule, buffers, thunks, llvm, code")
 @click.option("--time-passes", is_flag=True, help="print a per-pass timing table")
+@click.option("--check-determinism", default=0, type=int, metavar="N",
+              help="compile N times in separate processes (different PYTHONHASHSEED) and name the "
+                   "first stage that differs; exit 1 if one does")
 @debug_option
 @guarded("hloc")
 def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
-            time_passes, debug):
+            time_passes, check_determinism, debug):
     """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
+    if check_determinism:
+        from ..debug import determinism
+
+        ctx = click.get_current_context()
+        argv = determinism.compile_argv(ctx.command, ctx.params)
+        click.echo(determinism.check_determinism(check_determinism, argv, output, dump_dir))
+        return
     from ..bundle import write_bundle
     from ..compiler import CompileOptions, compile_model
 
@@ -213,6 +223,14 @@ def passes_cmd(as_json):
 from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
 
 cli.add_command(inspect)
+
+from .bisect_cmd import bisect_cmd  # noqa: E402  (issue 15's debugging commands)
+from .diff_cmd import diff_cmd  # noqa: E402
+from .reduce_cmd import reduce_cmd  # noqa: E402
+
+cli.add_command(bisect_cmd)
+cli.add_command(reduce_cmd)
+cli.add_command(diff_cmd)
 
 
 def main() -> None:

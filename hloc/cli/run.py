@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 
@@ -30,13 +29,15 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--reference", is_flag=True, help="also run on the NumPy reference interpreter and compare")
 @click.option("--benchmark", default=0, type=int, help="N timed runs after warm-up")
 @click.option("--report", default=None, help="write a JSON report here")
+@click.option("--baseline", default=None, help="an earlier --report: exit 1 on a significant slowdown")
+@click.option("--max-regression", default=5.0, show_default=True, help="PCT slower than --baseline allowed")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, profile, device, debug):
+        reference, benchmark, report, baseline, max_regression, profile, device, debug):
     """Run BUNDLE (written by `hloc compile`) on a device."""
     from ..runtime import load
     from ..runtime.io import compare_outputs, load_inputs, summarize, write_outputs
@@ -44,6 +45,8 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     setup_logging(debug_enabled(debug))
     if benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
+    if baseline and not benchmark:
+        raise InputError("--baseline needs --benchmark N")
     exe = load(bundle_path, device)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
@@ -62,10 +65,7 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     if profile:
         click.echo(_profile_table(exe, args))
     if benchmark:
-        result["benchmark"] = _benchmark(exe, args, benchmark)
-        b = result["benchmark"]
-        click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
-                   f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms")
+        failed += _run_benchmark(exe, args, benchmark, baseline, max_regression, result)
     if output:
         write_outputs(output, outputs)
     if not (expected or output or benchmark or profile):
@@ -109,15 +109,42 @@ def _compare_reference(exe, args, outputs, rtol, atol, result) -> list[str]:
     return [] if rep.ok else ["outputs differ from the reference interpreter"]
 
 
+def _run_benchmark(exe, args, n: int, baseline, max_regression: float, result: dict) -> list[str]:
+    """--benchmark N (and --baseline): time, print, record; the failures to report."""
+    result["benchmark"] = b = _benchmark(exe, args, n)
+    click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
+               f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms "
+               f"p10={b['p10_s'] * 1e3:.3f} ms p90={b['p90_s'] * 1e3:.3f} ms cv={b['cv']:.3f}")
+    return _compare_baseline(b, baseline, max_regression, result) if baseline else []
+
+
 def _benchmark(exe, args, n: int) -> dict:
+    from ..debug.stats import summarize
+
     exe.run(args)  # warm-up: caches, lazy initialization
     times = []
     for _ in range(n):
         start = time.perf_counter()
         exe.run(args)
         times.append(time.perf_counter() - start)
-    return {"n": n, "median_s": statistics.median(times), "min_s": min(times),
-            "mean_s": statistics.fmean(times), "max_s": max(times)}
+    return summarize(times)
+
+
+def _compare_baseline(bench: dict, path: str, max_regression: float, result: dict) -> list[str]:
+    """--baseline: the statistical verdict against an earlier report (see hloc/debug/stats.py)."""
+    from ..debug.stats import baseline_benchmark, compare, format_verdict
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read baseline: {e.strerror}", path) from None
+    except ValueError as e:
+        raise InputError(f"baseline is not valid JSON: {e}", path) from None
+    verdict = compare(bench, baseline_benchmark(old, path), max_regression)
+    result["baseline"] = {"file": path, **verdict}
+    click.echo(format_verdict(verdict))
+    return [f"slower than {path} by {verdict['change_pct']:.1f}%"] if verdict["verdict"] == "regression" else []
 
 
 # --profile: one warm-up run (first touches of memory, lazy binding), then the mean of up to
