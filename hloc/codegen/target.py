@@ -40,21 +40,21 @@ _X86_NEEDS: dict[str, tuple[str, ...]] = {
 
 
 def _x86_implications(settings: dict[str, str]) -> dict[str, str]:
-    """Close '+'/'-' settings under _X86_NEEDS: on pulls in what it needs, off what needs it."""
-    out = dict(settings)
-    changed = True
-    while changed:
-        changed = False
-        for feature, needs in _X86_NEEDS.items():
-            if out.get(feature) == "+":
-                for need in needs:
-                    if settings.get(need) != "-" and out.get(need) != "+":
-                        out[need] = "+"
-                        changed = True
-            if out.get(feature) == "+" and any(out.get(n) == "-" for n in needs):
-                out[feature] = "-"
-                changed = True
-    return out
+    """Close '+'/'-' settings under _X86_NEEDS: off spreads to what needs it, on to its needs."""
+    off = {f for f, sign in settings.items() if sign == "-"}
+    grew = True
+    while grew:
+        grown = {f for f, needs in _X86_NEEDS.items() if f not in off and off.intersection(needs)}
+        off |= grown
+        grew = bool(grown)
+    on = {f for f, sign in settings.items() if sign == "+" and f not in off}
+    todo = list(on)
+    while todo:
+        for need in _X86_NEEDS.get(todo.pop(), ()):
+            if need not in on and need not in off:
+                on.add(need)
+                todo.append(need)
+    return {**settings, **{f: "-" for f in off}, **{f: "+" for f in on}}
 
 
 @dataclass(frozen=True)
