@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..buffers.assignment import Allocation, Slice
 from ..errors import InputError
-from .base import Role, Thunk, field_roles
+from .base import FieldRole, Role, Thunk, ThunkKind, field_roles
 from .gpu import GPU_THUNK_KINDS, Download, GpuProgram, KernelRecipe, Upload
 from .thunks import THUNK_KINDS, StreamAssignment, ThunkProgram
 
@@ -49,7 +49,7 @@ class Format:
     member: str
     version_key: str
     version: int
-    kinds: Mapping[str, type[Thunk]]
+    kinds: Mapping[ThunkKind, type[Thunk]]
 
     def encode(self, thunk: Thunk) -> dict:
         out = {"kind": str(thunk.kind)}
@@ -88,7 +88,7 @@ class Format:
         return cls(**{f.name: self._from_value(f, data[f.name]) for f in field_roles(cls)
                       if f.name in data or not f.optional})
 
-    def _from_value(self, f, value):
+    def _from_value(self, f: FieldRole, value):
         if f.role is Role.SLICE:
             return Slice(*value)
         if f.role is Role.SLICES:
@@ -99,7 +99,7 @@ class Format:
             return tuple(tuple(self.decode(t) for t in branch) for branch in value)
         if f.role is Role.RECORD:
             return None if value is None else self.decode_record(f.record, value)
-        return tuple(value) if isinstance(value, list) else value
+        return _tuples(value)
 
     def dumps(self, d: dict) -> bytes:
         """Deterministic JSON bytes of a program dict (with this format's version)."""
@@ -117,6 +117,11 @@ class Format:
             raise InputError(f"{self.member}: unsupported version {found!r} "
                              f"(this hloc reads version {self.version})")
         return d
+
+
+def _tuples(value):
+    """JSON lists back to (nested) tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 THUNKS_JSON = Format("thunks.json", "version", VERSION, THUNK_KINDS)
