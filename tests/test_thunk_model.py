@@ -201,3 +201,14 @@ def test_a_new_kind_needs_only_its_dataclass():
         "ar", (S[0],), (S[1],), ((0, 1),), (Copy("cp", S[1], S[2]),))
     assert [v.thunk.name for v in walk((thunk,))] == ["ar", "cp"]
     assert footprint(thunk) == ([S[0], S[1]], [S[1], S[2]])
+
+
+def test_every_kind_has_a_builder_in_every_runtime():
+    from hloc.codegen.cuda.build import CONVERTERS
+    from hloc.runtime.arena import RUNNERS as ARENA
+    from hloc.runtime.cpu.program import BUILDERS
+    from hloc.runtime.cuda_program import RUNNERS as GPU
+
+    for table in (BUILDERS, ARENA, CONVERTERS):
+        assert table.keys() >= set(THUNK_KINDS), table
+    assert GPU.keys() == set(GPU_THUNK_KINDS)

@@ -141,17 +141,16 @@ Converter = Callable[[Planner, nt.Thunk, int], Thunk]
 CONVERTERS: Registry[ThunkKind, Converter] = Registry("GPU thunk converter",
                                                       modules=("hloc.codegen.cuda.fft",))
 converts = CONVERTERS.register
+_KERNEL_KINDS = (ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTION, ThunkKind.SORT)
 
 
 @converts(ThunkKind.CUSTOM_CALL)
 def _host(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
+    """The instruction on the host (the kinds with kernels come here when planning fails)."""
     instr = p.instr(thunk.name)
     if thunk.kind not in _KERNEL_KINDS:
         p.notes.append(f"%{thunk.name} ({instr.opcode.value}) runs on the host")
     return HostCompute(thunk.name, instr.opcode.value, thunk.reads(), thunk.writes())
-
-
-_KERNEL_KINDS = (ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTION, ThunkKind.SORT)
 
 
 @converts(*_KERNEL_KINDS)
