@@ -1,6 +1,6 @@
 """HLOC_CUDA_GEMM=cublas without a GPU.
 
-Gemm thunks of plain dots carry a column-major BLAS descriptor (schedule.BlasCall). On
+Gemm thunks of plain dots carry a column-major BLAS descriptor (hloc.thunks.gpu.BlasCall). On
 `cuda-emulated` the descriptor runs through numpy's OpenBLAS with cuBLAS' contract
 (hloc.runtime.host_blas), so its ops, leading dimensions and batch strides are checked
 against the reference interpreter (layout cases) and against XLA's outputs (every sample).
@@ -16,14 +16,15 @@ import json
 import numpy as np
 import pytest
 
-from hloc.codegen.cuda import schedule as gt
-from hloc.codegen.cuda.schedule_json import program_from_json, program_to_json
 from hloc.errors import InputError
 from hloc.frontend import load
 from hloc.ir import Opcode, dtypes
 from hloc.runtime import cuda_blas, host_blas
 from hloc.runtime.cuda import CudaError
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.thunks import gpu as gt
+from hloc.thunks.serialize import gpu_program_from_json as program_from_json
+from hloc.thunks.serialize import gpu_program_to_json as program_to_json
 
 from .conftest import SAMPLES, sample_arrays
 from .cuda_support import assert_close, emulate_hlo
@@ -81,8 +82,8 @@ def _array(text: str, rng) -> np.ndarray:
     return rng.standard_normal([int(d) for d in dims]).astype(np_dtype)
 
 
-def _gemms(ex) -> list[gt.Gemm]:
-    return [t for t in ex.program.walk() if isinstance(t, gt.Gemm)]
+def _gemms(ex) -> list[gt.GemmLaunch]:
+    return [t for t in ex.program.walk() if isinstance(t, gt.GemmLaunch)]
 
 
 @pytest.mark.cpu
@@ -156,8 +157,8 @@ def test_descriptor_json_round_trip_and_old_form(monkeypatch):
     assert all(g.blas is None for g in _gemms_of(program_from_json(json.dumps(old))[0]))
 
 
-def _gemms_of(program) -> list[gt.Gemm]:
-    return [t for t in program.walk() if isinstance(t, gt.Gemm)]
+def _gemms_of(program) -> list[gt.GemmLaunch]:
+    return [t for t in program.walk() if isinstance(t, gt.GemmLaunch)]
 
 
 @pytest.mark.cpu

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from hloc.codegen.cuda import schedule as gt
 from hloc.codegen.cuda.build import build_gpu_program, emit_recipe, ir_digest
-from hloc.codegen.cuda.schedule_json import program_from_json, program_to_json, program_to_text
 from hloc.codegen.cuda.target import cuda_target
 from hloc.compiler import CompileOptions, run_passes
 from hloc.ir.parser import parse_module
+from hloc.thunks import gpu as gt
+from hloc.thunks.serialize import gpu_program_from_json as program_from_json
+from hloc.thunks.serialize import gpu_program_to_json as program_to_json
+from hloc.thunks.text import gpu_program_to_text as program_to_text
 
 pytestmark = pytest.mark.cpu
 

@@ -49,11 +49,11 @@ def inspect_summary(bundle) -> dict:
 
 def _gpu_gemm(bundle) -> dict:
     """A CUDA bundle's Gemm thunks and which of them HLOC_CUDA_GEMM=cublas runs with cuBLAS."""
-    from ..codegen.cuda.schedule import Gemm
-    from ..codegen.cuda.schedule_json import program_from_json
+    from ..thunks.gpu import GemmLaunch
+    from ..thunks.serialize import gpu_program_from_json
 
-    program, _ = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
-    gemms = [t for t in program.walk() if isinstance(t, Gemm)]
+    program, _ = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+    gemms = [t for t in program.walk() if isinstance(t, GemmLaunch)]
     return {"gemm_thunks": len(gemms),
             "cublas_eligible": [t.name for t in gemms if t.blas is not None]}
 

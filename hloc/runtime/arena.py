@@ -19,7 +19,9 @@ import numpy as np
 from ..buffers.assignment import Slice
 from ..errors import InputError
 from ..ir import Instruction, Module, Shape
-from ..thunks.thunks import Thunk, ThunkProgram, io_slices
+from ..registry import Registry
+from ..thunks.base import Thunk, ThunkKind
+from ..thunks.thunks import ThunkProgram
 from .interpreter import evaluate_computation, registry, to_value
 from .layouts import physical_order
 
@@ -62,15 +64,8 @@ class Arena:
 
 
 Runner = Callable[["ArenaExecutor", Thunk], None]
-_RUNNERS: dict[str, Runner] = {}
-
-
-def _runs(*kinds: str):
-    def register(fn: Runner) -> Runner:
-        for k in kinds:
-            _RUNNERS[k] = fn
-        return fn
-    return register
+RUNNERS: Registry[ThunkKind, Runner] = Registry("arena thunk runner")
+_runs = RUNNERS.register
 
 
 class ArenaExecutor:
@@ -115,21 +110,22 @@ class ArenaExecutor:
         for thunk in thunks:
             if self.observer is not None:
                 self.observer(thunk)
-            _RUNNERS.get(thunk.kind, _run_instruction)(self, thunk)
+            RUNNERS.lookup(thunk.kind)(self, thunk)
 
     def operand_values(self, instr: Instruction, slices) -> list:
         pending = list(slices)
         return [self.arena.read(op.shape, pending) for op in instr.operands]
 
 
+@_runs(ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTION, ThunkKind.SORT, ThunkKind.FFT,
+       ThunkKind.CUSTOM_CALL)
 def _run_instruction(ex: ArenaExecutor, thunk: Thunk) -> None:
-    """Kernels, gemms, convolutions, sorts, ffts, custom-calls: the interpreter's op."""
+    """Every thunk that runs one instruction: the interpreter's implementation of it."""
     instr = ex.instructions[thunk.name]
-    reads, writes = io_slices(thunk)
-    operands = ex.operand_values(instr, reads)
+    operands = ex.operand_values(instr, thunk.reads())
     result = registry.lookup(instr)(ex.ctx, instr, operands)
     # Materialize first: results may be views of operands whose bytes the write overlaps.
-    ex.arena.write(instr.shape, _materialize(result), list(writes))
+    ex.arena.write(instr.shape, _materialize(result), list(thunk.writes()))
 
 
 def _materialize(value):
@@ -138,14 +134,14 @@ def _materialize(value):
     return None if value is None else np.array(value)
 
 
-@_runs("copy")
+@_runs(ThunkKind.COPY)
 def _copy(ex: ArenaExecutor, thunk) -> None:
     src, dst = thunk.source, thunk.destination
     data = ex.arena.memory[src.allocation][src.offset:src.offset + src.size].copy()
     ex.arena.memory[dst.allocation][dst.offset:dst.offset + dst.size] = data
 
 
-@_runs("memset")
+@_runs(ThunkKind.MEMSET)
 def _memset(ex: ArenaExecutor, thunk) -> None:
     d = thunk.destination
     ex.arena.memory[d.allocation][d.offset:d.offset + d.size] = thunk.byte
@@ -155,7 +151,7 @@ def _scalar(ex: ArenaExecutor, s: Slice, shape: Shape):
     return ex.arena.view(s, shape).reshape(()).item()
 
 
-@_runs("while")
+@_runs(ThunkKind.WHILE)
 def _while(ex: ArenaExecutor, thunk) -> None:
     pred = Shape.scalar("pred")
     iterations = 0
@@ -170,7 +166,7 @@ def _while(ex: ArenaExecutor, thunk) -> None:
                            f"its known trip count is {thunk.trip_count}")
 
 
-@_runs("conditional")
+@_runs(ThunkKind.CONDITIONAL)
 def _conditional(ex: ArenaExecutor, thunk) -> None:
     instr = ex.instructions[thunk.name]
     selector = _scalar(ex, thunk.selector, instr.operands[0].shape)
@@ -183,7 +179,7 @@ def _conditional(ex: ArenaExecutor, thunk) -> None:
     ex.run_sequence(thunk.branches[index])
 
 
-@_runs("sequential")
+@_runs(ThunkKind.SEQUENTIAL)
 def _sequential(ex: ArenaExecutor, thunk) -> None:
     ex.run_sequence(thunk.thunks)
 

@@ -21,8 +21,9 @@ import os
 
 import numpy as np
 
-from ..codegen.cuda import schedule as gt
 from ..errors import HlocError, InputError
+from ..thunks.gpu import GemmLaunch
+from ..thunks.serialize import gpu_program_from_json
 from .cuda_program import GpuRunner, profile_rows
 from .executable import register_device
 
@@ -181,7 +182,6 @@ class CudaExecutable:
     device = "cuda"
 
     def __init__(self, bundle):
-        from ..codegen.cuda.schedule_json import program_from_json
         from ..frontend import load_bytes
 
         self.bundle = bundle
@@ -199,7 +199,7 @@ class CudaExecutable:
         check(cu, cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         archs = list(bundle.manifest["target"].get("cuda_archs", []))
         self.image_name, image = pick_image(bundle.members, archs, major, minor)
-        self.program, self.resources = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+        self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.memory = CudaDevice(cu, self.program, image)
         self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
@@ -210,7 +210,7 @@ class CudaExecutable:
         from .cuda_blas import CublasGemm, use_cublas
 
         wanted = use_cublas()
-        if not wanted or not any(isinstance(t, gt.Gemm) and t.blas is not None
+        if not wanted or not any(isinstance(t, GemmLaunch) and t.blas is not None
                                  for t in self.program.walk()):
             return None
         return CublasGemm(self.memory)

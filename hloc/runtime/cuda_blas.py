@@ -2,7 +2,7 @@
 
 The switch: HLOC_CUDA_GEMM unset, empty or `kernel` keeps hloc's tiled GEMM kernel for every
 Gemm thunk (the default); `cublas` runs each Gemm thunk whose `blas` descriptor the compiler
-recorded (plain dots; see hloc.codegen.cuda.schedule.BlasCall) as one
+recorded (plain dots; see hloc.thunks.gpu.BlasCall) as one
 cublasGemmStridedBatchedEx call, and the others with the kernel. `--device cuda-emulated`
 honours the same switch with a host BLAS (hloc.runtime.host_blas), so the descriptors are
 tested without a GPU.
@@ -23,9 +23,9 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterator, Mapping
 
-from ..codegen.cuda.schedule import BlasCall
 from ..errors import InputError
 from ..ir import dtypes
+from ..thunks.gpu import BlasCall
 
 GEMM_ENV = "HLOC_CUDA_GEMM"
 _CHOICES = {"": False, "kernel": False, "cublas": True}

@@ -17,8 +17,9 @@ import time
 import numpy as np
 
 from ..buffers.assignment import Slice
-from ..codegen.cuda import schedule as gt
 from ..errors import InputError
+from ..thunks.gpu import Launch
+from ..thunks.serialize import gpu_program_from_json
 from .cuda_blas import use_cublas
 from .cuda_program import GpuRunner, profile_rows
 from .executable import register_device
@@ -59,7 +60,7 @@ class HostMemory:
     def address(self, s: Slice) -> int:
         return self.base[s.allocation] + s.offset
 
-    def launch(self, t: gt.Kernel) -> None:
+    def launch(self, t: Launch) -> None:
         pointers = [self.address(s) for s in t.args]
         self.library.launch(t.kernel, t.grid, t.block, pointers)
 
@@ -80,28 +81,12 @@ class HostMemory:
 
 def load_emulated_kernels(bundle, module, program):
     """Rebuild, check, transform and compile the bundle's kernels for the host."""
-    from ..codegen.cuda.build import emit_recipe, ir_digest
-    from ..codegen.cuda.emulate import EmulatedLibrary, build_host_ir, compile_for_host
-    from ..codegen.cuda.emulate.host import link_host_texts
-    from ..codegen.cuda.target import cuda_target
+    # The one codegen dependency of the runtime: emulation JIT-compiles the kernels from their
+    # recipes (the bundle's PTX cannot run on a CPU).
+    from ..codegen.cuda.emulate.load import load_kernels
 
-    target = cuda_target(tuple(bundle.manifest["target"].get("cuda_archs", ())) or ("sm_80",))
-    instructions = {i.name: i for c in module.computations for i in c.instructions}
-    digests = dict(program.kernel_ir_sha256)
-    texts, infos = [], {}
-    for recipe in program.kernels:
-        instr = instructions.get(recipe.instruction)
-        if instr is None:
-            raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
-                             f"%{recipe.instruction}", bundle.path)
-        mod = emit_recipe(recipe, instr, target)
-        if digests.get(recipe.name) not in (None, ir_digest(mod)):
-            raise InputError(f"kernel {recipe.name}: rebuilt IR differs from the bundled "
-                             "kernel (bundle from another hloc version?)", bundle.path)
-        host = build_host_ir(mod, [recipe.name])
-        texts.append(host.text)
-        infos.update(host.kernels)
-    return EmulatedLibrary(compile_for_host(link_host_texts(texts)), infos)
+    archs = tuple(bundle.manifest["target"].get("cuda_archs", ()))
+    return load_kernels(program, module, archs, bundle.path)
 
 
 class CudaEmulatedExecutable:
@@ -110,13 +95,12 @@ class CudaEmulatedExecutable:
     device = "cuda-emulated"
 
     def __init__(self, bundle):
-        from ..codegen.cuda.schedule_json import program_from_json
         from ..frontend import load_bytes
 
         self.bundle = bundle
         if "gpu_thunks.json" not in bundle.members:
             raise InputError("bundle has no gpu_thunks.json (not a CUDA bundle)", bundle.path)
-        self.program, self.resources = program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+        self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.library = load_emulated_kernels(bundle, self.module, self.program)
         self.memory = HostMemory(self.program.allocations, self.library)

@@ -1,4 +1,4 @@
-"""Executing a GPU program (hloc.codegen.cuda.schedule) on a device: the part of the CUDA
+"""Executing a GPU program (hloc.thunks.gpu) on a device: the part of the CUDA
 runtime that is the same for real GPUs and for the host emulator.
 
 A device provides memory operations on slices (upload, download, copy, memset), kernel
@@ -13,26 +13,29 @@ runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM=cublas).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..buffers.assignment import Slice
-from ..codegen.cuda import schedule as gt
-from ..codegen.elemental.memory import major_to_minor
 from ..errors import InputError
 from ..ir import Module, Shape
+from ..registry import Registry
+from ..thunks.base import Thunk, ThunkKind
+from ..thunks.gpu import GemmLaunch, GpuProgram, HostCompute, Launch
+from ..thunks.thunks import Conditional, Copy, Memset, Sequential, While
 from .executable import ProfileRow
+from .layouts import memory_order
 
 
 def to_device_bytes(array: np.ndarray, shape: Shape) -> bytes:
     """An array's elements in `shape`'s memory order, as the bytes kernels read."""
     arr = np.asarray(array).astype(shape.np_dtype, copy=False).reshape(shape.dims)
-    return np.ascontiguousarray(np.transpose(arr, major_to_minor(shape))).tobytes()
+    return np.ascontiguousarray(np.transpose(arr, memory_order(shape))).tobytes()
 
 
 def from_device_bytes(data: bytes, shape: Shape) -> np.ndarray:
-    order = major_to_minor(shape)
+    order = memory_order(shape)
     phys = np.frombuffer(data, dtype=shape.np_dtype).reshape([shape.dims[d] for d in order])
     return np.array(np.transpose(phys, np.argsort(order).astype(int)), order="C")
 
@@ -40,7 +43,7 @@ def from_device_bytes(data: bytes, shape: Shape) -> np.ndarray:
 class GpuRunner:
     """Runs a GpuProgram on a device object."""
 
-    def __init__(self, program: gt.GpuProgram, module: Module, device, blas=None):
+    def __init__(self, program: GpuProgram, module: Module, device, blas=None):
         self.program = program
         self.module = module
         self.device = device
@@ -103,10 +106,12 @@ class GpuRunner:
     # ---- thunks ------------------------------------------------------------------------------
     def run_sequence(self, thunks) -> None:
         for thunk in thunks:
-            if self.rows is None or isinstance(thunk, (gt.While, gt.Conditional, gt.Sequential)):
-                _RUN[type(thunk)](self, thunk)
+            run = RUNNERS.lookup(thunk.kind)
+            # Control flow is not timed itself: the thunks nested in it are.
+            if self.rows is None or thunk.nested():
+                run(self, thunk)
                 continue
-            self._record(thunk, self.device.timed(lambda t=thunk: _RUN[type(t)](self, t)))
+            self._record(thunk, self.device.timed(lambda t=thunk, run=run: run(self, t)))
 
     def _record(self, thunk, seconds: float) -> None:
         row = self.rows.get(thunk.name)
@@ -124,11 +129,18 @@ class GpuRunner:
         return from_device_bytes(self.device.download(s), shape).reshape(()).item()
 
 
-def _launch(r: GpuRunner, t: gt.Kernel) -> None:
+Runner = Callable[[GpuRunner, Thunk], None]
+RUNNERS: Registry[ThunkKind, Runner] = Registry("GPU thunk runner")
+runs = RUNNERS.register
+
+
+@runs(ThunkKind.KERNEL)
+def _launch(r: GpuRunner, t: Launch) -> None:
     r.device.launch(t)
 
 
-def _gemm(r: GpuRunner, t: gt.Gemm) -> None:
+@runs(ThunkKind.GEMM)
+def _gemm(r: GpuRunner, t: GemmLaunch) -> None:
     if t.blas is None or r.blas is None:
         r.device.launch(t)
         return
@@ -136,15 +148,18 @@ def _gemm(r: GpuRunner, t: gt.Gemm) -> None:
     r.blas_calls += 1
 
 
-def _copy(r: GpuRunner, t: gt.Copy) -> None:
+@runs(ThunkKind.COPY)
+def _copy(r: GpuRunner, t: Copy) -> None:
     r.device.copy(t.source, t.destination)
 
 
-def _memset(r: GpuRunner, t: gt.Memset) -> None:
+@runs(ThunkKind.MEMSET)
+def _memset(r: GpuRunner, t: Memset) -> None:
     r.device.memset(t.destination, t.byte)
 
 
-def _while(r: GpuRunner, t: gt.While) -> None:
+@runs(ThunkKind.WHILE)
+def _while(r: GpuRunner, t: While) -> None:
     if t.trip_count is not None:
         for _ in range(t.trip_count):
             r.run_sequence(t.body)
@@ -157,7 +172,8 @@ def _while(r: GpuRunner, t: gt.While) -> None:
         r.run_sequence(t.body)
 
 
-def _conditional(r: GpuRunner, t: gt.Conditional) -> None:
+@runs(ThunkKind.CONDITIONAL)
+def _conditional(r: GpuRunner, t: Conditional) -> None:
     instr = r.instructions[t.name]
     selector = r.scalar(t.selector, instr.operands[0].shape)
     if t.selector_is_pred:
@@ -169,11 +185,13 @@ def _conditional(r: GpuRunner, t: gt.Conditional) -> None:
     r.run_sequence(t.branches[index])
 
 
-def _sequential(r: GpuRunner, t: gt.Sequential) -> None:
+@runs(ThunkKind.SEQUENTIAL)
+def _sequential(r: GpuRunner, t: Sequential) -> None:
     r.run_sequence(t.thunks)
 
 
-def _host(r: GpuRunner, t: gt.HostCompute) -> None:
+@runs(ThunkKind.HOST)
+def _host(r: GpuRunner, t: HostCompute) -> None:
     from .interpreter import evaluate_computation, registry
 
     instr = r.instructions[t.name]
@@ -199,11 +217,6 @@ def _write_value(r: GpuRunner, shape: Shape, value, slices: list[Slice]) -> None
         return
     if shape.is_array:
         r.device.upload(slices.pop(0), to_device_bytes(np.asarray(value), shape))
-
-
-_RUN = {gt.Kernel: _launch, gt.Gemm: _gemm, gt.Copy: _copy, gt.Memset: _memset,
-        gt.While: _while, gt.Conditional: _conditional, gt.Sequential: _sequential,
-        gt.HostCompute: _host}
 
 
 def profile_rows(runner: GpuRunner) -> list[ProfileRow]:

@@ -1,4 +1,4 @@
-"""BLAS descriptors (hloc.codegen.cuda.schedule.BlasCall) on a host BLAS: the emulator's
+"""BLAS descriptors (hloc.thunks.gpu.BlasCall) on a host BLAS: the emulator's
 stand-in for cuBLAS under HLOC_CUDA_GEMM=cublas.
 
 The call keeps cuBLAS' column-major contract exactly (ops, leading dimensions, batch strides
@@ -16,9 +16,9 @@ import functools
 
 import numpy as np
 
-from ..codegen.cuda.schedule import BlasCall
 from ..errors import UnsupportedError
 from ..ir import dtypes
+from ..thunks.gpu import BlasCall
 from .cuda_blas import check_call
 from .openblas import openblas
 

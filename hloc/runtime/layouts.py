@@ -14,3 +14,9 @@ def physical_order(shape: Shape) -> tuple[int, ...] | None:
     if layout.tiles:
         raise UnsupportedError(f"the runtime does not support tiled layouts ({shape})")
     return tuple(reversed(layout.minor_to_major))
+
+
+def memory_order(shape: Shape) -> list[int]:
+    """Logical dimensions from major to minor, the identity included (a transpose order)."""
+    order = physical_order(shape)
+    return list(range(shape.rank)) if order is None else list(order)

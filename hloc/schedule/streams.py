@@ -1,8 +1,9 @@
 """Stream assignment for multi-stream targets (CUDA): which top-level thunk runs on which
 stream, and the events and waits that keep cross-stream dependencies safe.
 
-Dependencies come from the slices thunks touch, so they cover both dataflow (read after
-write) and memory reuse by the buffer assignment (write after read, write after write).
+Dependencies come from the slices thunks touch (their reads() and writes(), nested thunks
+included), so they cover both dataflow (read after write) and memory reuse by the buffer
+assignment (write after read, write after write).
 A thunk continues the stream of a dependency that is still that stream's last thunk (no
 event needed); otherwise it goes to the stream idle longest, up to `max_streams`. Each
 cross-stream dependency gets an event recorded after the producer and a wait before the
@@ -12,28 +13,9 @@ Nested sequences (while, conditional, call) run on their parent thunk's stream.
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from ..buffers.assignment import Slice
-from ..thunks.thunks import StreamAssignment, Thunk, ThunkProgram, nested
-
-_WRITES = frozenset({"outputs", "output", "destination"})
-
-
-def accesses(thunk: Thunk) -> tuple[list[Slice], list[Slice]]:
-    """(slices read, slices written) by a thunk and everything nested in it."""
-    reads: list[Slice] = []
-    writes: list[Slice] = []
-    for f in fields(thunk):
-        value = getattr(thunk, f.name)
-        found = [value] if isinstance(value, Slice) else [
-            v for v in value if isinstance(v, Slice)] if isinstance(value, tuple) else []
-        (writes if f.name in _WRITES else reads).extend(found)
-    for inner in nested(thunk):
-        r, w = accesses(inner)
-        reads.extend(r)
-        writes.extend(w)
-    return reads, writes
+from ..thunks.base import Thunk, footprint
+from ..thunks.thunks import StreamAssignment, ThunkProgram
 
 
 def _overlap(a: Slice, b: Slice) -> bool:
@@ -53,7 +35,7 @@ def dependencies(sequence: tuple[Thunk, ...]) -> list[set[int]]:
     reads: dict[int, list[tuple[Slice, int]]] = {}
     deps: list[set[int]] = []
     for i, thunk in enumerate(sequence):
-        r, w = accesses(thunk)
+        r, w = footprint(thunk)
         mine: set[int] = set()
         for s in r:
             mine.update(j for other, j in writes.get(s.allocation, ()) if _overlap(s, other))

@@ -16,6 +16,7 @@ import numpy as np
 from ..analysis import leaves, while_body, while_condition
 from ..buffers.assignment import BufferAssignment, Slice
 from ..ir import Computation, Instruction, Opcode, PrimitiveType
+from ..registry import Registry
 from .thunks import (
     Conditional,
     Convolution,
@@ -59,20 +60,14 @@ class Emitter:
         for instr in self.sequences[comp]:
             if instr.opcode in NO_THUNK:
                 continue
-            out.append(_EMITTERS.get(instr.opcode, _kernel)(self, instr))
+            out.append(EMITTERS.get(instr.opcode, _kernel)(self, instr))
         return tuple(out)
 
 
 EmitFn = Callable[[Emitter, Instruction], Thunk]
-_EMITTERS: dict[Opcode, EmitFn] = {}
-
-
-def _emits(*opcodes: Opcode):
-    def register(fn: EmitFn) -> EmitFn:
-        for op in opcodes:
-            _EMITTERS[op] = fn
-        return fn
-    return register
+# Opcodes without an entry become Kernel thunks.
+EMITTERS: Registry[Opcode, EmitFn] = Registry("thunk emitter")
+_emits = EMITTERS.register
 
 
 def _kernel(e: Emitter, instr: Instruction) -> Thunk:

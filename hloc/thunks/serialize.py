@@ -1,189 +1,228 @@
-"""The thunk program's bundle form (versioned JSON, `thunks.json`) and its text form.
+"""The bundle (JSON) forms of both thunk programs: `thunks.json` and `gpu_thunks.json`.
 
-Schema, version 1 (all keys always present):
+One field-driven codec serves both: a thunk is {"kind": ..., "name": ..., fields...}, each
+field encoded by its role (base.field_roles): a slice is [allocation, offset, size], slice
+tuples, nested sequences and branches are lists, a record field (gpu.BlasCall) a dict of its
+fields, other tuples lists. A format is its member name, version key and kinds table, so a
+new thunk kind needs no serializer change. Fields with a default may be absent when reading
+(they were added after version 1 was first written: a GemmLaunch's `blas`).
+
+thunks.json, version 1 (all keys always present):
   {"version": 1, "module": str,
    "allocations": [{"index", "size", "kind", "parameter_number", "parameter_index",
                     "maybe_live_out", "aliased_with_output", "constant"}],
    "parameters": [{"number", "index", "slice"}], "outputs": [{"index", "slice"}],
    "constants": [{"instruction", "slice"}],
    "sequence": [thunk], "streams": null | {"num_streams", "streams", "events", "waits"}}
-A slice is [allocation, offset, size]; a thunk is {"kind": ..., "name": ..., fields...} where
-slice fields hold slices, operands/outputs lists of slices, condition/body/thunks lists of
-thunks and branches a list of thunk lists.
+
+gpu_thunks.json, version 1:
+  {"gpu_thunks_version": 1, "module": str, "allocations": [as above],
+   "host_to_device": [{"slice", "number", "index", "constant"}],
+   "main": [thunk], "device_to_host": [{"index", "slice"}],
+   "streams": null | {...as above}, "kernels": [recipe], "kernel_ir_sha256": {kernel: sha256},
+   "notes": [str], "resources": {arch: {kernel: {"registers", "shared_bytes", ...}}} (optional)}
+A gemm thunk's "blas" is null or the cuBLAS form of a plain dot (gpu.BlasCall's fields).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..buffers.assignment import Allocation, Slice
 from ..errors import InputError
-from .thunks import THUNK_KINDS, StreamAssignment, Thunk, ThunkProgram, nested
+from .base import FieldRole, Role, Thunk, ThunkKind, field_roles
+from .gpu import GPU_THUNK_KINDS, Download, GpuProgram, KernelRecipe, Upload
+from .thunks import THUNK_KINDS, StreamAssignment, ThunkProgram
 
 VERSION = 1
-_SLICE_LISTS = frozenset({"operands", "outputs"})
-_SEQUENCES = frozenset({"condition", "body", "thunks"})
+GPU_VERSION = 1
 _ALLOC_FIELDS = ("index", "size", "kind", "parameter_number", "parameter_index", "maybe_live_out",
                  "aliased_with_output", "constant")
 
 
-def _encode(name: str, value):
-    if isinstance(value, Slice):
-        return value.to_json()
-    if name in _SLICE_LISTS:
-        return [s.to_json() for s in value]
-    if name in _SEQUENCES:
-        return [thunk_to_dict(t) for t in value]
-    if name == "branches":
-        return [[thunk_to_dict(t) for t in b] for b in value]
-    return list(value) if isinstance(value, tuple) else value
+@dataclass(frozen=True)
+class Format:
+    """One program format: its bundle member, version key and thunk kinds."""
+
+    member: str
+    version_key: str
+    version: int
+    kinds: Mapping[ThunkKind, type[Thunk]]
+
+    def encode(self, thunk: Thunk) -> dict:
+        out = {"kind": str(thunk.kind)}
+        out.update(self.encode_record(thunk))
+        return out
+
+    def decode(self, data: dict) -> Thunk:
+        cls = self.kinds.get(data.get("kind", ""))
+        if cls is None:
+            raise InputError(f"{self.member}: unknown thunk kind {data.get('kind')!r}")
+        try:
+            return self.decode_record(cls, data)
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{self.member}: malformed {cls.kind} thunk ({e})") from None
+
+    def encode_record(self, value) -> dict:
+        """A dataclass value (thunk or record) as a dict of its encoded fields."""
+        return {f.name: self._value(f.role, getattr(value, f.name))
+                for f in field_roles(type(value))}
+
+    def _value(self, role: Role, value):
+        if role is Role.SLICE:
+            return value.to_json()
+        if role is Role.SLICES:
+            return [s.to_json() for s in value]
+        if role is Role.SEQUENCE:
+            return [self.encode(t) for t in value]
+        if role is Role.BRANCHES:
+            return [[self.encode(t) for t in branch] for branch in value]
+        if role is Role.RECORD:
+            return None if value is None else self.encode_record(value)
+        return list(value) if isinstance(value, tuple) else value
+
+    def decode_record(self, cls: type, data: dict):
+        """An instance of dataclass `cls` from its encoded fields (defaulted ones optional)."""
+        return cls(**{f.name: self._from_value(f, data[f.name]) for f in field_roles(cls)
+                      if f.name in data or not f.optional})
+
+    def _from_value(self, f: FieldRole, value):
+        if f.role is Role.SLICE:
+            return Slice(*value)
+        if f.role is Role.SLICES:
+            return tuple(Slice(*s) for s in value)
+        if f.role is Role.SEQUENCE:
+            return tuple(self.decode(t) for t in value)
+        if f.role is Role.BRANCHES:
+            return tuple(tuple(self.decode(t) for t in branch) for branch in value)
+        if f.role is Role.RECORD:
+            return None if value is None else self.decode_record(f.record, value)
+        return _tuples(value)
+
+    def dumps(self, d: dict) -> bytes:
+        """Deterministic JSON bytes of a program dict (with this format's version)."""
+        return json.dumps({self.version_key: self.version, **d}, sort_keys=True,
+                          separators=(",", ":")).encode()
+
+    def loads(self, data: bytes | str) -> dict:
+        """A program dict, its version checked."""
+        try:
+            d = json.loads(data)
+        except ValueError as e:
+            raise InputError(f"{self.member} is not JSON: {e}") from None
+        if not isinstance(d, dict) or d.get(self.version_key) != self.version:
+            found = d.get(self.version_key) if isinstance(d, dict) else None
+            raise InputError(f"{self.member}: unsupported version {found!r} "
+                             f"(this hloc reads version {self.version})")
+        return d
 
 
-def thunk_to_dict(thunk: Thunk) -> dict:
-    out = {"kind": thunk.kind}
-    for f in fields(thunk):
-        out[f.name] = _encode(f.name, getattr(thunk, f.name))
-    return out
+def _tuples(value):
+    """JSON lists back to (nested) tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def _decode(name: str, value, annotation: str):
-    if name in _SLICE_LISTS:
-        return tuple(Slice(*s) for s in value)
-    if name in _SEQUENCES:
-        return tuple(thunk_from_dict(t) for t in value)
-    if name == "branches":
-        return tuple(tuple(thunk_from_dict(t) for t in b) for b in value)
-    if annotation == "Slice":
-        return Slice(*value)
-    return tuple(value) if isinstance(value, list) else value
+THUNKS_JSON = Format("thunks.json", "version", VERSION, THUNK_KINDS)
+GPU_THUNKS_JSON = Format("gpu_thunks.json", "gpu_thunks_version", GPU_VERSION, GPU_THUNK_KINDS)
 
 
-def thunk_from_dict(data: dict) -> Thunk:
-    cls = THUNK_KINDS.get(data.get("kind", ""))
-    if cls is None:
-        raise InputError(f"thunks.json: unknown thunk kind {data.get('kind')!r}")
-    try:
-        kwargs = {f.name: _decode(f.name, data[f.name], str(f.type)) for f in fields(cls)}
-    except (KeyError, TypeError) as e:
-        raise InputError(f"thunks.json: malformed {cls.kind} thunk ({e})") from None
-    return cls(**kwargs)
+# ---- parts both programs have -------------------------------------------------------------------
+
+def _allocations_to_json(allocations) -> list[dict]:
+    return [{k: (list(v) if isinstance(v := getattr(a, k), tuple) else v) for k in _ALLOC_FIELDS}
+            for a in allocations]
 
 
-def program_to_dict(program: ThunkProgram) -> dict:
-    streams = program.streams
-    return {
-        "version": VERSION,
+def _allocations_from_json(items) -> tuple[Allocation, ...]:
+    return tuple(Allocation(**{k: (tuple(a[k]) if k == "parameter_index" else a[k])
+                               for k in _ALLOC_FIELDS}) for a in items)
+
+
+def _streams_to_json(s: StreamAssignment | None):
+    if s is None:
+        return None
+    return {"num_streams": s.num_streams, "streams": list(s.streams),
+            "events": [list(e) for e in s.events], "waits": [list(w) for w in s.waits]}
+
+
+def _streams_from_json(s) -> StreamAssignment | None:
+    if s is None:
+        return None
+    return StreamAssignment(s["num_streams"], tuple(s["streams"]),
+                            tuple(tuple(e) for e in s["events"]),
+                            tuple(tuple(w) for w in s["waits"]))
+
+
+def _malformed(fmt: Format, e: Exception) -> InputError:
+    return InputError(f"{fmt.member}: malformed program ({e})")
+
+
+# ---- thunks.json ----------------------------------------------------------------------------------
+
+def program_to_json(program: ThunkProgram) -> bytes:
+    """Deterministic JSON bytes (the bundle member thunks.json)."""
+    return THUNKS_JSON.dumps({
         "module": program.module,
-        "allocations": [{k: _plain(getattr(a, k)) for k in _ALLOC_FIELDS} for a in program.allocations],
+        "allocations": _allocations_to_json(program.allocations),
         "parameters": [{"number": n, "index": list(i), "slice": s.to_json()}
                        for n, i, s in program.parameters],
         "outputs": [{"index": list(i), "slice": s.to_json()} for i, s in program.outputs],
         "constants": [{"instruction": c, "slice": s.to_json()} for c, s in program.constants],
-        "sequence": [thunk_to_dict(t) for t in program.sequence],
-        "streams": None if streams is None else {
-            "num_streams": streams.num_streams, "streams": list(streams.streams),
-            "events": [list(e) for e in streams.events], "waits": [list(w) for w in streams.waits]},
-    }
-
-
-def _plain(v):
-    return list(v) if isinstance(v, tuple) else v
-
-
-def program_to_json(program: ThunkProgram) -> bytes:
-    """Deterministic JSON bytes (the bundle member thunks.json)."""
-    return json.dumps(program_to_dict(program), sort_keys=True, separators=(",", ":")).encode()
+        "sequence": [THUNKS_JSON.encode(t) for t in program.sequence],
+        "streams": _streams_to_json(program.streams),
+    })
 
 
 def program_from_json(data: bytes | str) -> ThunkProgram:
+    d = THUNKS_JSON.loads(data)
     try:
-        d = json.loads(data)
-    except ValueError as e:
-        raise InputError(f"thunks.json is not JSON: {e}") from None
-    if not isinstance(d, dict) or d.get("version") != VERSION:
-        raise InputError(f"thunks.json: unsupported version {d.get('version') if isinstance(d, dict) else None!r} "
-                         f"(this hloc reads version {VERSION})")
-    try:
-        return _program_from_dict(d)
+        return ThunkProgram(
+            d["module"], _allocations_from_json(d["allocations"]),
+            tuple((p["number"], tuple(p["index"]), Slice(*p["slice"])) for p in d["parameters"]),
+            tuple((tuple(o["index"]), Slice(*o["slice"])) for o in d["outputs"]),
+            tuple((c["instruction"], Slice(*c["slice"])) for c in d["constants"]),
+            tuple(THUNKS_JSON.decode(t) for t in d["sequence"]), _streams_from_json(d["streams"]))
     except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"thunks.json: malformed program ({e})") from None
+        raise _malformed(THUNKS_JSON, e) from None
 
 
-def _program_from_dict(d: dict) -> ThunkProgram:
-    allocations = tuple(Allocation(**{k: (tuple(a[k]) if k == "parameter_index" else a[k])
-                                      for k in _ALLOC_FIELDS}) for a in d["allocations"])
-    s = d["streams"]
-    streams = None if s is None else StreamAssignment(
-        s["num_streams"], tuple(s["streams"]), tuple(tuple(e) for e in s["events"]),
-        tuple(tuple(w) for w in s["waits"]))
-    return ThunkProgram(
-        d["module"], allocations,
-        tuple((p["number"], tuple(p["index"]), Slice(*p["slice"])) for p in d["parameters"]),
-        tuple((tuple(o["index"]), Slice(*o["slice"])) for o in d["outputs"]),
-        tuple((c["instruction"], Slice(*c["slice"])) for c in d["constants"]),
-        tuple(thunk_from_dict(t) for t in d["sequence"]), streams)
+# ---- gpu_thunks.json ------------------------------------------------------------------------------
+
+def gpu_program_to_json(p: GpuProgram, resources: dict | None = None) -> bytes:
+    """Deterministic JSON bytes (the bundle member gpu_thunks.json); resources: per-arch
+    kernel resources from ptxas, recorded when present."""
+    fmt = GPU_THUNKS_JSON
+    d = {
+        "module": p.module,
+        "allocations": _allocations_to_json(p.allocations),
+        "host_to_device": [fmt.encode_record(u) for u in p.host_to_device],
+        "main": [fmt.encode(t) for t in p.main],
+        "device_to_host": [fmt.encode_record(o) for o in p.device_to_host],
+        "streams": _streams_to_json(p.streams),
+        "kernels": [r.to_json() for r in p.kernels],
+        "kernel_ir_sha256": dict(p.kernel_ir_sha256),
+        "notes": list(p.notes),
+    }
+    if resources:
+        d["resources"] = resources
+    return fmt.dumps(d)
 
 
-# ---- text ---------------------------------------------------------------------------------------
-
-def _slice_text(s: Slice) -> str:
-    return f"a{s.allocation}[{s.offset}:{s.offset + s.size}]"
-
-
-def _field_text(name: str, value) -> str | None:
-    if name in _SEQUENCES or name == "branches" or name == "name":
-        return None
-    if isinstance(value, Slice):
-        return f"{name}={_slice_text(value)}"
-    if name in _SLICE_LISTS:
-        return f"{name}=(" + ", ".join(_slice_text(s) for s in value) + ")"
-    if value in ("", None, ()):
-        return None
-    return f"{name}={value}"
-
-
-def _thunk_lines(thunk: Thunk, indent: str, out: list[str], stream: str = "") -> None:
-    parts = [p for f in fields(thunk) if (p := _field_text(f.name, getattr(thunk, f.name)))]
-    out.append(f"{indent}{stream}{thunk.kind} %{thunk.name} " + " ".join(parts))
-    if thunk.kind == "while":
-        out.append(f"{indent}  condition:")
-        for t in thunk.condition:
-            _thunk_lines(t, indent + "    ", out)
-        out.append(f"{indent}  body:")
-        for t in thunk.body:
-            _thunk_lines(t, indent + "    ", out)
-    elif thunk.kind == "conditional":
-        for b, branch in enumerate(thunk.branches):
-            out.append(f"{indent}  branch {b}:")
-            for t in branch:
-                _thunk_lines(t, indent + "    ", out)
-    else:
-        for t in nested(thunk):
-            _thunk_lines(t, indent + "  ", out)
-
-
-def program_to_text(program: ThunkProgram) -> str:
-    """The readable thunk schedule (thunks.txt, `hloc inspect`)."""
-    out = [f"thunk program for module {program.module} (format version {VERSION})", "allocations:"]
-    for a in program.allocations:
-        extra = (f" parameter {a.parameter_number}{list(a.parameter_index) or ''}"
-                 if a.kind == "parameter" else f" {a.constant}" if a.kind == "constant" else "")
-        flags = " live-out" if a.maybe_live_out else ""
-        out.append(f"  a{a.index}: {a.size} bytes {a.kind}{extra}{flags}")
-    for n, i, s in program.parameters:
-        out.append(f"parameter {n}{list(i) if i else ''} -> {_slice_text(s)}")
-    for i, s in program.outputs:
-        out.append(f"output {list(i)} <- {_slice_text(s)}")
-    counts = ", ".join(f"{k}: {v}" for k, v in program.kind_counts().items())
-    out.append(f"sequence ({counts}):")
-    streams = program.streams
-    for idx, t in enumerate(program.sequence):
-        tag = f"[s{streams.streams[idx]}] " if streams else ""
-        _thunk_lines(t, "  ", out, tag)
-    if streams:
-        out.append(f"streams: {streams.num_streams}, events: {len(streams.events)}, "
-                   f"waits: {len(streams.waits)}")
-        for i, e in streams.waits:
-            out.append(f"  thunk {i} waits for event {e}")
-    return "\n".join(out) + "\n"
+def gpu_program_from_json(data: bytes | str) -> tuple[GpuProgram, dict]:
+    """The program and the per-arch kernel resources recorded with it."""
+    fmt = GPU_THUNKS_JSON
+    d = fmt.loads(data)
+    try:
+        program = GpuProgram(
+            d["module"], _allocations_from_json(d["allocations"]),
+            tuple(fmt.decode_record(Upload, u) for u in d["host_to_device"]),
+            tuple(fmt.decode(t) for t in d["main"]),
+            tuple(fmt.decode_record(Download, o) for o in d["device_to_host"]),
+            tuple(KernelRecipe.from_json(r) for r in d["kernels"]),
+            _streams_from_json(d["streams"]), tuple(d["notes"]),
+            tuple(sorted(d["kernel_ir_sha256"].items())))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _malformed(fmt, e) from None
+    return program, d.get("resources", {})

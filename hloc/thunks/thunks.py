@@ -2,43 +2,43 @@
 
 Every thunk is named after the HLO instruction it executes (unique in the module), so a
 runtime can find the instruction for details the thunk does not repeat. Operand and output
-slices are the array leaves of the operands / result, depth-first.
+slices are the array leaves of the operands / result, depth-first. The base class, kinds and
+walkers are in base.py; the GPU program (gpu.py) reuses Copy, Memset, While, Conditional and
+Sequential.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..buffers.assignment import Allocation, Slice
-
-Slices = tuple[Slice, ...]
-
-
-@dataclass(frozen=True)
-class Thunk:
-    """Base class: `name` is the HLO instruction's name."""
-
-    kind: ClassVar[str] = ""
-    name: str
+from .base import Slices, Thunk, ThunkKind, kind_counts, walk
 
 
 @dataclass(frozen=True)
 class Kernel(Thunk):
     """A generated kernel: a fused computation (`computation`) or a single op (computation "")."""
 
-    kind: ClassVar[str] = "kernel"
+    kind: ClassVar[ThunkKind] = ThunkKind.KERNEL
     opcode: str
     computation: str
     operands: Slices
     outputs: Slices
+
+    def reads(self) -> Slices:
+        return self.operands
+
+    def writes(self) -> Slices:
+        return self.outputs
 
 
 @dataclass(frozen=True)
 class Gemm(Thunk):
     """A dot: lhs x rhs -> output, contraction described by the HLO instruction."""
 
-    kind: ClassVar[str] = "gemm"
+    kind: ClassVar[ThunkKind] = ThunkKind.GEMM
     lhs: Slice
     rhs: Slice
     output: Slice
@@ -47,31 +47,54 @@ class Gemm(Thunk):
     lhs_batch: tuple[int, ...] = ()
     rhs_batch: tuple[int, ...] = ()
 
+    def reads(self) -> Slices:
+        return (self.lhs, self.rhs)
+
+    def writes(self) -> Slices:
+        return (self.output,)
+
 
 @dataclass(frozen=True)
 class Convolution(Thunk):
-    kind: ClassVar[str] = "convolution"
+    """A convolution of `input` with `kernel`, described by the HLO instruction."""
+
+    kind: ClassVar[ThunkKind] = ThunkKind.CONVOLUTION
     input: Slice
     kernel: Slice
     output: Slice
+
+    def reads(self) -> Slices:
+        return (self.input, self.kernel)
+
+    def writes(self) -> Slices:
+        return (self.output,)
 
 
 @dataclass(frozen=True)
 class Copy(Thunk):
     """A byte copy between slices of equal size (same layout on both sides)."""
 
-    kind: ClassVar[str] = "copy"
+    kind: ClassVar[ThunkKind] = ThunkKind.COPY
     source: Slice
     destination: Slice
+
+    def reads(self) -> Slices:
+        return (self.source,)
+
+    def writes(self) -> Slices:
+        return (self.destination,)
 
 
 @dataclass(frozen=True)
 class Memset(Thunk):
     """Fill a slice with one repeated byte."""
 
-    kind: ClassVar[str] = "memset"
+    kind: ClassVar[ThunkKind] = ThunkKind.MEMSET
     destination: Slice
     byte: int = 0
+
+    def writes(self) -> Slices:
+        return (self.destination,)
 
 
 @dataclass(frozen=True)
@@ -81,61 +104,91 @@ class While(Thunk):
     The loop state lives in the same slices for init, parameters, body result and result
     (copy insertion guarantees it), so the thunk copies nothing."""
 
-    kind: ClassVar[str] = "while"
+    kind: ClassVar[ThunkKind] = ThunkKind.WHILE
     condition: tuple[Thunk, ...]
     body: tuple[Thunk, ...]
     predicate: Slice
     trip_count: int | None = None
+
+    def reads(self) -> Slices:
+        return (self.predicate,)
 
 
 @dataclass(frozen=True)
 class Conditional(Thunk):
     """Read the branch index (s32) or pred (true -> branch 0) at `selector`, run that branch."""
 
-    kind: ClassVar[str] = "conditional"
+    kind: ClassVar[ThunkKind] = ThunkKind.CONDITIONAL
     selector: Slice
     branches: tuple[tuple[Thunk, ...], ...]
     selector_is_pred: bool = False
 
+    def reads(self) -> Slices:
+        return (self.selector,)
+
 
 @dataclass(frozen=True)
 class Sort(Thunk):
-    kind: ClassVar[str] = "sort"
+    """Sort `operands` along `dimension` with comparator computation `comparator`."""
+
+    kind: ClassVar[ThunkKind] = ThunkKind.SORT
     operands: Slices
     outputs: Slices
     comparator: str
     dimension: int
     is_stable: bool = False
 
+    def reads(self) -> Slices:
+        return self.operands
+
+    def writes(self) -> Slices:
+        return self.outputs
+
 
 @dataclass(frozen=True)
 class Fft(Thunk):
-    kind: ClassVar[str] = "fft"
+    """An FFT of `input` into `output` (fft_type: the HLO FftType number)."""
+
+    kind: ClassVar[ThunkKind] = ThunkKind.FFT
     input: Slice
     output: Slice
     fft_type: int
     fft_length: tuple[int, ...]
 
+    def reads(self) -> Slices:
+        return (self.input,)
+
+    def writes(self) -> Slices:
+        return (self.output,)
+
 
 @dataclass(frozen=True)
 class CustomCall(Thunk):
-    kind: ClassVar[str] = "custom-call"
+    """An HLO custom-call `target`, run by the runtime's implementation of that target."""
+
+    kind: ClassVar[ThunkKind] = ThunkKind.CUSTOM_CALL
     target: str
     operands: Slices
     outputs: Slices
     api_version: int = 0
     backend_config: str = ""
 
+    def reads(self) -> Slices:
+        return self.operands
+
+    def writes(self) -> Slices:
+        return self.outputs
+
 
 @dataclass(frozen=True)
 class Sequential(Thunk):
     """A called computation's thunks, run in order (a `call` that was not inlined)."""
 
-    kind: ClassVar[str] = "sequential"
+    kind: ClassVar[ThunkKind] = ThunkKind.SEQUENTIAL
     thunks: tuple[Thunk, ...]
 
 
-THUNK_KINDS: dict[str, type[Thunk]] = {
+THUNK_KINDS: dict[ThunkKind, type[Thunk]] = {
     cls.kind: cls for cls in (Kernel, Gemm, Convolution, Copy, Memset, While, Conditional,
                               Sort, Fft, CustomCall, Sequential)}
 
@@ -165,53 +218,9 @@ class ThunkProgram:
     sequence: tuple[Thunk, ...]
     streams: StreamAssignment | None = None
 
-    def walk(self):
-        """Every thunk, nested ones included, depth-first."""
-        return walk_thunks(self.sequence, nested)
+    def walk(self) -> Iterator[Thunk]:
+        """Every thunk, nested ones included, depth-first (base.walk for parents and depth)."""
+        return (visit.thunk for visit in walk(self.sequence))
 
     def kind_counts(self) -> dict[str, int]:
-        return count_kinds(self.walk())
-
-
-def io_slices(thunk) -> tuple[tuple[Slice, ...], tuple[Slice, ...]]:
-    """(operand slices, output slices) of any data thunk (not control flow)."""
-    kind = thunk.kind
-    if kind == "gemm":
-        return (thunk.lhs, thunk.rhs), (thunk.output,)
-    if kind == "convolution":
-        return (thunk.input, thunk.kernel), (thunk.output,)
-    if kind == "fft":
-        return (thunk.input,), (thunk.output,)
-    return tuple(thunk.operands), tuple(thunk.outputs)
-
-
-def walk_thunks(sequence, children):
-    """Depth-first over a thunk sequence; `children(thunk)` yields a thunk's nested thunks.
-
-    Shared by the target-neutral program here and the GPU program (hloc/codegen/cuda).
-    """
-    stack = list(reversed(sequence))
-    while stack:
-        thunk = stack.pop()
-        yield thunk
-        stack.extend(reversed(list(children(thunk))))
-
-
-def count_kinds(thunks) -> dict[str, int]:
-    """Thunk count by kind, sorted by kind."""
-    counts: dict[str, int] = {}
-    for t in thunks:
-        counts[t.kind] = counts.get(t.kind, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def nested(thunk: Thunk):
-    """The thunks directly nested in a control-flow thunk."""
-    if isinstance(thunk, While):
-        yield from thunk.condition
-        yield from thunk.body
-    elif isinstance(thunk, Conditional):
-        for branch in thunk.branches:
-            yield from branch
-    elif isinstance(thunk, Sequential):
-        yield from thunk.thunks
+        return kind_counts(self.walk())

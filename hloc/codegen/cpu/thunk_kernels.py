@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
-from ...thunks.thunks import io_slices
 from ..elemental.dft import plan_of
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .loops import element_work
@@ -94,7 +93,7 @@ def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
     if composite is not None:
         return KernelGroup(thunk.name, instr.opcode.value, _composite_specs(composite, thunk),
                            composite)
-    operands, outputs = io_slices(thunk)
+    operands, outputs = thunk.reads(), thunk.writes()
     aliases = slice_aliases(operands, outputs)
     spec = KernelSpec.for_instruction(instr, symbol, aliases)
     if len(spec.operand_shapes) != len(operands) or len(spec.output_shapes) != len(outputs):

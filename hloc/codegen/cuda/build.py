@@ -1,10 +1,12 @@
-"""GPU program construction: the target-neutral thunk program → GPU thunks and kernel IR.
+"""GPU program construction: the target-neutral thunk program → GPU thunks (hloc.thunks.gpu)
+and kernel IR.
 
 Each kernel is emitted into its own LLVM module as soon as it is planned; an instruction whose
 kernels cannot be emitted (an op without a GPU lowering) becomes a HostCompute thunk instead,
 with a note. Per-kernel modules keep the IR of one kernel independent of every other, which
 the emulator relies on to rebuild and check kernels one by one. A Gemm thunk of a plain dot
 also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel.
+Copies, memsets and control flow are the same thunk classes in both programs.
 """
 
 from __future__ import annotations
@@ -20,10 +22,21 @@ from llvmlite import ir
 from ...buffers.assignment import Allocation, Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module
+from ...registry import Registry
 from ...thunks import thunks as nt
-from . import schedule as gt
+from ...thunks.base import Thunk, ThunkKind, map_nested
+from ...thunks.gpu import (
+    Download,
+    GemmLaunch,
+    GpuProgram,
+    HostCompute,
+    KernelRecipe,
+    Launch,
+    Upload,
+)
+from ...thunks.thunks import Sequential
 from .gemm import blas_call
-from .kernel import KernelRecipe, emit_kernel
+from .kernel import emit_kernel
 from .parts import Part, plan_context, plan_parts
 from .target import DATA_LAYOUT, TRIPLE, CudaTarget
 
@@ -52,7 +65,7 @@ def ir_digest(module: ir.Module) -> str:
 class GpuBuild:
     """The result of planning: the program and each kernel's LLVM module."""
 
-    program: gt.GpuProgram
+    program: GpuProgram
     modules: dict[str, ir.Module] = field(default_factory=dict)
 
 
@@ -73,11 +86,11 @@ class Planner:
     def instr(self, name: str) -> Instruction:
         return self.instructions[name]
 
-    def sequence(self, thunks, stream: int) -> tuple[gt.GpuThunk, ...]:
+    def sequence(self, thunks, stream: int) -> tuple[Thunk, ...]:
         return tuple(self.convert(t, stream) for t in thunks)
 
-    def convert(self, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
-        return CONVERTERS.get(thunk.kind, _host)(self, thunk, stream)
+    def convert(self, thunk: nt.Thunk, stream: int) -> Thunk:
+        return CONVERTERS.lookup(thunk.kind)(self, thunk, stream)
 
     def symbol(self, name: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_]", "_", name)
@@ -89,7 +102,7 @@ class Planner:
         return sym
 
     def launches(self, thunk_name: str, instr: Instruction, parts: list[Part], args,
-                 stream: int) -> gt.GpuThunk | None:
+                 stream: int) -> Thunk | None:
         """Kernel thunks for `parts` (None if a kernel cannot be emitted)."""
         made: list[tuple[KernelRecipe, ir.Module, Part]] = []
         for k, part in enumerate(parts):
@@ -105,9 +118,9 @@ class Planner:
                 self.notes.append(f"%{instr.name} runs on the host: {e}")
                 return None
         thunks = [self._launch(thunk_name, r, m, p, args, stream) for r, m, p in made]
-        return thunks[0] if len(thunks) == 1 else gt.Sequential(thunk_name, tuple(thunks))
+        return thunks[0] if len(thunks) == 1 else Sequential(thunk_name, tuple(thunks))
 
-    def _launch(self, thunk_name, recipe, module, part, args, stream) -> gt.Kernel:
+    def _launch(self, thunk_name, recipe, module, part, args, stream) -> Launch:
         self.recipes.append(recipe)
         self.modules[recipe.name] = module
         args = tuple(args)
@@ -118,34 +131,32 @@ class Planner:
                       block=part.launch.block, shared_bytes=part.shared_bytes, args=args)
         if part.gemm is not None:
             batch, m, n, k = part.gemm
-            return gt.Gemm(thunk_name, **common, batch=batch, m=m, n=n, k=k)
-        return gt.Kernel(thunk_name, **common)
+            return GemmLaunch(thunk_name, **common, batch=batch, m=m, n=n, k=k)
+        return Launch(thunk_name, **common)
 
 
-Converter = Callable[[Planner, nt.Thunk, int], gt.GpuThunk]
-CONVERTERS: dict[str, Converter] = {}
+Converter = Callable[[Planner, nt.Thunk, int], Thunk]
+# Target-neutral thunk kind -> its GPU form. Copies and memsets are the same thunks on the GPU,
+# and control flow keeps its shape with its nested sequences converted.
+CONVERTERS: Registry[ThunkKind, Converter] = Registry("GPU thunk converter",
+                                                      modules=("hloc.codegen.cuda.fft",))
+converts = CONVERTERS.register
+_KERNEL_KINDS = (ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTION, ThunkKind.SORT)
 
 
-def converts(*kinds: str):
-    def register(fn: Converter) -> Converter:
-        for k in kinds:
-            CONVERTERS[k] = fn
-        return fn
-    return register
-
-
-def _host(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
-    operands, outputs = nt.io_slices(thunk)
+@converts(ThunkKind.CUSTOM_CALL)
+def _host(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
+    """The instruction on the host (the kinds with kernels come here when planning fails)."""
     instr = p.instr(thunk.name)
-    if thunk.kind not in ("kernel", "gemm", "convolution", "sort"):
+    if thunk.kind not in _KERNEL_KINDS:
         p.notes.append(f"%{thunk.name} ({instr.opcode.value}) runs on the host")
-    return gt.HostCompute(thunk.name, instr.opcode.value, operands, outputs)
+    return HostCompute(thunk.name, instr.opcode.value, thunk.reads(), thunk.writes())
 
 
-@converts("kernel", "gemm", "convolution", "sort")
-def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
+@converts(*_KERNEL_KINDS)
+def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
     instr = p.instr(thunk.name)
-    operands, outputs = nt.io_slices(thunk)
+    operands, outputs = thunk.reads(), thunk.writes()
     try:
         parts = plan_parts(plan_context(instr, p.target, operands, outputs))
     except UnsupportedError as e:
@@ -154,37 +165,19 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> gt.GpuThunk:
     made = p.launches(thunk.name, instr, parts, operands + outputs, stream)
     if made is None:
         return _host(p, thunk, stream)
-    if isinstance(made, gt.Gemm):
+    if isinstance(made, GemmLaunch):
         made = replace(made, blas=blas_call(instr, operands, outputs))
     return made
 
 
-@converts("copy")
-def _copy(p: Planner, thunk: nt.Copy, stream: int) -> gt.GpuThunk:
-    return gt.Copy(thunk.name, thunk.source, thunk.destination)
+@converts(ThunkKind.COPY, ThunkKind.MEMSET)
+def _same(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
+    return thunk
 
 
-@converts("memset")
-def _memset(p: Planner, thunk: nt.Memset, stream: int) -> gt.GpuThunk:
-    return gt.Memset(thunk.name, thunk.destination, thunk.byte)
-
-
-@converts("while")
-def _while(p: Planner, thunk: nt.While, stream: int) -> gt.GpuThunk:
-    return gt.While(thunk.name, p.sequence(thunk.condition, stream), p.sequence(thunk.body, stream),
-                    thunk.predicate, thunk.trip_count)
-
-
-@converts("conditional")
-def _conditional(p: Planner, thunk: nt.Conditional, stream: int) -> gt.GpuThunk:
-    return gt.Conditional(thunk.name, thunk.selector,
-                          tuple(p.sequence(b, stream) for b in thunk.branches),
-                          thunk.selector_is_pred)
-
-
-@converts("sequential")
-def _sequential(p: Planner, thunk: nt.Sequential, stream: int) -> gt.GpuThunk:
-    return gt.Sequential(thunk.name, p.sequence(thunk.thunks, stream))
+@converts(ThunkKind.WHILE, ThunkKind.CONDITIONAL, ThunkKind.SEQUENTIAL)
+def _control_flow(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
+    return map_nested(thunk, lambda sequence: p.sequence(sequence, stream))
 
 
 def build_gpu_program(module: Module, program: nt.ThunkProgram, target: CudaTarget) -> GpuBuild:
@@ -198,11 +191,11 @@ def build_gpu_program(module: Module, program: nt.ThunkProgram, target: CudaTarg
     if planner.scratch_bytes:
         for _ in range(num_streams):
             allocations.append(Allocation(len(allocations), planner.scratch_bytes, "scratch"))
-    uploads = tuple(gt.Upload(s, number=n, index=tuple(i)) for n, i, s in program.parameters)
-    uploads += tuple(gt.Upload(s, constant=name) for name, s in program.constants)
-    downloads = tuple(gt.Download(tuple(i), s) for i, s in program.outputs)
+    uploads = tuple(Upload(s, number=n, index=tuple(i)) for n, i, s in program.parameters)
+    uploads += tuple(Upload(s, constant=name) for name, s in program.constants)
+    downloads = tuple(Download(tuple(i), s) for i, s in program.outputs)
     digests = tuple(sorted((name, ir_digest(m)) for name, m in planner.modules.items()))
-    gpu = gt.GpuProgram(program.module, tuple(allocations), uploads, main, downloads,
+    gpu = GpuProgram(program.module, tuple(allocations), uploads, main, downloads,
                         tuple(planner.recipes), streams, tuple(planner.notes), digests)
     return GpuBuild(gpu, planner.modules)
 

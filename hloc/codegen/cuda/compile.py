@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 
+from ...thunks.serialize import gpu_program_to_json
+from ...thunks.text import gpu_program_to_text
 from . import ptx as ptx_mod
 from . import ptxas as ptxas_mod
 from .build import build_gpu_program
-from .schedule_json import program_to_json, program_to_text
 from .target import cuda_target
 
 log = logging.getLogger("hloc.codegen.cuda")
@@ -50,8 +51,8 @@ def compile_cuda(module, plan, options) -> tuple[dict[str, bytes], dict]:
     if ptxas is None:
         notes.append("ptxas not found (HLOC_PTXAS, PATH, CUDA_HOME, nvidia-cuda-nvcc): the "
                      "bundle holds PTX only; the driver compiles it when loaded")
-    members["gpu_thunks.json"] = program_to_json(program, resources)
+    members["gpu_thunks.json"] = gpu_program_to_json(program, resources)
     first = resources.get(target.archs[0], {})
-    members["gpu_thunks.txt"] = program_to_text(program, first).encode()
+    members["gpu_thunks.txt"] = gpu_program_to_text(program, first).encode()
     return members, {"target": {"cuda_archs": list(target.archs)}, "notes": notes}
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from ...errors import UnsupportedError
 from ...thunks import thunks as nt
+from ...thunks.base import Thunk, ThunkKind
+from ...thunks.gpu import HostCompute
+from ...thunks.thunks import Sequential
 from ..elemental.dft import direct_element, plan_of
 from ..elemental.memory import store_element
-from . import schedule as gt
 from .build import Planner, converts
 from .kernel import KernelBuild, variant
 from .loop import loop_launch, physical_index
@@ -24,10 +26,10 @@ from .parts import Part
 MAX_TERMS = 1024
 
 
-@converts("fft")
-def convert_fft(p: Planner, thunk: nt.Fft, stream: int) -> gt.GpuThunk:
+@converts(ThunkKind.FFT)
+def convert_fft(p: Planner, thunk: nt.Fft, stream: int) -> Thunk:
     instr = p.instr(thunk.name)
-    operands, outputs = nt.io_slices(thunk)
+    operands, outputs = thunk.reads(), thunk.writes()
     try:
         plan = plan_of(instr)
     except UnsupportedError as e:
@@ -36,19 +38,19 @@ def convert_fft(p: Planner, thunk: nt.Fft, stream: int) -> gt.GpuThunk:
         return _on_host(p, thunk, f"{plan.describe()} sums {plan.direct_work()} terms per "
                                   f"element, above the DFT kernel's {MAX_TERMS}")
     if plan.empty:
-        return gt.Sequential(thunk.name, ())
+        return Sequential(thunk.name, ())
     launch = loop_launch(instr.shape.num_elements, 1, p.target)
     part = Part("fft", (0,), launch, block_threads=launch.block[0])
     made = p.launches(thunk.name, instr, [part], operands + outputs, stream)
     if made is None:  # launches() noted why
-        return gt.HostCompute(thunk.name, instr.opcode.value, operands, outputs)
+        return HostCompute(thunk.name, instr.opcode.value, operands, outputs)
     return made
 
 
-def _on_host(p: Planner, thunk: nt.Fft, reason: str) -> gt.GpuThunk:
-    operands, outputs = nt.io_slices(thunk)
+def _on_host(p: Planner, thunk: nt.Fft, reason: str) -> Thunk:
+    operands, outputs = thunk.reads(), thunk.writes()
     p.notes.append(f"%{thunk.name} (fft) runs on the host: {reason}")
-    return gt.HostCompute(thunk.name, "fft", operands, outputs)
+    return HostCompute(thunk.name, "fft", operands, outputs)
 
 
 @variant("fft")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode, PrimitiveType
+from ...thunks.gpu import BlasCall
 from ..elemental.convert import convert_value
 from ..elemental.memory import strides
 from ..elemental.scalar import const
@@ -28,7 +29,6 @@ from .epilogue import find_core, store_with_core
 from .kernel import KernelBuild, dims, kernel_computation, variant
 from .parts import Part, PlanContext, plans
 from .reduce_common import split_index
-from .schedule import BlasCall
 
 T = 16  # threads per block side
 R = 4  # micro-tile side
@@ -223,7 +223,7 @@ def emit_gemm(kb: KernelBuild) -> None:
     g.store(acc, bidx, m0, n0, tx, ty)
 
 
-# ---- the cuBLAS form of a plain dot (schedule.BlasCall) -----------------------------------------
+# ---- the cuBLAS form of a plain dot (thunks.gpu.BlasCall) -----------------------------------------
 
 # Element types a BLAS call takes (same type for both operands) -> the accumulation type.
 BLAS_COMPUTE = {"f32": "f32", "f64": "f64", "f16": "f32", "bf16": "f32"}

@@ -6,7 +6,7 @@ instruction's operands (depth-first, in operand order), then the leaves of its r
 layout; pred and sub-byte integers take a byte per element, narrow floats are stored as their
 bit patterns (the elemental emitter's storage forms).
 
-A `KernelRecipe` is plain data (JSON in the bundle): the variant, the HLO instruction, which
+A `KernelRecipe` (hloc.thunks.gpu) is plain data (JSON in the bundle): the variant, the HLO instruction, which
 root items of it the kernel writes, and variant parameters. The same recipe always emits the
 same IR, which is how `--device cuda-emulated` rebuilds exactly the bundled kernels.
 """
@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from ...thunks.gpu import KernelRecipe  # plain data of the GPU program, read by the runtime
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element
@@ -48,38 +49,6 @@ class LaunchDims:
 def dims(grid, block) -> LaunchDims:
     pad = lambda t: tuple(int(v) for v in (tuple(t) + (1, 1, 1))[:3])  # noqa: E731
     return LaunchDims(pad(grid), pad(block))
-
-
-@dataclass(frozen=True)
-class KernelRecipe:
-    """What to emit for one kernel."""
-
-    name: str
-    variant: str
-    instruction: str
-    items: tuple[int, ...] = (0,)
-    params: tuple[tuple[str, int], ...] = ()
-    block_threads: int = 256
-    scratch_bytes: int = 0
-
-    def param(self, key: str, default: int | None = None) -> int:
-        for k, v in self.params:
-            if k == key:
-                return v
-        if default is None:
-            raise KeyError(f"kernel {self.name}: recipe has no parameter '{key}'")
-        return default
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "variant": self.variant, "instruction": self.instruction,
-                "items": list(self.items), "params": {k: v for k, v in self.params},
-                "block_threads": self.block_threads, "scratch_bytes": self.scratch_bytes}
-
-    @staticmethod
-    def from_json(d: dict) -> KernelRecipe:
-        return KernelRecipe(d["name"], d["variant"], d["instruction"], tuple(d["items"]),
-                            tuple(sorted((k, int(v)) for k, v in d["params"].items())),
-                            int(d["block_threads"]), int(d.get("scratch_bytes", 0)))
 
 
 def kernel_computation(instr: Instruction) -> Computation:

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ...thunks.base import ThunkKind
 from . import blas
 from .host import build_host_step
 from .program import LoadContext, Step, builds, op_names
@@ -73,7 +74,7 @@ def matmul_runner(a: MatrixCell, b: MatrixCell, out: MatrixCell, flops: int):
     return blas.single_threaded(run_general, flops)
 
 
-@builds("gemm")
+@builds(ThunkKind.GEMM)
 def build_gemm(ctx: LoadContext, thunk) -> Step:
     instr = ctx.instruction(thunk.name)
     lhs_s, rhs_s = (o.shape for o in instr.operands)
@@ -95,7 +96,3 @@ def build_gemm(ctx: LoadContext, thunk) -> Step:
                      lead + (m, n))
     run = matmul_runner(a, b, out, 2 * batch * m * n * k)
     return Step(thunk.name, "gemm", op_names(ctx, thunk.name), run)
-
-
-# Convolution thunks (conv.py) build on the helpers above; importing registers their builder.
-from .conv import build_convolution  # noqa: E402, F401

@@ -7,10 +7,11 @@ copies nothing between iterations.
 
 from __future__ import annotations
 
+from ...thunks.base import ThunkKind
 from .program import LoadContext, Runner, Step, builds
 
 
-@builds("while")
+@builds(ThunkKind.WHILE)
 def build_while(ctx: LoadContext, thunk) -> Step:
     predicate = ctx.memory.cell(thunk.predicate)
 
@@ -29,7 +30,7 @@ def build_while(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "while", thunk.name, children=children, bind=bind)
 
 
-@builds("conditional")
+@builds(ThunkKind.CONDITIONAL)
 def build_conditional(ctx: LoadContext, thunk) -> Step:
     instr = ctx.instruction(thunk.name)
     selector = ctx.memory.cell(thunk.selector, instr.operands[0].shape)
@@ -52,7 +53,7 @@ def build_conditional(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "conditional", thunk.name, children=children, bind=bind)
 
 
-@builds("sequential")
+@builds(ThunkKind.SEQUENTIAL)
 def build_sequential(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "sequential", thunk.name, children=(ctx.sequence(thunk.thunks),),
                 bind=lambda runners: runners[0])

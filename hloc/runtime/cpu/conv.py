@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...thunks.base import ThunkKind
 from . import blas
 from .contract import MatrixCell, blas_dtype, matmul_runner
 from .host import build_host_step
@@ -76,7 +77,7 @@ def host_convolution(instr) -> bool:
     return blas_dtype(*shapes) and all(s.num_elements > 0 for s in shapes)
 
 
-@builds("convolution")
+@builds(ThunkKind.CONVOLUTION)
 def build_convolution(ctx: LoadContext, thunk) -> Step:
     instr = ctx.instruction(thunk.name)
     if not host_convolution(instr):

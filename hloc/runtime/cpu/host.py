@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...thunks.thunks import io_slices
+from ...thunks.base import ThunkKind
 from ..interpreter import evaluate_computation, registry
 from .program import LoadContext, Step, builds, op_names
 
@@ -47,7 +47,7 @@ def _leaves(value, out: list) -> list:
 def build_host_step(ctx: LoadContext, thunk) -> Step:
     """Run the thunk's instruction with the reference interpreter on arena views."""
     instr = ctx.instruction(thunk.name)
-    reads, writes = io_slices(thunk)
+    reads, writes = thunk.reads(), thunk.writes()
     pending = list(reads)
     operands = [_cells(ctx, op.shape, pending, _read_only) for op in instr.operands]
     outputs = _leaves(_cells(ctx, instr.shape, list(writes)), [])
@@ -65,7 +65,7 @@ def build_host_step(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name), run)
 
 
-@builds("copy")
+@builds(ThunkKind.COPY)
 def build_copy(ctx: LoadContext, thunk) -> Step:
     src, dst = thunk.source, thunk.destination
     if src == dst or src.size == 0:
@@ -77,7 +77,7 @@ def build_copy(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "copy", thunk.name, run)
 
 
-@builds("memset")
+@builds(ThunkKind.MEMSET)
 def build_memset(ctx: LoadContext, thunk) -> Step:
     destination, byte = ctx.memory.cell(thunk.destination), thunk.byte
 
@@ -86,6 +86,6 @@ def build_memset(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "memset", thunk.name, run)
 
 
-@builds("sort", "fft", "custom-call")
+@builds(ThunkKind.SORT, ThunkKind.FFT, ThunkKind.CUSTOM_CALL)
 def build_interpreted(ctx: LoadContext, thunk) -> Step:
     return build_host_step(ctx, thunk)

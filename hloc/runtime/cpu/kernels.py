@@ -20,8 +20,11 @@ from collections.abc import Callable
 
 from ...buffers.assignment import Slice
 from ...thunks import Convolution, Gemm
-from ...thunks.thunks import io_slices, nested
+from ...thunks.base import ThunkKind, walk
 from . import parallel
+from .contract import build_gemm
+from .conv import build_convolution
+from .host import build_host_step
 from .memory import SCRATCH
 from .program import LoadContext, Step, builds, op_names
 
@@ -43,10 +46,8 @@ class LoadedKernels:
         return fn
 
 
-@builds("kernel")
+@builds(ThunkKind.KERNEL)
 def build_kernel_step(ctx: LoadContext, thunk) -> Step:
-    from .host import build_host_step
-
     ops = op_names(ctx, thunk.name)
     composite = ctx.kernels.get("composites", {}).get(thunk.name)
     if composite is not None:
@@ -54,7 +55,7 @@ def build_kernel_step(ctx: LoadContext, thunk) -> Step:
     meta = ctx.kernels.get("kernels", {}).get(thunk.name)
     if meta is None:  # a documented host fallback (kernels.json "fallbacks")
         return build_host_step(ctx, thunk)
-    operands, outputs = io_slices(thunk)
+    operands, outputs = thunk.reads(), thunk.writes()
     return Step(thunk.name, "kernel", ops, kernel_runner(ctx, meta, [*operands, *outputs]))
 
 
@@ -89,18 +90,13 @@ def _nothing() -> None:
 # ---- drivers: runs of thunks executed natively (hloc/codegen/cpu/driver.py) -------------------
 
 def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step:
-    by_name = {}
-    stack = list(thunks)
-    while stack:
-        t = stack.pop()
-        by_name[t.name] = t
-        stack.extend(nested(t))
+    by_name = {visit.thunk.name: visit.thunk for visit in walk(thunks)}
     slots = driver["slots"]
     table = (ctypes.c_void_p * max(1, len(slots)))()
     for index, (kind, value) in enumerate(slots):
         if kind == "buffers":
             t = by_name[value]
-            operands, outputs = io_slices(t)
+            operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
         else:
@@ -139,8 +135,6 @@ def _kernel_part(ctx: LoadContext, step: dict, slice_of):
 
 
 def _gemm_part(ctx: LoadContext, step: dict, slice_of):
-    from .contract import build_gemm
-
     d = ctx.instruction(step["instruction"]).attrs.dot_dnums
     thunk = Gemm(step["instruction"], slice_of(step["lhs"]), slice_of(step["rhs"]),
                  slice_of(step["output"]), tuple(d.lhs_contracting_dimensions),
@@ -150,8 +144,6 @@ def _gemm_part(ctx: LoadContext, step: dict, slice_of):
 
 
 def _convolution_part(ctx: LoadContext, step: dict, slice_of):
-    from .contract import build_convolution
-
     thunk = Convolution(step["instruction"], slice_of(step["input"]), slice_of(step["kernel"]),
                         slice_of(step["output"]))
     return build_convolution(ctx, thunk).run

@@ -6,7 +6,8 @@ program is a loop of calls. Control-flow steps (while, conditional, sequential) 
 step sequences and a `bind` that turns runners of those sequences into their own runner; the
 same step tree is realized twice, plain and with a profiler wrapped around every step.
 
-Builders are registered per thunk kind (`@builds("gemm")`) and get the `LoadContext`.
+Builders are registered per thunk kind (`@builds(ThunkKind.GEMM)`) and get the `LoadContext`;
+BUILDERS imports the modules that register them on first use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...ir import Instruction, Module, Opcode
+from ...registry import Registry
+from ...thunks.base import ThunkKind
 from ..executable import ProfileRow
 from .memory import Memory
 
@@ -71,23 +74,17 @@ class LoadContext:
 
 
 Builder = Callable[[LoadContext, object], Step]
-_BUILDERS: dict[str, Builder] = {}
-
-
-def builds(*kinds: str):
-    def register(fn: Builder) -> Builder:
-        for k in kinds:
-            _BUILDERS[k] = fn
-        return fn
-    return register
+BUILDERS: Registry[ThunkKind, Builder] = Registry(
+    "CPU thunk builder", modules=tuple(f"hloc.runtime.cpu.{m}" for m in (
+        "contract", "conv", "control", "host", "kernels")))
+builds = BUILDERS.register
 
 
 def build_step(ctx: LoadContext, thunk) -> Step:
-    from . import contract, control, host, kernels  # noqa: F401  (builders register)
-
-    if thunk.name in ctx.kernels.get("kernels", {}):  # Kernel thunks, and e.g. native sorts
-        return kernels.build_kernel_step(ctx, thunk)
-    return _BUILDERS.get(thunk.kind, host.build_host_step)(ctx, thunk)
+    # kernels.json holds native code for Kernel thunks and for some others (native sorts):
+    # those run as kernels whatever their kind.
+    native = thunk.name in ctx.kernels.get("kernels", {})
+    return BUILDERS.lookup(ThunkKind.KERNEL if native else thunk.kind)(ctx, thunk)
 
 
 def op_names(ctx: LoadContext, name: str) -> str:

@@ -1,0 +1,32 @@
+"""The emulator's entry point for the runtime: a bundle's kernels rebuilt and compiled for the
+host (`--device cuda-emulated` JIT-compiles at load time, so it needs this codegen step)."""
+
+from __future__ import annotations
+
+from ....errors import InputError
+from ....ir import Module
+from ...cuda.build import emit_recipe, ir_digest
+from ...cuda.target import cuda_target
+from .host import EmulatedLibrary, build_host_ir, compile_for_host, link_host_texts
+
+
+def load_kernels(program, module: Module, archs: tuple[str, ...], where: str | None = None):
+    """Rebuild every kernel of GpuProgram `program` from its recipe and `module`, check it
+    against the recorded digest of the bundled IR, rewrite it for the host and compile it."""
+    target = cuda_target(archs or ("sm_80",))
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+    digests = dict(program.kernel_ir_sha256)
+    texts, infos = [], {}
+    for recipe in program.kernels:
+        instr = instructions.get(recipe.instruction)
+        if instr is None:
+            raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
+                             f"%{recipe.instruction}", where)
+        mod = emit_recipe(recipe, instr, target)
+        if digests.get(recipe.name) not in (None, ir_digest(mod)):
+            raise InputError(f"kernel {recipe.name}: rebuilt IR differs from the bundled "
+                             "kernel (bundle from another hloc version?)", where)
+        host = build_host_ir(mod, [recipe.name])
+        texts.append(host.text)
+        infos.update(host.kernels)
+    return EmulatedLibrary(compile_for_host(link_host_texts(texts)), infos)
