@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hloc.errors import InputError
+from hloc.errors import InputError, UnsupportedError
 from hloc.ir import Module
 from hloc.ir.opcodes import Opcode as O
 
@@ -45,3 +45,17 @@ def check_partitioned(module: Module, path: str | None = None) -> None:
     if reason is not None:
         raise InputError(f"module {module.name} is not SPMD-partitioned yet ({reason}); "
                          f"{HOW_TO_PARTITION}", path)
+
+
+def check_codegen_devices(module: Module, target: str) -> None:
+    """UnsupportedError naming a collective: multi-device thunks are not generated yet, and one
+    device running a collective alone would compute a wrong answer silently."""
+    if module.config.device_count <= 1 or target == "interpreter":
+        return
+    found = next((i for c in module.computations for i in c.instructions
+                  if i.opcode in _DEVICE_OPS), None)
+    what = f"collective {found.opcode.value} (%{found.name})" if found else "the module"
+    raise UnsupportedError(
+        f"{what} in a {module.config.device_count}-device module: {target} thunks for "
+        "collectives are not implemented yet; compile with --target interpreter to run it on the "
+        "reference interpreter (hloc.runtime.spmd.run_spmd)")

@@ -46,8 +46,13 @@ def import_spmd_fields(pb, module: Module) -> None:
 
 def export_spmd_fields(module: Module, pb) -> None:
     config = module.config
-    if config.device_assignment is not None:
-        device_assignment_to_proto(config.device_assignment, pb.device_assignment)
+    assignment = config.device_assignment
+    if assignment is None and config.device_count > 1:
+        # HloModuleProto has no replica_count / num_partitions: the assignment carries them.
+        assignment = tuple(tuple(r * config.num_partitions + p for p in range(config.num_partitions))
+                           for r in range(config.replica_count))
+    if assignment is not None:
+        device_assignment_to_proto(assignment, pb.device_assignment)
     for text in config.spmd_parameter_shardings or ():
         sharding_from_text(text, pb.spmd_parameters_shardings.add())
     if config.spmd_output_sharding is not None:
