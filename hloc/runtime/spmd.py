@@ -111,9 +111,8 @@ def run_spmd(module: Module, global_inputs: Sequence[np.ndarray], *, output_shar
         args = [shard(x, s, d[1]) for x, s in zip(global_inputs, in_sh, strict=True)]
         for p, a in zip(params, args, strict=True):
             if tuple(a.shape) != tuple(p.shape.dims):
-                raise InputError(f"parameter {p.name}: the shard of a {list(np.shape(a))} ... "
-                                 f"global input is {list(a.shape)}, the module wants "
-                                 f"{list(p.shape.dims)}")
+                raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "
+                                 f"of the global input, the module wants {list(p.shape.dims)}")
         per_device[d] = args
     results = run_devices(module, per_device, timeout)
     out_sh = output_shardings(module, output_sharding_texts)
