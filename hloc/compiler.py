@@ -148,6 +148,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     """
     from .buffers import plan as make_plan
     from .bundle.manifest import entry_section
+    from .collectives import check_codegen_devices, check_partitioned
     from .frontend import load_bytes, module_to_proto
     from .ir.printer import print_module
     from .ir.verifier import verify
@@ -159,6 +160,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     loaded = load_bytes(data, path)
     module = loaded.module
     verify(module)
+    check_partitioned(module, path)
     dump = DumpManager(dump_options, module.name) if dump_options else None
     try:
         if dump:
@@ -173,6 +175,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
             result.stopped_after = "passes"
             return result
         progress("schedule, buffers, thunks")
+        check_codegen_devices(module, options.target)
         plan = make_plan(module, target=options.target)
         if dump:
             dump.module("after_scheduling", module, stage="schedule")

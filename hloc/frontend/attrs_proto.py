@@ -20,6 +20,7 @@ from hloc.ir.opcodes import Opcode
 from . import attr_messages as am
 from .gen import hlo_pb2, xla_data_pb2
 from .literal_proto import literal_from_proto, literal_to_proto
+from .replica_groups_proto import group_list_from_proto, group_list_to_proto
 from .shape_proto import (
     MalformedProto,
     UnsupportedProto,
@@ -153,7 +154,7 @@ def _load_replica_groups(pb, opcode):
     elif which is None:
         groups = pb.replica_groups
     else:
-        raise UnsupportedProto(f"replica groups given as {which} are not supported")
+        return group_list_from_proto(pb).groups()
     return tuple(tuple(g.replica_ids) for g in groups) if len(groups) else None
 
 
@@ -298,6 +299,8 @@ CODECS: tuple[FieldCodec, ...] = (
     ),
     _message("cholesky_options", "cholesky_options", am.cholesky_from_proto, am.cholesky_to_proto),
     FieldCodec("replica_groups", _load_replica_groups, _store_replica_groups),
+    # After replica_groups: the oneof keeps the compact encoding when there is one.
+    FieldCodec("replica_group_list", lambda pb, op: group_list_from_proto(pb), group_list_to_proto),
     _repeated(
         "source_target_pairs",
         "source_target_pairs",

@@ -31,6 +31,7 @@ from hloc.errors import InputError, UnsupportedError
 from hloc.ir.literal import Literal
 from hloc.ir.module import Module
 
+from .devices_proto import apply_device_assignment
 from .gen import hlo_pb2
 from .literal_proto import literal_from_proto, literal_to_proto
 from .proto_export import module_to_proto
@@ -151,8 +152,13 @@ _BUILDERS = {
 
 def _apply_config(config: hlo_pb2.HloModuleConfigProto, module: Module, path) -> None:
     """The HloModuleConfigProto fields hloc uses; 0 means unset in proto3."""
-    module.config.replica_count = config.replica_count or 1
-    module.config.num_partitions = config.num_partitions or 1
+    module.config.replica_count = config.replica_count or module.config.replica_count
+    module.config.num_partitions = config.num_partitions or module.config.num_partitions
+    if config.HasField("static_device_assignment"):
+        try:
+            apply_device_assignment(config.static_device_assignment, module)
+        except MalformedProto as e:
+            raise InputError(f"config static_device_assignment: {e}", path) from None
     module.config.seed = config.seed
     module.config.launch_id = config.launch_id
     if config.HasField("entry_computation_layout"):

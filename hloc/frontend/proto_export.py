@@ -13,6 +13,7 @@ from hloc.ir.shape import Shape
 
 from .attr_messages import metadata_to_proto
 from .attrs_proto import attrs_to_proto
+from .devices_proto import export_spmd_fields
 from .gen import hlo_pb2
 from .shape_proto import shape_to_proto
 
@@ -100,4 +101,5 @@ def module_to_proto(module: Module) -> hlo_pb2.HloModuleProto:
         )
     pb.frontend_attributes.SetInParent()
     pb.frontend_attributes.map.update(dict(module.frontend_attributes))
+    export_spmd_fields(module, pb)
     return pb

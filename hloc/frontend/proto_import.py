@@ -15,6 +15,7 @@ from hloc.ir.opcodes import Opcode
 
 from .attr_messages import metadata_from_proto
 from .attrs_proto import attrs_from_proto
+from .devices_proto import import_spmd_fields
 from .gen import hlo_pb2
 from .shape_proto import MalformedProto, UnsupportedProto, quote, shape_from_proto
 
@@ -234,6 +235,10 @@ def _import_module_fields(pb, module: Module, importer: _Importer) -> None:
             BufferDonor(donor.parameter_number, tuple(donor.parameter_shape_index)),
         )
     module.frontend_attributes = tuple(sorted(pb.frontend_attributes.map.items()))
+    try:
+        import_spmd_fields(pb, module)
+    except MalformedProto as e:
+        raise where.error(str(e)) from None
     if pb.HasField("host_program_shape"):
         try:
             module.config.entry_layout = program_shape_from_proto(pb.host_program_shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .literal import Literal
+from .replica_groups import ReplicaGroupList
 from .shape import Shape
 
 
@@ -174,6 +175,8 @@ class Attrs:
     triangular_solve_options: TriangularSolveOptions | None = None
     cholesky_options: CholeskyOptions | None = None
     replica_groups: tuple[tuple[int, ...], ...] | None = None
+    # The iota / mesh-axes encoding replica_groups came in, kept so it prints back the same.
+    replica_group_list: ReplicaGroupList | None = None
     source_target_pairs: tuple[tuple[int, int], ...] | None = None
     use_global_device_ids: bool | None = None
     delta: int | None = None

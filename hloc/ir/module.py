@@ -35,6 +35,22 @@ class ModuleConfig:
     seed: int = 0
     launch_id: int = 0
     entry_layout: tuple[tuple[Shape, ...], Shape] | None = None  # (param shapes, result shape)
+    # Multi-device modules: device_assignment[replica][partition] is a global device id (None:
+    # the default, replica * num_partitions + partition). The SPMD shardings of the entry's
+    # parameters and result (HLO text form) come from HloModuleProto's spmd_* fields.
+    device_assignment: tuple[tuple[int, ...], ...] | None = None
+    spmd_parameter_shardings: tuple[str, ...] | None = None
+    spmd_output_sharding: str | None = None
+
+    @property
+    def device_count(self) -> int:
+        return self.replica_count * self.num_partitions
+
+    def device_id(self, replica: int, partition: int) -> int:
+        """The global device id running (replica, partition)."""
+        if self.device_assignment is None:
+            return replica * self.num_partitions + partition
+        return self.device_assignment[replica][partition]
 
 
 @dataclass

@@ -158,7 +158,6 @@ for _name, _attr, _reader in [
     ("backend_config", "backend_config", string_or_dict),
     ("operand_layout_constraints", "operand_layout_constraints", shape_list),
     ("output_to_operand_aliasing", "output_operand_aliasing", aliasing),
-    ("replica_groups", "replica_groups", replica_groups),
     ("source_target_pairs", "source_target_pairs", int_list_list),
     ("sharding", "sharding", Cursor.raw_braced),
     ("frontend_attributes", "frontend_attributes", frontend_attributes),
@@ -185,6 +184,13 @@ for _name, _reader in [
     ("transpose_a", lambda c: enum_value(c, TRANSPOSE_NAMES, "transpose_a value")),
 ]:
     HANDLERS[_name] = _part(_reader)
+
+
+@handles("replica_groups")
+def _replica_groups(cur: Cursor, rec: InstrRec, attr: str) -> None:
+    rec.fields["replica_groups"], form = replica_groups(cur)
+    if form is not None:
+        rec.fields["replica_group_list"] = form
 
 
 @handles("operand_precision")

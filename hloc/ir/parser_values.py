@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from . import dtypes
 from .attrs import (
     ConvDimensionNumbers,
@@ -22,6 +20,7 @@ from .attrs import (
 )
 from .lexer import ATTR_NAME, NAME, WORD, Cursor, token
 from .module import AliasEntry, BufferDonor
+from .replica_groups import MESH_GROUPS, IotaReplicaGroups, ReplicaGroupList, mesh_groups_from_text
 from .shape import Layout, Shape, Tile
 
 # ---- shapes -------------------------------------------------------------------------------
@@ -335,20 +334,28 @@ def metadata(cur: Cursor) -> OpMetadata:
     return OpMetadata(**values)
 
 
+_MESH_GROUPS = token(MESH_GROUPS.pattern)
 _IOTA_GROUPS = token(r"\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 
 
-def replica_groups(cur: Cursor) -> tuple[tuple[int, ...], ...]:
+def replica_groups(cur: Cursor) -> tuple[tuple[tuple[int, ...], ...], ReplicaGroupList | None]:
+    """Explicit `{{0,1},{2,3}}`, iota `[2,2]<=[4]` or mesh `mesh['x'=4] {'x'}` groups: returns
+    (the expanded groups, the compact encoding or None)."""
     if cur.peek() == "{":
-        return int_list_list(cur)
-    m = cur.expect(_IOTA_GROUPS, "replica groups like {{0,1}} or [2,2]<=[4]")
-    dims = [int(v) for v in m.group(3).split(",")]
-    perm = [int(v) for v in m.group(4).split(",")] if m.group(4) else list(range(len(dims)))
-    groups, size = int(m.group(1)), int(m.group(2))
-    if sorted(perm) != list(range(len(dims))) or int(np.prod(dims)) != groups * size:
-        raise cur.error("inconsistent iota replica groups", m.start())
-    ids = np.arange(groups * size).reshape(dims).transpose(perm).reshape(groups, size)
-    return tuple(tuple(int(v) for v in row) for row in ids)
+        return int_list_list(cur), None
+    start = cur.skip_ws()
+    mesh = cur.match(_MESH_GROUPS)
+    try:
+        if mesh is not None:
+            form = mesh_groups_from_text(*mesh.groups())
+        else:
+            m = cur.expect(_IOTA_GROUPS, "replica groups like {{0,1}}, [2,2]<=[4] or mesh[...]")
+            dims = tuple(int(v) for v in m.group(3).split(","))
+            perm = tuple(int(v) for v in m.group(4).split(",")) if m.group(4) else ()
+            form = IotaReplicaGroups(int(m.group(1)), int(m.group(2)), dims, perm)
+        return form.groups(), form
+    except ValueError as e:
+        raise cur.error(str(e), start) from None
 
 
 # ---- module header values -----------------------------------------------------------------

@@ -400,6 +400,10 @@ def _channel(i: Instruction, out: list) -> None:
 def _collective(i: Instruction, out: list) -> None:
     _channel(i, out)
     groups = i.attrs.replica_groups or ()
+    form = i.attrs.replica_group_list
+    if form is not None and form.groups() == groups:  # a pass may have rewritten the groups
+        out.append("replica_groups=" + form.text())
+        return
     out.append("replica_groups={" + ",".join(ints(g) for g in groups) + "}")
 
 

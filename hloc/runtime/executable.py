@@ -86,6 +86,10 @@ class InterpreterExecutable:
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         from .interpreter import evaluate
 
+        if self.module.config.device_count > 1:
+            from .spmd import run_spmd  # all devices in this process; args are GLOBAL arrays
+
+            return run_spmd(self.module, args)
         return evaluate(self.module, args).flatten()
 
     def run_profiled(self, args: list[np.ndarray]):

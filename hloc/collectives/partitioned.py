@@ -1,0 +1,61 @@
+"""Refuse modules that are not SPMD-partitioned yet, with the way to get the partitioned one."""
+
+from __future__ import annotations
+
+from hloc.errors import InputError, UnsupportedError
+from hloc.ir import Module
+from hloc.ir.opcodes import Opcode as O
+
+# Markers the partitioner consumes: Shardy's custom-calls and GSPMD's manual-sharding ones.
+_UNPARTITIONED_TARGETS = ("xla.sdy.", "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
+_DEVICE_OPS = frozenset({
+    O.ALL_REDUCE, O.ALL_REDUCE_START, O.ALL_GATHER, O.ALL_GATHER_START, O.REDUCE_SCATTER,
+    O.ALL_TO_ALL, O.COLLECTIVE_PERMUTE, O.COLLECTIVE_PERMUTE_START, O.COLLECTIVE_BROADCAST,
+    O.PARTITION_ID, O.REPLICA_ID, O.ASYNC_START})
+
+HOW_TO_PARTITION = (
+    "pass the partitioned module instead: XLA's optimized module "
+    "(jax.jit(f).lower(...).compile().runtime_executable().hlo_modules()[0]) or the dump after "
+    "spmd-partitioning (XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_pass_re=spmd-partitioning "
+    "--xla_dump_hlo_as_proto')")
+
+
+def unpartitioned_reason(module: Module) -> str | None:
+    """Why `module` still needs SPMD partitioning, or None when it is ready to run."""
+    if any(k.startswith("xla.sdy.") for k, _ in module.frontend_attributes):
+        return "it carries a Shardy mesh (xla.sdy.meshes)"
+    instrs = [i for c in module.computations for i in c.instructions]
+    for i in instrs:
+        target = i.attrs.custom_call_target or ""
+        if i.opcode == O.CUSTOM_CALL and target.startswith(_UNPARTITIONED_TARGETS):
+            return f"it has sharding custom-calls ({target})"
+    if module.config.num_partitions <= 1 or any(i.opcode in _DEVICE_OPS for i in instrs):
+        return None
+    # Partitioning leaves shardings on the entry parameters only; tiled shardings on other
+    # instructions, with no collective or partition-id anywhere, mean global shapes.
+    annotated = [i for i in instrs if i.opcode != O.PARAMETER and "devices=" in (i.attrs.sharding or "")]
+    if annotated:
+        return f"it has sharding annotations (%{annotated[0].name}) but no collectives"
+    return None
+
+
+def check_partitioned(module: Module, path: str | None = None) -> None:
+    """InputError (exit 2) in one line if `module` is not SPMD-partitioned yet."""
+    reason = unpartitioned_reason(module)
+    if reason is not None:
+        raise InputError(f"module {module.name} is not SPMD-partitioned yet ({reason}); "
+                         f"{HOW_TO_PARTITION}", path)
+
+
+def check_codegen_devices(module: Module, target: str) -> None:
+    """UnsupportedError naming a collective: multi-device thunks are not generated yet, and one
+    device running a collective alone would compute a wrong answer silently."""
+    if module.config.device_count <= 1 or target == "interpreter":
+        return
+    found = next((i for c in module.computations for i in c.instructions
+                  if i.opcode in _DEVICE_OPS), None)
+    what = f"collective {found.opcode.value} (%{found.name})" if found else "the module"
+    raise UnsupportedError(
+        f"{what} in a {module.config.device_count}-device module: {target} thunks for "
+        "collectives are not implemented yet; compile with --target interpreter to run it on the "
+        "reference interpreter (hloc.runtime.spmd.run_spmd)")

@@ -1,0 +1,123 @@
+"""Run a multi-device module on the reference interpreter, all devices in one process.
+
+`run_spmd(module, global_inputs)` shards each GLOBAL input by its parameter's sharding, runs
+one thread per device (replica, partition) with an InProcessCommunicator rendezvous for every
+collective, and assembles the GLOBAL outputs from the output sharding: the oracle for every
+multi-device backend. `run_devices` is the same run on per-device arguments.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..collectives import (
+    CollectiveError,
+    DeviceContext,
+    DeviceGrid,
+    InProcessCommunicator,
+    Sharding,
+    assemble,
+    bind,
+    check_partitioned,
+    parse_sharding,
+    shard,
+)
+from ..collectives.groups import Device
+from ..errors import InputError
+from ..ir import Literal, Module
+
+
+def _leaves(lit: Literal) -> list[np.ndarray]:
+    if lit.shape.is_tuple:
+        return [leaf for e in lit.elements for leaf in _leaves(e)]
+    return [np.asarray(lit.array)]
+
+
+def _run_one(module: Module, ctx: DeviceContext, args, results: dict, errors: dict) -> None:
+    from .interpreter import evaluate
+
+    comm = ctx.comm
+    bind(ctx)
+    try:
+        results[ctx.device] = _leaves(evaluate(module, args))
+        comm.finish(ctx.device_id)
+    except BaseException as e:  # noqa: BLE001 - reported for the device, re-raised by the caller
+        errors[ctx.device] = e
+        comm.abort(ctx.device_id, e)
+    finally:
+        bind(None)
+
+
+def run_devices(module: Module, per_device_args: dict[Device, Sequence],
+                timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
+    """Each device's flattened outputs, from each device's own arguments."""
+    grid = DeviceGrid.of(module.config)
+    comm = InProcessCommunicator([grid.device_id(d) for d in grid.devices()], timeout)
+    results: dict[Device, list] = {}
+    errors: dict[Device, BaseException] = {}
+    threads = [threading.Thread(target=_run_one, name=f"hloc-device-{d}", daemon=True, args=(
+        module, DeviceContext(grid, d, comm), per_device_args[d], results, errors))
+        for d in grid.devices()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    if any(t.is_alive() for t in threads):
+        raise CollectiveError(f"devices still running after {timeout:g} s")
+    if errors:
+        # The first device's own failure, not its peers' "device N failed" aborts.
+        own = [e for e in errors.values() if not isinstance(e, CollectiveError)]
+        raise (own or list(errors.values()))[0]
+    return results
+
+
+def parameter_shardings(module: Module) -> list[Sharding]:
+    """Each entry parameter's sharding: the module's spmd_parameters_shardings, else the
+    parameter's own sharding attribute, else replicated."""
+    params = module.entry.parameters
+    texts = module.config.spmd_parameter_shardings
+    if texts is None or len(texts) != len(params):
+        texts = [p.attrs.sharding for p in params]
+    return [parse_sharding(t) for t in texts]
+
+
+def output_shardings(module: Module, given=None) -> list[Sharding]:
+    """The flattened outputs' shardings: `given` (texts), the module's spmd_output_sharding,
+    the root's sharding attribute, else replicated."""
+    if given is not None:
+        return [parse_sharding(t) for t in given]
+    text = module.config.spmd_output_sharding or module.entry.root.attrs.sharding
+    root = module.entry.result_shape
+    count = len(root.tuple_shapes) if root.is_tuple else 1
+    leaves = parse_sharding(text).leaves() if text else []
+    return leaves if len(leaves) == count else [parse_sharding(None)] * count
+
+
+def run_spmd(module: Module, global_inputs: Sequence[np.ndarray], *, output_sharding_texts=None,
+             output_shapes=None, timeout: float = 300.0) -> list[np.ndarray]:
+    """GLOBAL outputs (flattened) of a partitioned module on GLOBAL inputs."""
+    check_partitioned(module)
+    grid = DeviceGrid.of(module.config)
+    params = module.entry.parameters
+    if len(global_inputs) != len(params):
+        raise InputError(f"module {module.name} takes {len(params)} arguments, "
+                         f"got {len(global_inputs)}")
+    in_sh = parameter_shardings(module)
+    per_device = {}
+    for d in grid.devices():
+        args = [shard(x, s, d[1]) for x, s in zip(global_inputs, in_sh, strict=True)]
+        for p, a in zip(params, args, strict=True):
+            if tuple(a.shape) != tuple(p.shape.dims):
+                raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "
+                                 f"of the global input, the module wants {list(p.shape.dims)}")
+        per_device[d] = args
+    results = run_devices(module, per_device, timeout)
+    out_sh = output_shardings(module, output_sharding_texts)
+    outs = []
+    for i, s in enumerate(out_sh):
+        parts = [results[(0, p)][i] for p in range(grid.num_partitions)]
+        outs.append(assemble(parts, s, output_shapes[i] if output_shapes else None))
+    return outs
