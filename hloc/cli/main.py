@@ -214,6 +214,10 @@ from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
 
 cli.add_command(inspect)
 
+from .ops_cmd import ops  # noqa: E402
+
+cli.add_command(ops)
+
 
 def main() -> None:
     cli(prog_name="hloc")
