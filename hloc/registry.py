@@ -4,12 +4,15 @@ A `Registry` maps keys (opcodes, thunk kinds, pass names, ...) to values (usuall
 classes) registered with a decorator. It rejects a second registration of a key, names itself in
 the error of a failed lookup, lists its keys for coverage tests, and can import the modules that
 fill it on first use (`modules=`), so no caller imports a module only for its side effects.
+A value may also be registered for one target only (`register(key, target="cpu")`, as JAX's
+`register_lowering(prim, rule, platform=...)`): a lookup for that target prefers it over the
+target-neutral value.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from .errors import UnsupportedError
@@ -29,66 +32,89 @@ class Registry(Generic[K, V]):
     `what` names the table in errors ("interpreter implementation", "CPU thunk builder").
     `modules` are imported (once, in order) before the first lookup or listing, so that their
     `register` decorators have run; a module may itself register into several registries.
+    Per-target values (`target=`) live beside the target-neutral ones; `get`, `lookup` and
+    `keys` given a target see both, the target's first, after importing that target's
+    `target_modules` as well.
     """
 
-    def __init__(self, what: str, *, modules: Iterable[str] = ()):
+    def __init__(self, what: str, *, modules: Iterable[str] = (),
+                 target_modules: Mapping[str, Iterable[str]] | None = None):
         self.what = what
         self._entries: dict[K, V] = {}
+        self._targeted: dict[tuple[K, str], V] = {}
         self._modules = tuple(modules)
         self._loaded = not self._modules
+        self._target_modules = {t: tuple(m) for t, m in (target_modules or {}).items()}
 
-    def register(self, *keys: K) -> Callable[[V], V]:
-        """Decorator: register the decorated value under every key in `keys`."""
+    def register(self, *keys: K, target: str | None = None) -> Callable[[V], V]:
+        """Decorator: register the decorated value under every key in `keys` (for `target`
+        only, if given)."""
         if not keys:
             raise TypeError(f"{self.what}: register() needs at least one key")
 
         def add(value: V) -> V:
             for key in keys:
-                self.add(key, value)
+                self.add(key, value, target=target)
             return value
 
         return add
 
-    def add(self, key: K, value: V) -> None:
-        """Register `value` under `key`; a key may be registered once."""
+    def add(self, key: K, value: V, *, target: str | None = None) -> None:
+        """Register `value` under `key` (for `target` only, if given); once per key and target."""
+        if target is not None:
+            if (key, target) in self._targeted:
+                raise RuntimeError(f"duplicate {self.what} for {_key_text(key)!r} "
+                                   f"(target {target})")
+            self._targeted[(key, target)] = value
+            return
         if key in self._entries:
             raise RuntimeError(f"duplicate {self.what} for {_key_text(key)!r}")
         self._entries[key] = value
 
-    def load(self) -> None:
-        """Import the modules that fill this registry (idempotent)."""
-        if self._loaded:
-            return
-        self._loaded = True
-        for name in self._modules:
+    def load(self, target: str | None = None) -> None:
+        """Import the modules that fill this registry, and `target`'s own (idempotent)."""
+        if not self._loaded:
+            self._loaded = True
+            for name in self._modules:
+                importlib.import_module(name)
+        for name in self._target_modules.pop(target, ()):
             importlib.import_module(name)
 
-    def get(self, key: K, default: V | None = None) -> V | None:
-        """The value for `key`, or `default`."""
-        self.load()
+    def get(self, key: K, default: V | None = None, *, target: str | None = None) -> V | None:
+        """The value for `key` (`target`'s own first, if given), or `default`."""
+        self.load(target)
+        if target is not None and (key, target) in self._targeted:
+            return self._targeted[(key, target)]
         return self._entries.get(key, default)
 
-    def lookup(self, key: K, context: str = "") -> V:
-        """The value for `key`; an UnsupportedError naming the table and the key if absent."""
-        self.load()
-        try:
-            return self._entries[key]
-        except KeyError:
+    def lookup(self, key: K, context: str = "", *, target: str | None = None) -> V:
+        """The value for `key` (as `get`); an UnsupportedError naming the table and the key if
+        absent."""
+        value = self.get(key, target=target)
+        if value is None:
             where = f" ({context})" if context else ""
-            raise UnsupportedError(f"no {self.what} for {_key_text(key)!r}{where}") from None
+            raise UnsupportedError(f"no {self.what} for {_key_text(key)!r}{where}")
+        return value
 
     def __contains__(self, key: object) -> bool:
         self.load()
         return key in self._entries
 
-    def keys(self) -> frozenset[K]:
-        """Every registered key (for coverage tables and tests)."""
-        self.load()
-        return frozenset(self._entries)
+    def keys(self, target: str | None = None) -> frozenset[K]:
+        """Every target-neutral key, plus `target`'s own (for coverage tables and tests)."""
+        self.load(target)
+        own = (k for k, t in self._targeted if t == target)
+        return frozenset(self._entries).union(own)
 
     def items(self) -> Iterator[tuple[K, V]]:
+        """The target-neutral (key, value) pairs in registration order."""
         self.load()
         return iter(list(self._entries.items()))
+
+    def __iter__(self) -> Iterator[K]:
+        """The target-neutral keys in registration order."""
+        self.load()
+        return iter(list(self._entries))
 
     def __len__(self) -> int:
         self.load()

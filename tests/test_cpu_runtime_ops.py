@@ -8,33 +8,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hloc.codegen.elemental import supported_opcodes
+from hloc.op_coverage import HOST_FALLBACK, coverage
 from hloc.runtime.interpreter import registry
 from tests.test_codegen_harness import assert_matches, edge_values
 from tests.test_cpu_runtime_helpers import run_text
 
 pytestmark = pytest.mark.cpu
 
-# How the CPU backend runs opcodes that have no elemental lowering: kernel segments
-# (hloc.codegen.cpu.kernel.SPECIAL_SEGMENTS: sort, top-k, select-and-scatter, convolution,
-# scatter, ...), thunks with their own runtime path, or a documented host fallback.
-NATIVE_THUNKS = {"while", "conditional", "call", "fusion", "custom-call", "fft"}
-NO_WORK = {"add-dependency", "after-all", "opt-barrier"}
-EXPANDED_BY_PASSES = {"batch-norm-grad", "batch-norm-inference", "batch-norm-training",
-                      "rng-bit-generator"}
-HOST_FALLBACK = {"cholesky", "triangular-solve", "rng", "stochastic-convert", "get-dimension-size"}
-
 
 def test_every_interpreter_opcode_has_a_cpu_path():
-    import hloc.codegen.cpu  # noqa: F401  (segments register)
-    from hloc.codegen.cpu.kernel import SPECIAL_SEGMENTS
-
-    segments = {o.value for o in SPECIAL_SEGMENTS}
-    missing = {o.value for o in registry.supported_opcodes() - supported_opcodes("cpu")}
-    undocumented = missing - segments - NATIVE_THUNKS - NO_WORK - EXPANDED_BY_PASSES - HOST_FALLBACK
-    assert not undocumented, sorted(undocumented)
-    # The documented fallbacks are exactly those without native code.
-    assert HOST_FALLBACK <= missing - segments, sorted(HOST_FALLBACK - (missing - segments))
+    """How the CPU backend runs each opcode the interpreter knows (hloc.op_coverage: a kernel
+    segment, a thunk with its own runtime path, the elemental emitter, no work, an expander
+    pass, or a documented host fallback), and the documented fallbacks are exactly those
+    without native code."""
+    paths = {r.opcode: r.cpu_path for r in coverage()}
+    interpreted = {o.value for o in registry.supported_opcodes()}
+    assert not sorted(op for op in interpreted if not paths[op])
+    on_host = {op for op in interpreted if paths[op] == "host"}
+    assert on_host == {o.value for o in HOST_FALLBACK}, sorted(on_host ^ {o.value for o in HOST_FALLBACK})
 
 
 def _unary(op: str, t: str, rt: str, n: int) -> str:

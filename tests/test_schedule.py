@@ -42,13 +42,13 @@ def test_list_scheduler_frees_big_temporaries_early():
     m = parse_module(fan_module())
     alias, model = _model(m)
     big = 64 * 16 * 4
-    post = model.peak(ALGORITHMS["post-order"](model))
-    listed = model.peak(ALGORITHMS["list"](model))
+    post = model.peak(ALGORITHMS.lookup("post-order")(model))
+    listed = model.peak(ALGORITHMS.lookup("list")(model))
     assert post == 6 * big  # all six expansions live together
     assert listed == big  # each expansion is reduced (and freed) before the next
     auto = candidate_orders(alias, m.entry, "auto")["auto"]
     assert model.peak(auto) == big
-    assert model.peak(ALGORITHMS["dfs"](model)) == big
+    assert model.peak(ALGORITHMS.lookup("dfs")(model)) == big
 
 
 def _respects_dependencies(order) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..ir import Computation, Instruction, Module, Opcode, Shape, ShapeIndex
+from ..registry import Registry
 from .call_graph import CallGraph, while_body, while_condition
 
 Tree = object  # HloValue | tuple[Tree, ...] | None
@@ -79,15 +80,9 @@ FORWARDING = frozenset({Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.BITCAST,
                         Opcode.OPT_BARRIER, Opcode.ADD_DEPENDENCY, Opcode.DOMAIN})
 
 Handler = Callable[["Dataflow", Instruction], Tree]
-_HANDLERS: dict[Opcode, Handler] = {}
-
-
-def _handles(*opcodes: Opcode):
-    def register(fn: Handler) -> Handler:
-        for op in opcodes:
-            _HANDLERS[op] = fn
-        return fn
-    return register
+# Opcodes whose values are not simply new values at every leaf (Dataflow.define).
+HANDLERS: Registry[Opcode, Handler] = Registry("dataflow handler")
+_handles = HANDLERS.register
 
 
 class Dataflow:
@@ -138,7 +133,7 @@ class Dataflow:
         for instr in comp.post_order():
             if instr in self._trees:  # a forwarded parameter, set by the caller
                 continue
-            handler = _HANDLERS.get(instr.opcode, Dataflow.define)
+            handler = HANDLERS.get(instr.opcode, Dataflow.define)
             self._trees[instr] = handler(self, instr)
 
     def _collect_uses(self) -> None:

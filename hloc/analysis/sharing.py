@@ -17,23 +17,18 @@ from collections.abc import Callable
 
 from ..ir import Computation, Instruction, Opcode, Shape, ShapeIndex
 from ..ir.opcodes import ELEMENTWISE
+from ..registry import Registry
 
 # (output index, operand number, operand index)
 InPlacePair = tuple[ShapeIndex, int, ShapeIndex]
-_IN_PLACE: dict[Opcode, Callable[[Instruction], list[InPlacePair]]] = {}
-
-
-def _in_place(*opcodes: Opcode):
-    def register(fn):
-        for op in opcodes:
-            _IN_PLACE[op] = fn
-        return fn
-    return register
+IN_PLACE: Registry[Opcode, Callable[[Instruction], list[InPlacePair]]] = Registry(
+    "in-place rule")
+_in_place = IN_PLACE.register
 
 
 def in_place_pairs(instr: Instruction) -> list[InPlacePair]:
     """The (output index, operand number, operand index) triples that must share storage."""
-    fn = _IN_PLACE.get(instr.opcode)
+    fn = IN_PLACE.get(instr.opcode)
     return fn(instr) if fn is not None else []
 
 

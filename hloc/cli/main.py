@@ -231,6 +231,9 @@ from .reduce_cmd import reduce_cmd  # noqa: E402
 cli.add_command(bisect_cmd)
 cli.add_command(reduce_cmd)
 cli.add_command(diff_cmd)
+from .ops_cmd import ops  # noqa: E402
+
+cli.add_command(ops)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..registry import Registry
 from .attrs import (
     CholeskyOptions,
     DotDimensionNumbers,
@@ -91,15 +92,9 @@ class InstrRec:
 
 
 Handler = Callable[[Cursor, InstrRec, str], None]
-HANDLERS: dict[str, Handler] = {}
-
-
-def handles(*names: str):
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return register
+# Attribute name -> the handler that reads its value into the record.
+HANDLERS: Registry[str, Handler] = Registry("attribute parser")
+handles = HANDLERS.register
 
 
 def parse_attribute(cur: Cursor, rec: InstrRec) -> None:
@@ -169,7 +164,7 @@ for _name, _attr, _reader in [
     ("api_version", "custom_call_api_version",
      lambda c: enum_value(c, API_VERSION_NAMES, "custom-call API version")),
 ]:
-    HANDLERS[_name] = _field(_attr, _reader)
+    HANDLERS.add(_name, _field(_attr, _reader))
 
 for _name, _reader in [
     ("lhs_batch_dims", int_list), ("lhs_contracting_dims", int_list),
@@ -183,7 +178,7 @@ for _name, _reader in [
     ("unit_diagonal", Cursor.expect_bool),
     ("transpose_a", lambda c: enum_value(c, TRANSPOSE_NAMES, "transpose_a value")),
 ]:
-    HANDLERS[_name] = _part(_reader)
+    HANDLERS.add(_name, _part(_reader))
 
 
 @handles("replica_groups")

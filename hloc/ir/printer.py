@@ -202,7 +202,7 @@ def _attributes(instr: Instruction, opts: PrintOptions) -> list[str]:
     printer = ATTR_PRINTERS.get(instr.opcode)
     if printer is not None:
         printer(instr, out)
-    CALLED_PRINTERS.get(instr.opcode, CALLED_PRINTERS[None])(instr, out)
+    (CALLED_PRINTERS.get(instr.opcode) or CALLED_PRINTERS.lookup(None))(instr, out)
     a = instr.attrs
     if a.sharding is not None:
         out.append(f"sharding={a.sharding}")

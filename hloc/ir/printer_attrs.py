@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..registry import Registry
 from . import dtypes
 from .attrs import (
     ConvDimensionNumbers,
@@ -153,16 +154,10 @@ def _precision(config: PrecisionConfig | None, out: list[str]) -> None:
 
 # ---- per-opcode attribute printers ----------------------------------------------------------
 Printer = Callable[[Instruction, list], None]
-ATTR_PRINTERS: dict[O, Printer] = {}
-CALLED_PRINTERS: dict[O | None, Printer] = {}
-
-
-def prints(*opcodes: O, table: dict = ATTR_PRINTERS):
-    def register(fn: Printer) -> Printer:
-        for op in opcodes:
-            table[op] = fn
-        return fn
-    return register
+ATTR_PRINTERS: Registry[O, Printer] = Registry("attribute printer")
+# The called-computation attributes; key None: every opcode without a printer of its own.
+CALLED_PRINTERS: Registry[O | None, Printer] = Registry("called-computation printer")
+prints = ATTR_PRINTERS.register
 
 
 @prints(O.BROADCAST, O.TRANSPOSE, O.REDUCE, O.REVERSE, O.CONCATENATE, O.MAP,
@@ -441,8 +436,7 @@ def _names(comps) -> str:
     return ", ".join(f"%{c.name}" for c in comps)
 
 
-def called(*opcodes):
-    return prints(*opcodes, table=CALLED_PRINTERS)
+called = CALLED_PRINTERS.register
 
 
 @called(O.WHILE)

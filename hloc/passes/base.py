@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from ..ir import Module
+from ..registry import Registry
 
 
 class Pass:
@@ -42,31 +43,39 @@ class Pass:
         return self.name + ("{" + ",".join(opts) + "}" if opts else "")
 
 
-_REGISTRY: dict[str, type[Pass]] = {}
-_ALIASES: dict[str, str] = {}
+# One module per pass, imported on the first lookup (their @register_pass decorators fill PASSES).
+PASS_MODULES = tuple(f"hloc.passes.{name}" for name in (
+    "algebraic_simplifier", "bitcast_reshapes", "call_inliner", "conditional_simplifier",
+    "constant_folding", "copy_insertion", "cse", "dce", "dot_canonicalizer", "expand_batch_norm",
+    "expand_comparison", "expand_logistic", "expand_rng_bit_generator", "float_normalization",
+    "fusion", "fusion_multi_output", "layout_assignment", "tuple_simplifier",
+    "while_loop_simplifier"))
+PASSES: Registry[str, type[Pass]] = Registry("pass", modules=PASS_MODULES)
+# Short spec names: alias -> pass name.
+ALIASES: Registry[str, str] = Registry("pass alias", modules=PASS_MODULES)
 
 
 def register_pass(cls: type[Pass] | None = None, *, aliases: tuple[str, ...] = ()):
     """Class decorator: make a pass available by its `name` (and short aliases) in specs."""
 
     def add(c: type[Pass]) -> type[Pass]:
-        if not c.name or c.name in _REGISTRY:
-            raise RuntimeError(f"pass {c.__name__} has a missing or duplicate name {c.name!r}")
-        _REGISTRY[c.name] = c
+        if not c.name:
+            raise RuntimeError(f"pass {c.__name__} has no name")
+        PASSES.add(c.name, c)
         for a in aliases:
-            _ALIASES[a] = c.name
+            ALIASES.add(a, c.name)
         return c
 
     return add(cls) if cls is not None else add
 
 
 def lookup_pass(name: str) -> type[Pass] | None:
-    return _REGISTRY.get(_ALIASES.get(name, name))
+    return PASSES.get(ALIASES.get(name, name))
 
 
 def all_passes() -> dict[str, type[Pass]]:
-    return dict(sorted(_REGISTRY.items()))
+    return dict(sorted(PASSES.items()))
 
 
 def aliases_of(name: str) -> list[str]:
-    return sorted(a for a, n in _ALIASES.items() if n == name)
+    return sorted(a for a, n in ALIASES.items() if n == name)

@@ -13,14 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..registry import Registry
 
-# device name -> (targets it can run, factory(bundle) -> Executable)
-_DEVICES: dict[str, tuple[frozenset[str], Callable]] = {}
+# device name -> (targets it can run, factory(bundle) -> Executable); the device modules
+# register themselves (heavy imports stay lazy inside them) and are imported on first lookup.
+DEVICES: Registry[str, tuple[frozenset[str], Callable]] = Registry("device", modules=(
+    "hloc.runtime.cpu", "hloc.runtime.cuda", "hloc.runtime.cuda_emulated"))
 
 
 def register_device(name: str, targets: frozenset[str]):
+    """Register `factory(bundle) -> Executable` as device `name`, running bundles of `targets`."""
     def add(factory):
-        _DEVICES[name] = (targets, factory)
+        DEVICES.add(name, (targets, factory))
         return factory
 
     return add
@@ -41,33 +45,20 @@ def default_device(target: str) -> str:
     return {"interpreter": "interpreter", "cpu": "cpu", "cuda": "cuda"}.get(target, target)
 
 
-def _register_builtin_devices() -> None:
-    """Import the device modules (each registers itself; heavy imports stay lazy inside)."""
-    import importlib
-
-    for name in ("cpu", "cuda", "cuda_emulated"):
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as e:
-            if not (e.name or "").startswith(f"{__package__}.{name}"):
-                raise
-
-
 def load(path: str, device: str | None = None):
     """Read and check a bundle, then prepare it on `device` (default: the bundle's target)."""
     from ..bundle import read_bundle
 
-    _register_builtin_devices()
-
+    DEVICES.load()
     bundle = read_bundle(path)
     target = bundle.manifest["target"]["kind"]
     device = device or default_device(target)
-    if device not in _DEVICES:
-        raise InputError(f"unknown device '{device}' (choose from {', '.join(sorted(_DEVICES))})")
-    targets, factory = _DEVICES[device]
+    if device not in DEVICES:
+        raise InputError(f"unknown device '{device}' (choose from {', '.join(sorted(DEVICES))})")
+    targets, factory = DEVICES.lookup(device)
     if target not in targets:
         raise InputError(f"bundle was compiled for target '{target}' and cannot run on device "
-                         f"'{device}' (it runs on: {', '.join(d for d, (t, _) in sorted(_DEVICES.items()) if target in t)})",
+                         f"'{device}' (it runs on: {', '.join(d for d, (t, _) in sorted(DEVICES.items()) if target in t)})",
                          path)
     return factory(bundle)
 

@@ -21,17 +21,12 @@ from ..analysis import AliasAnalysis, CallGraph
 from ..analysis.storage import closure
 from ..errors import InputError
 from ..ir import Computation, Instruction, Module
+from ..registry import Registry
 from .memory_model import MemoryModel
 
 Scheduler = Callable[[MemoryModel], list[Instruction]]
-ALGORITHMS: dict[str, Scheduler] = {}
-
-
-def _algorithm(name: str):
-    def register(fn: Scheduler) -> Scheduler:
-        ALGORITHMS[name] = fn
-        return fn
-    return register
+ALGORITHMS: Registry[str, Scheduler] = Registry("scheduling algorithm")
+_algorithm = ALGORITHMS.register
 
 
 def _predecessors(instr: Instruction) -> list[Instruction]:
@@ -148,8 +143,8 @@ def candidate_orders(alias: AliasAnalysis, comp: Computation, algorithm: str = "
     the one with the smallest modelled peak (list wins ties)."""
     model = MemoryModel(alias, comp, closure(comp))
     if algorithm != "auto":
-        return {algorithm: ALGORITHMS[algorithm](model)}
-    orders = {name: ALGORITHMS[name](model) for name in ("list", "dfs", "post-order")}
+        return {algorithm: ALGORITHMS.lookup(algorithm)(model)}
+    orders = {name: ALGORITHMS.lookup(name)(model) for name in ("list", "dfs", "post-order")}
     peaks = {name: model.peak(order) for name, order in orders.items()}
     orders["auto"] = orders[min(orders, key=lambda n: peaks[n])]
     return orders

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from . import conv, dot, fft, inplace, loops, reduce, selscatter, sort, topk  # noqa: F401  (segment kinds register)
 from .emit import EmittedKernels, KernelModuleInfo, build_llvm_module, emit_kernels
 from .spec import KernelInfo, KernelSpec, kernel_symbol
 

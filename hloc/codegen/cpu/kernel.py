@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode
+from ...registry import Registry
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element
@@ -48,16 +49,12 @@ class Segment:
         raise NotImplementedError
 
 
-# Special segment planners by root opcode: fn(spec, item) -> Segment | None (None: plain loop).
-SPECIAL_SEGMENTS: dict[Opcode, Callable] = {}
-
-
-def special_segment(*opcodes: Opcode):
-    def register(fn):
-        for op in opcodes:
-            SPECIAL_SEGMENTS[op] = fn
-        return fn
-    return register
+# Special segment planners by root opcode: fn(spec, item) -> Segment | None (None: plain loop),
+# registered with `@special_segment(Opcode.X)` by the modules listed here.
+SPECIAL_SEGMENTS: Registry[Opcode, Callable] = Registry("CPU kernel segment", modules=tuple(
+    f"hloc.codegen.cpu.{name}" for name in (
+        "conv", "dot", "fft", "inplace", "reduce", "selscatter", "sort", "topk")))
+special_segment = SPECIAL_SEGMENTS.register
 
 
 def root_items(spec: KernelSpec) -> list[RootItem]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
+from ...registry import Registry
 from ..elemental.dft import plan_of
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .loops import element_work
@@ -37,25 +38,28 @@ class KernelGroup:
 
 # Thunk kinds other than Kernel that may get a native kernel as well (sort, small gemms, ...):
 # kind -> (fn(instruction) -> bool, lowest -O level), registered by the modules that emit
-# them. A thunk whose kernel cannot be emitted keeps its kind's runtime implementation (it is
-# no host fallback).
-NATIVE_KINDS: dict[str, tuple[Callable[[Instruction], bool], int]] = {}
+# them (listed here; "gemm" below). A thunk whose kernel cannot be emitted keeps its kind's
+# runtime implementation (it is no host fallback).
+NATIVE_KINDS: Registry[str, tuple[Callable[[Instruction], bool], int]] = Registry(
+    "native thunk kernel", modules=tuple(
+        f"hloc.codegen.cpu.{name}" for name in ("conv", "fft", "sort", "topk")))
 
 
 def native_kind(kind: str, min_opt_level: int = 0):
     """Register `fn(instruction) -> bool`: whether a thunk of `kind` should try a kernel
     (from -O`min_opt_level` on: below it the kind's runtime path is always used)."""
     def register(fn):
-        NATIVE_KINDS[kind] = (fn, min_opt_level)
+        NATIVE_KINDS.add(kind, (fn, min_opt_level))
         return fn
     return register
 
 
 def wants_kernel(kind: str, instr: Instruction | None, opt_level: int) -> bool:
     """Whether a thunk of `kind` (other than "kernel") should try a native kernel."""
-    if kind not in NATIVE_KINDS or instr is None:
+    entry = NATIVE_KINDS.get(kind)
+    if entry is None or instr is None:
         return False
-    fn, min_level = NATIVE_KINDS[kind]
+    fn, min_level = entry
     return opt_level >= min_level and fn(instr)
 
 

@@ -7,7 +7,7 @@ Importing this package registers every kernel variant.
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (kernel variants register themselves)
+from . import (  # noqa: F401  (fft.py registers the fft thunk converter of build.py)
     conv,
     dus,
     fft,

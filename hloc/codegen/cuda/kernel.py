@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from ...registry import Registry
 from ...thunks.gpu import KernelRecipe  # plain data of the GPU program, read by the runtime
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
@@ -111,18 +112,12 @@ class KernelBuild:
 
 
 Emitter = Callable[[KernelBuild], None]
-VARIANTS: dict[str, Emitter] = {}
-
-
-def variant(*names: str):
-    """Register the emitter of kernel variants `names`."""
-
-    def register(fn: Emitter) -> Emitter:
-        for name in names:
-            VARIANTS[name] = fn
-        return fn
-
-    return register
+# Kernel variant name -> emitter, registered with `@variant("name")` by the modules listed here.
+VARIANTS: Registry[str, Emitter] = Registry("GPU kernel variant", modules=tuple(
+    f"hloc.codegen.cuda.{name}" for name in (
+        "dus", "fft", "gemm", "loop", "reduce_col", "reduce_row", "scatter", "sort", "topk",
+        "transpose")))
+variant = VARIANTS.register
 
 
 def _operand_generators(ctx, instr: Instruction, comp: Computation, pointers: list[ir.Value]):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ...buffers.assignment import Slice
 from ...ir import Computation, Instruction, Opcode, Shape
+from ...registry import Registry
 from ..elemental.registry import involves_complex
 from .kernel import LaunchDims, RootItem, kernel_computation, leaf_shapes, root_items
 
@@ -61,19 +62,17 @@ class PlanContext:
 
 
 ItemPlanner = Callable[[PlanContext, int], list[Part] | None]
-ITEM_PLANNERS: dict[Opcode, ItemPlanner] = {}
+# Registered with `@plans(Opcode.X)` by the modules listed here.
+ITEM_PLANNERS: Registry[Opcode, ItemPlanner] = Registry("GPU item planner", modules=tuple(
+    f"hloc.codegen.cuda.{name}" for name in (
+        "dus", "gemm", "reduce_row", "scatter", "sort", "topk", "transpose")))
 # Planners whose kernels handle complex elements; other special kernels (gemm, transpose,
 # sort, ...) are written for real types, so a complex item goes to the loop kernel instead
 # (its elemental dot, transpose, ... handle complex values).
 COMPLEX_PLANNERS = frozenset({Opcode.REDUCE})
 
 
-def plans(*opcodes: Opcode):
-    def register(fn: ItemPlanner) -> ItemPlanner:
-        for op in opcodes:
-            ITEM_PLANNERS[op] = fn
-        return fn
-    return register
+plans = ITEM_PLANNERS.register
 
 
 def plan_context(instr: Instruction, target, operand_slices=(), output_slices=()) -> PlanContext:

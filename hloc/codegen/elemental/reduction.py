@@ -17,6 +17,8 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Computation, Instruction, Opcode, PrimitiveType
 from ...ir.computation import scalar_binary_root
+from .complex_arith import multiply
+from .complex_values import Cx
 from .compose import emit_scalar_computation, flatten, operand_index
 from .convert import convert_value
 from .memory import major_to_minor
@@ -65,10 +67,6 @@ def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> i
 
 def _combine_complex(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
     """Complex sums add part-wise (reassociable, so they vectorize like float sums)."""
-    # (the complex modules load on first use, see registry._load_complex_lowerings)
-    from .complex_arith import multiply
-    from .complex_values import Cx
-
     cx = Cx(ctx, et)
     if op == Opcode.MULTIPLY:
         return multiply(cx, a, x)

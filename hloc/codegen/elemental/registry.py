@@ -8,6 +8,9 @@ Complex numbers have a registry of their own: an instruction whose result or ope
 c64/c128 is lowered by its complex lowering (`@emits_complex`), or by the ordinary one when
 the opcode only moves elements around (`complex_agnostic`: broadcast, slice, reduce, ...).
 Real-typed instructions never look at the complex table, so their code is unchanged.
+
+Both tables import the lowering modules on first use, and a target's override modules (the
+CPU dot, the CUDA convolution and select-and-scatter) on its first lookup for that target.
 """
 
 from __future__ import annotations
@@ -19,37 +22,28 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, dtypes
+from ...registry import Registry
 
 Index = list[ir.Value]
 Generator = Callable[[Index], Any]
 Lowering = Callable[[Any, Instruction, list[Generator]], Generator]
 
-_LOWERINGS: dict[tuple[Opcode, str | None], Lowering] = {}
-_COMPLEX_LOWERINGS: dict[tuple[Opcode, str | None], Lowering] = {}
+# The lowering modules, imported on the first lookup, and per target the modules of its overrides.
+_MODULES = tuple(f"hloc.codegen.elemental.{name}" for name in (
+    "arith", "bitops", "compare", "convert", "gather", "indexing", "mathfn", "reduction",
+    "complex_arith", "complex_math"))
+_TARGET_MODULES = {"cpu": ("hloc.codegen.cpu.dot",),
+                   "cuda": ("hloc.codegen.cuda.conv", "hloc.codegen.cuda.selscatter")}
+LOWERINGS: Registry[Opcode, Lowering] = Registry(
+    "elemental lowering", modules=_MODULES, target_modules=_TARGET_MODULES)
+COMPLEX_LOWERINGS: Registry[Opcode, Lowering] = Registry(
+    "complex elemental lowering", modules=_MODULES, target_modules=_TARGET_MODULES)
 # Opcodes whose ordinary lowering is right for complex elements as well.
 _COMPLEX_AGNOSTIC: set[Opcode] = set()
-
-
-def _register(table: dict, opcodes, target: str | None):
-    def register(fn: Lowering) -> Lowering:
-        for op in opcodes:
-            key = (op, target)
-            if key in table:
-                raise RuntimeError(f"duplicate lowering for {op.value} (target {target})")
-            table[key] = fn
-        return fn
-
-    return register
-
-
-def emits(*opcodes: Opcode, target: str | None = None):
-    """Register the decorated lowering for `opcodes` (for every target, or only `target`)."""
-    return _register(_LOWERINGS, opcodes, target)
-
-
-def emits_complex(*opcodes: Opcode, target: str | None = None):
-    """Register the lowering of `opcodes` for instructions with complex results or operands."""
-    return _register(_COMPLEX_LOWERINGS, opcodes, target)
+# Decorators: `@emits(Opcode.X, ...)` for every target, `@emits(Opcode.X, target="cpu")` for one;
+# `@emits_complex(...)` for instructions with complex results or operands.
+emits = LOWERINGS.register
+emits_complex = COMPLEX_LOWERINGS.register
 
 
 def complex_agnostic(*opcodes: Opcode) -> None:
@@ -59,7 +53,7 @@ def complex_agnostic(*opcodes: Opcode) -> None:
 
 def generic_lowering(opcode: Opcode) -> Lowering | None:
     """The target-neutral lowering (what an override falls back to)."""
-    return _LOWERINGS.get((opcode, None))
+    return LOWERINGS.get(opcode)
 
 
 def involves_complex(instr: Instruction) -> bool:
@@ -72,10 +66,9 @@ def involves_complex(instr: Instruction) -> bool:
 
 
 def lookup(instr: Instruction, target_kind: str) -> Lowering:
-    _load_complex_lowerings()
     if involves_complex(instr):
         return _complex_lookup(instr, target_kind)
-    fn = _LOWERINGS.get((instr.opcode, target_kind)) or _LOWERINGS.get((instr.opcode, None))
+    fn = LOWERINGS.get(instr.opcode, target=target_kind)
     if fn is None:
         raise UnsupportedError(f"the elemental emitter has no lowering for '{instr.opcode.value}' "
                                f"(instruction %{instr.name})")
@@ -84,28 +77,14 @@ def lookup(instr: Instruction, target_kind: str) -> Lowering:
 
 def _complex_lookup(instr: Instruction, target_kind: str) -> Lowering:
     op = instr.opcode
-    fn = _COMPLEX_LOWERINGS.get((op, target_kind)) or _COMPLEX_LOWERINGS.get((op, None))
+    fn = COMPLEX_LOWERINGS.get(op, target=target_kind)
     if fn is None and op in _COMPLEX_AGNOSTIC:
-        fn = _LOWERINGS.get((op, target_kind)) or _LOWERINGS.get((op, None))
+        fn = LOWERINGS.get(op, target=target_kind)
     if fn is None:
         raise UnsupportedError(f"the elemental emitter has no complex lowering for "
                                f"'{op.value}' (instruction %{instr.name})")
     return fn
 
 
-_complex_loaded = False
-
-
-def _load_complex_lowerings() -> None:
-    # Imported on first use: the complex modules build on the ordinary lowerings' helpers
-    # (and register real-operand `real`/`imag` too).
-    global _complex_loaded
-    if not _complex_loaded:
-        _complex_loaded = True
-        from . import complex_arith, complex_math  # noqa: F401
-
-
 def supported_opcodes(target_kind: str | None = None) -> frozenset[Opcode]:
-    _load_complex_lowerings()
-    keys = list(_LOWERINGS) + list(_COMPLEX_LOWERINGS)
-    return frozenset(op for op, t in keys if t is None or t == target_kind)
+    return LOWERINGS.keys(target_kind) | COMPLEX_LOWERINGS.keys(target_kind)

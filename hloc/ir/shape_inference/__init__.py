@@ -1,21 +1,11 @@
 """Shape inference: the result shape every HLO opcode must have, per XLA's operation semantics.
 
-`infer_shape(instr)` dispatches on the opcode through a registry filled by one module per op
-family (elementwise, shape_ops, reductions, contractions, gather_scatter, control, misc,
-collectives). Results carry no layout; compare them with `common.same` (layout- and
+`infer_shape(instr)` dispatches on the opcode through a registry (registry.SPECS) filled by
+one module per op family (elementwise, shape_ops, reductions, contractions, gather_scatter,
+control, misc, collectives), imported on first use. Results carry no layout; compare them with `common.same` (layout- and
 dynamism-insensitive, like XLA's ShapeUtil::Compatible).
 """
 
-from . import (  # noqa: F401  (imported for their registrations)
-    collectives,
-    contractions,
-    control,
-    elementwise,
-    gather_scatter,
-    misc,
-    reductions,
-    shape_ops,
-)
 from .common import same
 from .registry import OpSpec, infer_shape, registered_opcodes, spec_of
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import VerifyError
+from ...registry import Registry
 from ..instruction import Instruction
 from ..opcodes import Opcode
 from ..shape import Shape
@@ -57,7 +58,11 @@ class OpSpec:
     called: Arity
 
 
-_SPECS: dict[Opcode, OpSpec] = {}
+# One module per op family; imported on the first lookup (their @register decorators fill SPECS).
+SPECS: Registry[Opcode, OpSpec] = Registry("shape rule", modules=tuple(
+    f"hloc.ir.shape_inference.{name}" for name in (
+        "elementwise", "shape_ops", "reductions", "contractions", "gather_scatter", "control",
+        "misc", "collectives")))
 
 
 def arity(n: int | tuple[int, int | None], parity: str = "") -> Arity:
@@ -74,20 +79,18 @@ def register(*opcodes: Opcode, operands=1, called=0, parity: str = ""):
 
     def add(rule: Rule) -> Rule:
         for op in opcodes:
-            if op in _SPECS:
-                raise RuntimeError(f"duplicate shape rule for {op.text}")
-            _SPECS[op] = OpSpec(rule, arity(operands, parity), arity(called))
+            SPECS.add(op, OpSpec(rule, arity(operands, parity), arity(called)))
         return rule
 
     return add
 
 
 def spec_of(opcode: Opcode) -> OpSpec | None:
-    return _SPECS.get(opcode)
+    return SPECS.get(opcode)
 
 
 def registered_opcodes() -> frozenset[Opcode]:
-    return frozenset(_SPECS)
+    return SPECS.keys()
 
 
 def fail(message: str) -> RuleBroken:
@@ -121,7 +124,7 @@ def infer_shape(instr: Instruction) -> Shape:
     Raises VerifyError naming the computation, the instruction, the opcode and the broken rule
     (an opcode without a rule is reported the same way).
     """
-    spec = _SPECS.get(instr.opcode)
+    spec = SPECS.get(instr.opcode)
     try:
         if spec is None:
             raise fail("no shape rule for this opcode")

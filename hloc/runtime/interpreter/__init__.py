@@ -1,7 +1,8 @@
 """The NumPy reference interpreter: the oracle every backend is tested against.
 
 `evaluate(module, args)` runs the entry computation with XLA semantics. Opcode implementations
-live in the sibling modules, registered with `@impl(Opcode.X)`.
+live in the sibling modules, registered with `@impl(Opcode.X)` into registry.IMPLS (which
+imports them on first use).
 """
 
 from __future__ import annotations
@@ -14,19 +15,6 @@ from ...errors import InputError
 from ...ir import Computation, Literal, Module, Opcode, Shape
 from . import registry
 from .registry import Context, Value
-
-
-def _load_impls() -> None:
-    # Imported for their registrations.
-    import importlib
-    import pkgutil
-
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in ("registry",):
-            importlib.import_module(f"{__name__}.{info.name}")
-
-
-_load_impls()
 
 
 def evaluate_computation(comp: Computation, args: list[Value]) -> Value:

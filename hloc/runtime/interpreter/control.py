@@ -8,6 +8,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir import Opcode
+from ...registry import Registry
 from .registry import impl
 from .sort import sort_perm, top_k_perm
 
@@ -43,24 +44,17 @@ def fusion(ctx, instr, ops):
 # ---- custom calls ----------------------------------------------------------------------------
 
 CustomCallImpl = Callable  # (ctx, instr, operand values) -> value
-_CUSTOM_CALLS: dict[str, CustomCallImpl] = {}
-
-
-def custom_call_target(*targets: str):
-    """Register an implementation of custom-call `targets` (exact target names)."""
-
-    def register(fn):
-        for t in targets:
-            _CUSTOM_CALLS[t] = fn
-        return fn
-
-    return register
+# Exact target name -> implementation; filled here and by contract.py (LAPACK targets).
+CUSTOM_CALLS: Registry[str, CustomCallImpl] = Registry(
+    "interpreter custom-call target", modules=("hloc.runtime.interpreter.contract",))
+# Decorator: `@custom_call_target("TopK", ...)` implements those custom-call targets.
+custom_call_target = CUSTOM_CALLS.register
 
 
 @impl(Opcode.CUSTOM_CALL)
 def custom_call(ctx, instr, ops):
     target = instr.attrs.custom_call_target or ""
-    fn = _CUSTOM_CALLS.get(target)
+    fn = CUSTOM_CALLS.get(target)
     if fn is None:
         raise UnsupportedError(f"unsupported custom-call target {target}")
     return fn(ctx, instr, ops)

@@ -7,30 +7,24 @@ from typing import Any
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode
+from ...registry import Registry
 
 # A value is an np.ndarray for arrays, a tuple of values for tuples, None for tokens.
 Value = Any
 # impl(ctx, instr, operand_values) -> value
 OpImpl = Callable[["Context", Instruction, list], Value]
 
-_IMPLS: dict[Opcode, OpImpl] = {}
-
-
-def impl(*opcodes: Opcode):
-    """Register the decorated function as the implementation of `opcodes`."""
-
-    def register(fn: OpImpl) -> OpImpl:
-        for op in opcodes:
-            if op in _IMPLS:
-                raise RuntimeError(f"duplicate interpreter implementation for {op.value}")
-            _IMPLS[op] = fn
-        return fn
-
-    return register
+# The sibling modules that register implementations, imported on the first lookup.
+IMPLS: Registry[Opcode, OpImpl] = Registry("interpreter implementation", modules=tuple(
+    f"hloc.runtime.interpreter.{name}" for name in (
+        "basic", "batchnorm", "bitops", "collectives", "compare", "contract", "control", "convert",
+        "elementwise", "gather_scatter", "mathops", "reduce", "rng", "shape_ops", "sort")))
+# Decorator: `@impl(Opcode.X, ...)` registers the implementation of those opcodes.
+impl = IMPLS.register
 
 
 def lookup(instr: Instruction) -> OpImpl:
-    fn = _IMPLS.get(instr.opcode)
+    fn = IMPLS.get(instr.opcode)
     if fn is None:
         raise UnsupportedError(
             f"the reference interpreter does not support opcode '{instr.opcode.value}' "
@@ -39,7 +33,7 @@ def lookup(instr: Instruction) -> OpImpl:
 
 
 def supported_opcodes() -> frozenset[Opcode]:
-    return frozenset(_IMPLS)
+    return IMPLS.keys()
 
 
 class Context:
