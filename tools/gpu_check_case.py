@@ -64,18 +64,35 @@ def run_hloc(meta: str, bundle: str, seconds: float) -> tuple[dict, list]:
 
 
 def _xla_executable(pb: bytes):
+    """XLA GPU's executable for an HloModuleProto (the calls xla_worker.py makes, with the
+    spellings newer jaxlibs use as fallbacks) and its device."""
     import jax
     from jax._src import xla_bridge
-    from jax._src.lib import _jax, xla_client
+    from jax._src.lib import xla_client
 
     jax.config.update("jax_default_matmul_precision", "highest")
     backend = xla_bridge.get_backend("gpu")
-    module = _jax.mlir.hlo_to_stablehlo(pb)
+    module = _stablehlo(pb)
     devices = backend.devices()[:1]
+    options = xla_client.CompileOptions()
     compile_fn = getattr(backend, "compile_and_load", None)
-    if compile_fn is not None:
-        return compile_fn(module, devices, xla_client.CompileOptions()), devices[0]
-    return backend.compile(module, xla_client.CompileOptions()), devices[0]
+    if compile_fn is None:
+        return backend.compile(module, options), devices[0]
+    try:
+        return compile_fn(module, devices, options), devices[0]
+    except TypeError:  # wants a DeviceList
+        return compile_fn(module, xla_client.DeviceList(tuple(devices)), options), devices[0]
+
+
+def _stablehlo(pb: bytes):
+    try:
+        from jax._src.lib import _jax
+
+        return _jax.mlir.hlo_to_stablehlo(pb)
+    except (ImportError, AttributeError):
+        from jax._src.lib import xla_client
+
+        return xla_client._xla.mlir.hlo_to_stablehlo(pb)
 
 
 def run_xla(meta: str, pb: str, seconds: float) -> tuple[dict, list]:

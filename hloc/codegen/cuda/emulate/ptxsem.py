@@ -65,6 +65,9 @@ def model_ptx(fn: ir.Function) -> int:
             model.b.position_after(instr)
             mapping[instr] = rule(model, instr)
     _replace_uses(fn, mapping, model.parts)
+    for instr in mapping:  # inline PTX must not reach the host back end (its constraints)
+        if isinstance(instr, ir.CallInstr) and isinstance(instr.callee, ir.InlineAsm):
+            instr.parent.instructions.remove(instr)
     return len(mapping)
 
 
