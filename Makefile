@@ -8,7 +8,7 @@ DEMO   ?= mlp
 DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint format proto proto-check samples bench clean
+.PHONY: help venv demo test lint format proto proto-check samples bench gpu-check clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,5 +56,8 @@ samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs n
 bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (prints tables)
 	JAXENV=$(abspath $(JAXENV)) $(PY) benchmarks/run.py
 
+gpu-check: ## on an NVIDIA GPU: gpu tests + GPU benchmarks vs jax's XLA (tools/gpu_check.py; OUT=dir)
+	PYTHONPATH=. $(PYTHON) tools/gpu_check.py --out $(or $(OUT),gpu-check-out)
+
 clean: ## remove build products (keeps the virtualenvs)
-	rm -rf build dist *.egg-info demo-out .pytest_cache
+	rm -rf build dist *.egg-info demo-out .pytest_cache gpu-check-out

@@ -42,6 +42,9 @@ class CudaTarget:
     data_layout: str = DATA_LAYOUT
     limits: DeviceLimits = DeviceLimits()
     kind: str = "cuda"
+    # NVIDIA float units return the canonical NaN 0x7fffffff and abs/neg canonicalize NaNs:
+    # the elemental emitter picks XLA's (x86's) NaN bits itself (elemental/nanbits.py).
+    canonical_nan: bool = True
 
     @property
     def warp_size(self) -> int:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import Opcode
+from . import nanbits
+from .fmod import exact_fmod
+from .nanbits import exact_nans, x86_nan
 from .registry import emits
 from .scalar import all_ones, const, elementwise, fmax, fmin, int_min, is_nan
 
@@ -96,6 +99,17 @@ def _fb(method):
     return lambda ctx, instr, v, et: getattr(ctx.builder, method)(*v)
 
 
+def _float_op(method):
+    """A float binary op whose NaN result follows x86's rules (nanbits.x86_nan)."""
+    return lambda ctx, instr, v, et: x86_nan(ctx, getattr(ctx.builder, method)(*v), *v)
+
+
+def _float_rem(ctx, instr, v, et):
+    if exact_nans(ctx):
+        return exact_fmod(ctx, *v)  # NVPTX expands frem as x - trunc(x/y)*y: inexact
+    return ctx.builder.frem(*v)
+
+
 def _smax(signed_name, unsigned_name):
     def fn(ctx, instr, v, et):
         name = signed_name if et.is_signed else unsigned_name
@@ -104,11 +118,11 @@ def _smax(signed_name, unsigned_name):
 
 
 _BINARY = {
-    Opcode.ADD: {"float": _fb("fadd"), "integral": _fb("add"), "pred": _fb("or_")},
-    Opcode.SUBTRACT: {"float": _fb("fsub"), "integral": _fb("sub")},
-    Opcode.MULTIPLY: {"float": _fb("fmul"), "integral": _fb("mul"), "pred": _fb("and_")},
-    Opcode.DIVIDE: {"float": _fb("fdiv"), "integral": _int_div},
-    Opcode.REMAINDER: {"float": _fb("frem"), "integral": _int_rem},
+    Opcode.ADD: {"float": _float_op("fadd"), "integral": _fb("add"), "pred": _fb("or_")},
+    Opcode.SUBTRACT: {"float": _float_op("fsub"), "integral": _fb("sub")},
+    Opcode.MULTIPLY: {"float": _float_op("fmul"), "integral": _fb("mul"), "pred": _fb("and_")},
+    Opcode.DIVIDE: {"float": _float_op("fdiv"), "integral": _int_div},
+    Opcode.REMAINDER: {"float": _float_rem, "integral": _int_rem},
     Opcode.MAXIMUM: {"float": lambda ctx, i, v, et: fmax(ctx, *v),
                      "integral": _smax("smax", "umax"), "pred": _fb("or_")},
     Opcode.MINIMUM: {"float": lambda ctx, i, v, et: fmin(ctx, *v),
@@ -118,11 +132,10 @@ _BINARY = {
     Opcode.XOR: {"integral": _fb("xor"), "pred": _fb("xor")},
 }
 _UNARY = {
-    Opcode.NEGATE: {"float": lambda ctx, i, v, et: ctx.builder.fneg(v[0]),
+    Opcode.NEGATE: {"float": lambda ctx, i, v, et: nanbits.negate(ctx, v[0]),
                     "integral": lambda ctx, i, v, et: ctx.builder.neg(v[0])},
-    Opcode.ABS: {"float": lambda ctx, i, v, et: ctx.call(
-        f"llvm.fabs.{'f64' if v[0].type == ir.DoubleType() else 'f32'}", v),
-        "integral": _int_abs},
+    Opcode.ABS: {"float": lambda ctx, i, v, et: nanbits.absolute(ctx, v[0]),
+                 "integral": _int_abs},
     Opcode.SIGN: {"float": _float_sign, "integral": _int_sign},
     Opcode.NOT: {"integral": lambda ctx, i, v, et: ctx.builder.not_(v[0]),
                  "pred": lambda ctx, i, v, et: ctx.builder.not_(v[0])},

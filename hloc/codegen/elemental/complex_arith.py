@@ -22,6 +22,7 @@ from .complex_values import Cx
 from .compose import constant_generator, operand_index
 from .indexing import reshape_index
 from .memory import literal_table, load_element, major_to_minor, row_major
+from .nanbits import x86_nan
 from .registry import complex_agnostic, emits, emits_complex
 from .types import F32, F64, ElemType, elem_type
 
@@ -149,7 +150,9 @@ def multiply(cx: Cx, z: ir.Value, w: ir.Value) -> ir.Value:
     (ar, ai), (br, bi) = cx.parts(z), cx.parts(w)
     re = cx.fma(ar, br, cx.neg(cx.mul(ai, bi)))
     im = cx.fma(ai, br, cx.mul(ar, bi))
-    return cx.make(re, im)
+    # NaN parts as x86 computes them (the first NaN operand of each part's formula) where
+    # the hardware would give its canonical NaN instead.
+    return cx.make(x86_nan(cx.ctx, re, ar, br, ai, bi), x86_nan(cx.ctx, im, ai, br, ar, bi))
 
 
 @register(Opcode.MULTIPLY)

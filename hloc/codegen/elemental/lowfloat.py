@@ -14,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir import PrimitiveType, dtypes
+from . import nanbits
 from .types import F32, I32, ElemType
 
 P = PrimitiveType
@@ -140,7 +141,7 @@ def _bf16_round_bits(ctx, value: ir.Value) -> ir.Value:
     would vanish becomes quiet.
     """
     b = ctx.builder
-    bits = b.bitcast(value, I32)
+    bits = nanbits.float_bits(ctx, value)
     lsb = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 1))
     rounded = b.add(bits, b.add(lsb, _c(I32, 0x7FFF)))
     lost = b.icmp_unsigned("==", b.and_(bits, _c(I32, 0x007F0000)), _c(I32, 0))
@@ -155,7 +156,8 @@ def _is_nan_bits(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
 def _encode_generic(ctx, fmt: NarrowFormat, value: ir.Value, storage: ir.IntType) -> ir.Value:
     b = ctx.builder
     m = fmt.man_bits
-    bits = b.bitcast(value, I32)
+    # Opaque on CUDA: LLVM would fold the mask into fabs (abs.ftz: canonical NaN payload).
+    bits = nanbits.float_bits(ctx, value)
     mag = b.and_(bits, _c(I32, 0x7FFFFFFF))
     negative = b.icmp_unsigned("!=", b.lshr(bits, _c(I32, 31)), _c(I32, 0))
     # Target normal range: round the f32 mantissa to m bits on the bit pattern, then rebias.

@@ -17,7 +17,7 @@ from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
 from . import approx, fmath64, fmath64_atan, fmath64_erf, fmath64_log, fmath64_trig, lowfloat
 from .registry import emits, generic_lowering
-from .scalar import elementwise, unary_float
+from .scalar import elementwise, exact_unary, unary_float
 from .types import F64, elem_type
 
 _F32_UNARY = {
@@ -113,7 +113,7 @@ emits(Opcode.LOGISTIC)(elementwise({"float": _logistic}))
 
 
 def _sqrt(ctx, instr, v, et):
-    return unary_float(ctx, "sqrt", v[0])
+    return exact_unary(ctx, "sqrt", v[0])
 
 
 def _rsqrt(ctx, instr, v, et):
@@ -126,7 +126,7 @@ emits(Opcode.RSQRT)(elementwise({"float": _rsqrt}))
 for _op, _name in {Opcode.FLOOR: "floor", Opcode.CEIL: "ceil",
                    Opcode.ROUND_NEAREST_EVEN: "roundeven", Opcode.ROUND_NEAREST_AFZ: "round"}.items():
     emits(_op)(elementwise({"float": (lambda name: lambda ctx, i, v, et:
-                                      unary_float(ctx, name, v[0]))(_name)}))
+                                      exact_unary(ctx, name, v[0]))(_name)}))
 
 
 def _atan2(ctx, instr, v, et):

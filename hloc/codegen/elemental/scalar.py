@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, PrimitiveType
-from . import lowfloat
+from . import lowfloat, nanbits
 from .compose import operand_index
 from .types import F64, I32, ElemType, elem_type
 
@@ -99,7 +99,9 @@ def _min_max(ctx, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
     bld = ctx.builder
     ity = int_bits_of_float(a)
     sign = ir.Constant(ity, 1 << (ity.width - 1))
-    a_bits, b_bits = bld.bitcast(a, ity), bld.bitcast(b, ity)
+    # Through nanbits: on CUDA a visible bitcast lets LLVM turn the masks into fabs, whose
+    # PTX (abs.ftz) would flush subnormals and canonicalize the NaN picked here.
+    a_bits, b_bits = nanbits.float_bits(ctx, a), nanbits.float_bits(ctx, b)
     if direction == ">":
         b_wins = bld.and_(b_bits, bld.or_(a_bits, ir.Constant(ity, (1 << (ity.width - 1)) - 1)))
     else:
@@ -120,6 +122,11 @@ def flush_denormal(ctx, x: ir.Value) -> ir.Value:
 def unary_float(ctx, name: str, x: ir.Value) -> ir.Value:
     """A unary LLVM float intrinsic (fabs, floor, ceil, roundeven, round, sqrt, ...)."""
     return ctx.call(f"llvm.{name}.{float_suffix(x)}", [x])
+
+
+def exact_unary(ctx, name: str, x: ir.Value) -> ir.Value:
+    """unary_float with x86's NaN result (a NaN x comes back quiet, not canonical)."""
+    return nanbits.x86_nan(ctx, unary_float(ctx, name, x), x)
 
 
 def is_nan(ctx, x: ir.Value) -> ir.Value:

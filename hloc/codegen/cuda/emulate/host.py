@@ -21,6 +21,7 @@ from ... import llvm
 from ...target import host_target
 from ..nvvm import SHARED_ADDRSPACE
 from .driver import DIVERGED, EXITED_AT_SYNC, OK, emit_launch, launch_name
+from .ptxsem import model_ptx
 from .transform import EmulatedKernel, KernelTransform, shared_layout
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * 6), ctypes.c_int64,
@@ -38,6 +39,9 @@ def build_host_ir(module: ir.Module, names: list[str]) -> HostIR:
     target = host_target()
     td = llvm_binding.create_target_data(target.data_layout)
     shared = shared_layout(module)
+    # First the hardware's rules for each operation (ptxsem.py), on every defined function.
+    for fn in [f for f in module.functions if f.blocks]:
+        model_ptx(fn)
     kernels = {}
     for name in names:
         kernels[name] = KernelTransform(module, module.globals[name], td, shared).run()
