@@ -54,16 +54,22 @@ def cli() -> None:
 @click.option("--dump-format", default="text", show_default=True, help="text,proto,dot")
 @click.option("--stop-after", default=None, help="passes, schedule, buffers, thunks, llvm, code")
 @click.option("--time-passes", is_flag=True, help="print a per-pass timing table")
+@click.option("--sign-key", default=None,
+              help="sign the bundle with this key FILE (HMAC-SHA256, or Ed25519 PEM)")
 @debug_option
 @guarded("hloc")
 def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
-            time_passes, debug):
+            time_passes, sign_key, debug):
     """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
     from ..bundle import write_bundle
+    from ..bundle.signing import load_key
     from ..compiler import CompileOptions, compile_model
+    from ..util.safe_write import check_output_path
 
     setup_logging(debug_enabled(debug))
+    check_output_path(output)
+    key = load_key(sign_key, signing=True) if sign_key else None
     options = CompileOptions(
         target=target, cuda_archs=tuple(cuda_arch) or ("sm_80",), cpu=cpu, cpu_features=cpu_features,
         opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
@@ -79,7 +85,7 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
     if time_passes:
         click.echo(result.pass_timing_table, err=True)
     if result.stopped_after is None:
-        write_bundle(output, manifest=result.manifest, members=result.members)
+        write_bundle(output, manifest=result.manifest, members=result.members, sign_key=key)
 
 
 class _Progress:
@@ -216,6 +222,9 @@ cli.add_command(inspect)
 
 
 def main() -> None:
+    from ..util.safe_write import install_sigterm_cleanup
+
+    install_sigterm_cleanup()  # a killed compile leaves no temp file behind
     cli(prog_name="hloc")
 
 

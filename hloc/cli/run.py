@@ -32,22 +32,60 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--report", default=None, help="write a JSON report here")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
+@click.option("--timeout", default=None, type=float,
+              help="stop the run after S seconds (exit 1); Ctrl-C stops it too (exit 130)")
+@click.option("--max-memory", default=None, type=click.IntRange(min=1),
+              help="refuse a run needing more than BYTES (arguments + outputs + temp)")
+@click.option("--trusted-key", "trusted_keys", multiple=True,
+              help="run only bundles signed with this key FILE (repeatable; also "
+                   "HLOC_TRUSTED_KEYS, paths joined with ':')")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, profile, device, debug):
-    """Run BUNDLE (written by `hloc compile`) on a device."""
+        reference, benchmark, report, profile, device, timeout, max_memory, trusted_keys, debug):
+    """Run BUNDLE (written by `hloc compile`) on a device.
+
+    \b
+    Trust: a bundle holds native code that runs in this process, as a shared library does;
+    run only bundles you would trust as a library, or require a signature with
+    --trusted-key. The object cache (HLOC_CACHE_DIR) is native code too: it is MACed with a
+    per-user key and must be a directory only you can write. Every member is validated
+    before use (slices, symbols, imports, entry signature): a bad one is exit 2."""
+    from ..bundle.signing import trusted_key_files
     from ..runtime import load
-    from ..runtime.io import compare_outputs, load_inputs, summarize, write_outputs
+    from ..runtime.io import load_inputs, summarize, write_outputs
+    from ..runtime.limits import check_timeout, preflight_memory, run_limits
 
     setup_logging(debug_enabled(debug))
     if benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
-    exe = load(bundle_path, device)
+    check_timeout(timeout)
+    exe = load(bundle_path, device, trusted_keys=trusted_key_files(trusted_keys))
+    preflight_memory(exe.bundle.manifest, max_memory, bundle_path)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
-    outputs = exe.run(args)
+    with run_limits(timeout, f"the run of {bundle_path}", bundle_path):
+        outputs = exe.run(args)
+        result, failed = _checks(exe, args, outputs, bundle_path, expected, rtol, atol,
+                                 reference, profile, benchmark)
+    if output:
+        write_outputs(output, outputs)
+    if not (expected or output or benchmark or profile):
+        click.echo(summarize(outputs))
+    if report:
+        from ..util.fs import atomic_write
+
+        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    if failed:
+        raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _checks(exe, args, outputs, bundle_path, expected, rtol, atol, reference, profile,
+            benchmark) -> tuple[dict, list[str]]:
+    """--expected, --reference, --profile, --benchmark: (report dict, failures)."""
+    from ..runtime.io import compare_outputs
+
     result: dict = {"device": exe.device, "bundle": bundle_path,
                     "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
     failed = []
@@ -66,16 +104,7 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         b = result["benchmark"]
         click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
                    f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms")
-    if output:
-        write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile):
-        click.echo(summarize(outputs))
-    if report:
-        from ..util.fs import atomic_write
-
-        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    if failed:
-        raise CheckFailed("; ".join(failed), bundle_path)
+    return result, failed
 
 
 def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
@@ -147,7 +176,10 @@ def _profile_table(exe, args) -> str:
 
 
 def main() -> None:
+    from ..util.safe_write import install_sigterm_cleanup
+
     np.seterr(all="ignore")
+    install_sigterm_cleanup()
     cli(prog_name="hlo-run")
 
 

@@ -53,13 +53,21 @@ def _register_builtin_devices() -> None:
                 raise
 
 
-def load(path: str, device: str | None = None):
-    """Read and check a bundle, then prepare it on `device` (default: the bundle's target)."""
+def load(path: str, device: str | None = None, *, trusted_keys: list[str] | None = None):
+    """Read and check a bundle, then prepare it on `device` (default: the bundle's target).
+    With `trusted_keys` (key files), a bundle not signed by one of them is refused first."""
     from ..bundle import read_bundle
 
     _register_builtin_devices()
 
+    from ..bundle.validate import validate_bundle
+
     bundle = read_bundle(path)
+    if trusted_keys:
+        from ..bundle.signing import verify_bundle
+
+        verify_bundle(bundle, trusted_keys)
+    validate_bundle(bundle)  # members sound and bound together, before any device uses one
     target = bundle.manifest["target"]["kind"]
     device = device or default_device(target)
     if device not in _DEVICES:

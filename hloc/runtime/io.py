@@ -310,21 +310,16 @@ def write_outputs(path: str | os.PathLike, arrays: Sequence[np.ndarray]) -> None
 
 
 def _write_npz_atomic(target: Path, entries: dict[str, np.ndarray]) -> None:
-    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for key, arr in entries.items():
-                info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = 0o100644 << 16
-                with zf.open(info, "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, arr, allow_pickle=False)
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write outputs: {e.strerror or e}", path=str(target)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # The same exclusive, unpredictable temp file as bundles: no planted symlink is followed.
+    from ..util.safe_write import safe_writer
+
+    with safe_writer(str(target)) as f, zipfile.ZipFile(
+            f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in entries.items():
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100644 << 16
+            with zf.open(info, "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, arr, allow_pickle=False)
 
 
 def read_outputs(path: str, dtypes_hint: Sequence[str] | None = None) -> list[np.ndarray]:
