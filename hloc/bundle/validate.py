@@ -92,18 +92,18 @@ def _is_count(v: object) -> bool:
 
 
 def iter_fields(root):
-    """(owner, field name, value) for every dataclass field reachable from `root`,
-    depth-first and without recursion (programs may nest arbitrarily)."""
-    stack = [root]
+    """(owner, field name, value) for every value reachable from `root` through dataclass
+    fields and tuples/lists (owner: the nearest dataclass), depth-first and without
+    recursion (programs may nest arbitrarily)."""
+    stack = [(None, "", root)]
     while stack:
-        node = stack.pop()
+        owner, name, node = stack.pop()
+        if node is not root:
+            yield owner, name, node
         if dataclasses.is_dataclass(node) and not isinstance(node, type):
-            for f in dataclasses.fields(node):
-                value = getattr(node, f.name)
-                yield node, f.name, value
-                stack.append(value)
+            stack.extend((node, f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
         elif isinstance(node, tuple | list):
-            stack.extend(node)
+            stack.extend((owner, name, item) for item in node)
 
 
 class ProgramCheck:

@@ -89,7 +89,7 @@ def _open_temp(target: Path) -> tuple[Path, int]:
     from ..util.safe_write import check_output_path, open_exclusive_temp
 
     check_output_path(str(target))
-    tmp, fd = open_exclusive_temp(str(target))
+    tmp, fd = open_exclusive_temp(str(target), "cannot write bundle")
     return Path(tmp), fd
 
 

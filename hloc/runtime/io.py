@@ -313,7 +313,7 @@ def _write_npz_atomic(target: Path, entries: dict[str, np.ndarray]) -> None:
     # The same exclusive, unpredictable temp file as bundles: no planted symlink is followed.
     from ..util.safe_write import safe_writer
 
-    with safe_writer(str(target)) as f, zipfile.ZipFile(
+    with safe_writer(str(target), "cannot write outputs") as f, zipfile.ZipFile(
             f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for key, arr in entries.items():
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))

@@ -24,7 +24,7 @@ def check_output_path(path: str) -> None:
         raise InputError("is a directory; give a file name to write", path=path)
 
 
-def open_exclusive_temp(target: str) -> tuple[str, int]:
+def open_exclusive_temp(target: str, what: str = "cannot write") -> tuple[str, int]:
     """A new temp file next to `target` (O_EXCL, O_NOFOLLOW, random name); registered for
     SIGTERM cleanup until `forget_temp`."""
     directory = os.path.dirname(os.path.abspath(target))
@@ -33,7 +33,7 @@ def open_exclusive_temp(target: str) -> tuple[str, int]:
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
     except OSError as e:
-        raise InputError(f"cannot write: {e.strerror or e}", path=target) from None
+        raise InputError(f"{what}: {e.strerror or e}", path=target) from None
     _LIVE_TEMPS.add(tmp)
     return tmp, fd
 
@@ -46,10 +46,11 @@ def forget_temp(tmp: str, *, remove: bool) -> None:
 
 
 @contextlib.contextmanager
-def safe_writer(path: str) -> Iterator[BinaryIO]:
-    """A binary file that atomically replaces `path` if the block completes."""
+def safe_writer(path: str, what: str = "cannot write") -> Iterator[BinaryIO]:
+    """A binary file that atomically replaces `path` if the block completes; errors are
+    InputError("WHAT: reason") naming the path."""
     check_output_path(path)
-    tmp, fd = open_exclusive_temp(path)
+    tmp, fd = open_exclusive_temp(path, what)
     try:
         with os.fdopen(fd, "w+b") as f:
             yield f
@@ -58,7 +59,7 @@ def safe_writer(path: str) -> Iterator[BinaryIO]:
         os.replace(tmp, path)
     except OSError as e:
         forget_temp(tmp, remove=True)
-        raise InputError(f"cannot write: {e.strerror or e}", path=path) from None
+        raise InputError(f"{what}: {e.strerror or e}", path=path) from None
     except BaseException:
         forget_temp(tmp, remove=True)
         raise
