@@ -8,7 +8,7 @@ DEMO   ?= mlp
 DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint format proto proto-check samples bench clean
+.PHONY: help venv demo test lint format proto proto-check samples bench clean fuzz
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +55,9 @@ samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs n
 
 bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (prints tables)
 	JAXENV=$(abspath $(JAXENV)) $(PY) benchmarks/run.py
+
+fuzz: $(STAMP) ## fuzz the bundle, proto, text and .npz readers for HLOC_FUZZ_SECONDS (default 60)
+	$(PY) tools/fuzz.py
 
 clean: ## remove build products (keeps the virtualenvs)
 	rm -rf build dist *.egg-info demo-out .pytest_cache

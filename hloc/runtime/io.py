@@ -136,7 +136,7 @@ def _zero_array(spec: TensorSpec, seed: int) -> np.ndarray:
 
 def _read_input_file(signature: Signature, file: str, slots: list):
     """Yield (parameter index, array, source) for the arrays of one input file."""
-    kind, arrays = read_arrays(file)
+    kind, arrays = read_arrays(file, max_bytes=_input_budget(signature))
     if kind == "npy":
         free = [i for i, s in enumerate(slots) if s is None]
         if not free:
@@ -162,15 +162,36 @@ def _arg_index(key: str, count: int) -> int | None:
     return None
 
 
-def read_arrays(file: str) -> tuple[str, dict[str, np.ndarray]]:
-    """("npy", {"arr": a}) or ("npz", {key: a}); never unpickles; InputError names the file."""
+# Room for .npy headers (and bit-pattern metadata) on top of the parameters' own bytes.
+_HEADER_SLACK = 1 << 16
+
+
+def _input_budget(signature: Signature) -> int:
+    """The most bytes the input files may inflate to: every parameter once, plus headers."""
+    total = sum(math.prod(p.shape) * p.np_dtype.itemsize for p in signature.parameters)
+    return total + _HEADER_SLACK * (len(signature.parameters) + 1)
+
+
+def _check_size(size: int, max_bytes: int | None, what: str) -> None:
+    """Refuse a member or file larger than the parameters could need, before reading it."""
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"{what} holds {size} bytes, more than the {max_bytes} the entry "
+                         "parameters need; refused before reading it")
+
+
+def read_arrays(file: str, max_bytes: int | None = None) -> tuple[str, dict[str, np.ndarray]]:
+    """("npy", {"arr": a}) or ("npz", {key: a}); never unpickles; InputError names the file.
+    With `max_bytes`, a file or member that would inflate past it is refused unread."""
     kind = _sniff(file)
     try:
         if kind == "npy":
+            _check_size(os.path.getsize(file), max_bytes, "the file")
             return kind, {"arr": _parse_npy(Path(file).read_bytes())}
         arrays = {}
         with zipfile.ZipFile(file) as zf:
-            for info in zf.infolist():
+            infos = zf.infolist()
+            _check_size(sum(i.file_size for i in infos), max_bytes, "the archive")
+            for info in infos:
                 key = info.filename.removesuffix(".npy")
                 arrays[key] = _parse_npy(zf.read(info))
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
