@@ -61,6 +61,7 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     if benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
     check_timeout(timeout)
+    _check_tolerances(rtol, atol)
     exe = load(bundle_path, device, trusted_keys=trusted_key_files(trusted_keys))
     preflight_memory(exe.bundle.manifest, max_memory, bundle_path)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
@@ -79,6 +80,13 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _check_tolerances(rtol: float | None, atol: float | None) -> None:
+    """--rtol/--atol: finite and not negative (a negative tolerance fails every comparison)."""
+    for flag, value in (("--rtol", rtol), ("--atol", atol)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise InputError(f"{flag} wants a finite non-negative number, got {value:g}")
 
 
 def _checks(exe, args, outputs, bundle_path, expected, rtol, atol, reference, profile,

@@ -202,6 +202,7 @@ def read_arrays(file: str, max_bytes: int | None = None) -> tuple[str, dict[str,
 def _parse_npy(data: bytes) -> np.ndarray:
     """One .npy payload. float8_e5m2 arrays saved by ml_dtypes carry the descr '<f1', which
     numpy cannot read back; those come back as their uint8 bit patterns."""
+    _check_npy_header(data)
     try:
         return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
@@ -221,9 +222,34 @@ def _parse_npy(data: bytes) -> np.ndarray:
     return bits.reshape(shape, order="F" if order_match.group(1) == "True" else "C").copy()
 
 
-# The two fields of a .npy header dict we need, read by pattern: nothing is evaluated.
+# The fields of a .npy header dict we need, read by pattern: nothing is evaluated.
 _NPY_SHAPE = re.compile(r"'shape':\s*\(([0-9,\s]*)\)")
 _NPY_FORTRAN = re.compile(r"'fortran_order':\s*(True|False)")
+_NPY_DESCR = re.compile(r"'descr':\s*'([<>|=]?[a-zA-Z]\d{0,2})'")
+
+
+def _check_npy_header(data: bytes) -> None:
+    """Refuse a .npy whose header declares more data than follows it, before numpy allocates
+    the array (a 100-byte file claiming 10^12 elements is refused at once, not by MemoryError)."""
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    width = 2 if version == (1, 0) else 4
+    header_length = int.from_bytes(stream.read(width), "little")
+    header = stream.read(header_length).decode("latin1")
+    shape_match = _NPY_SHAPE.search(header)
+    if shape_match is None:
+        raise ValueError("malformed .npy header")
+    elements = math.prod(int(d) for d in shape_match.group(1).replace(" ", "").split(",") if d)
+    descr = _NPY_DESCR.search(header)
+    try:
+        itemsize = np.dtype(descr.group(1)).itemsize if descr else 1
+    except TypeError:
+        itemsize = 1  # '<f1' (float8 bit patterns) and other types numpy cannot name: 1 byte
+    declared = elements * max(itemsize, 1)
+    available = len(data) - stream.tell()
+    if declared > available:
+        raise ValueError(f"the .npy header declares {elements} elements ({declared} bytes) but "
+                         f"only {available} bytes follow it")
 
 
 def _sniff(file: str) -> str:
@@ -343,13 +369,15 @@ def _write_npz_atomic(target: Path, entries: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(out, arr, allow_pickle=False)
 
 
-def read_outputs(path: str, dtypes_hint: Sequence[str] | None = None) -> list[np.ndarray]:
+def read_outputs(path: str, dtypes_hint: Sequence[str] | None = None,
+                 max_bytes: int | None = None) -> list[np.ndarray]:
     """out0..outN-1 of an outputs/expected file, bit patterns restored to their real types.
 
     Types come from the file's __dtypes__ key, else from dtypes_hint (HLO type names, e.g.
-    the signature's result types), else the arrays stay as stored.
+    the signature's result types), else the arrays stay as stored. With `max_bytes`, a file
+    that would inflate past it is refused unread.
     """
-    kind, arrays = read_arrays(path)
+    kind, arrays = read_arrays(path, max_bytes=max_bytes)
     if kind != "npz":
         raise InputError("expected an .npz file with keys out0, out1, ...", path=path)
     keys = [k for k in arrays if not k.startswith("__")]
@@ -388,7 +416,8 @@ def compare_outputs(actual: Sequence[np.ndarray], expected_path: str, *,
                     dtypes: Sequence[str] | None = None) -> Report:
     """Compare results with an expected .npz (keys out0..); InputError if the count differs."""
     hint = list(dtypes) if dtypes is not None else [_dtype_name(a) for a in actual]
-    expected = read_outputs(expected_path, hint)
+    budget = sum(np.asarray(a).nbytes for a in actual) + _HEADER_SLACK * (len(actual) + 2)
+    expected = read_outputs(expected_path, hint, max_bytes=budget)
     if len(expected) != len(actual):
         raise InputError(f"has {len(expected)} output(s), the bundle produces {len(actual)}",
                          path=expected_path)
