@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -137,10 +135,14 @@ def test_module_from_another_bundle(tmp_path, loop_bundle, mlp_bundle):
              "manifest.json", "entry signature")
 
 
-def _hlo_run(*args, cwd=None) -> subprocess.CompletedProcess:
-    code = "import sys; from hloc.cli.run import main; sys.argv[0] = 'hlo-run'; main()"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+def _hlo_run(*args):
+    """`hlo-run ARGS` in-process (a subprocess costs seconds of imports): (exit code, output)."""
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+
+    r = CliRunner().invoke(cli, [str(a) for a in args])
+    return r.exit_code, r.output
 
 
 def test_cli_exit_2_one_line_nothing_overwritten(tmp_path, loop_bundle):
@@ -148,22 +150,65 @@ def test_cli_exit_2_one_line_nothing_overwritten(tmp_path, loop_bundle):
         "thunks.json": lambda d: d["parameters"][0]["slice"].__setitem__(1, 1 << 20)})
     out = tmp_path / "out.npz"
     out.write_bytes(b"keep me")
-    r = _hlo_run(bad, "--zero-inputs", "--output", out)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.count("\n") == 1 and "member thunks.json" in r.stderr
+    code, output = _hlo_run(bad, "--zero-inputs", "--output", out)
+    assert code == 2, output
+    assert output.count("\n") == 1 and "member thunks.json" in output
     assert out.read_bytes() == b"keep me"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_gpu_thunks_json_tampering(tmp_path):
+@pytest.fixture(scope="module")
+def mlp_cuda_bundle(tmp_path_factory):
     pytest.importorskip("llvmlite")
     from hloc.compiler import CompileOptions, compile
 
-    good = tmp_path / "mlp.cuda.bundle"
+    good = tmp_path_factory.mktemp("mlp_cuda") / "mlp.cuda.bundle"
     compile(str(SAMPLES / "mlp.pb"), str(good), CompileOptions(target="cuda"))
+    return good
 
+
+def test_gpu_thunks_json_tampering(tmp_path, mlp_cuda_bundle):
     def stretch(doc):
         doc["allocations"][0]["size"] = 0
-    bad = repack(good, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": stretch})
+    bad = repack(mlp_cuda_bundle, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": stretch})
     _refused(bad, "gpu_thunks.json", "reaches past", device="cuda-emulated")
-    assert json.loads(members_of(good)[1]["gpu_thunks.json"])  # the good one is JSON
+    assert json.loads(members_of(mlp_cuda_bundle)[1]["gpu_thunks.json"])  # the good one is JSON
+
+
+def _first_kernel(doc) -> dict:
+    """The first JSON object with a string "kernel" field (a kernel launch), depth-first."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("kernel"), str):
+                return node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    raise AssertionError("no kernel launch")
+
+
+def _images(members: dict) -> tuple[str, str]:
+    ptx = next(n for n in members if n.endswith(".ptx"))
+    return ptx, ptx.removesuffix(".ptx") + ".cubin"
+
+
+def test_gpu_kernel_names_must_exist_in_ptx_and_cubin(tmp_path, mlp_cuda_bundle):
+    _, members = members_of(mlp_cuda_bundle)
+    ptx, cubin = _images(members)
+    name = _first_kernel(json.loads(members["gpu_thunks.json"]))["kernel"]
+    renamed = repack(mlp_cuda_bundle, tmp_path / "renamed.bundle", edit_json={
+        "gpu_thunks.json": lambda d: _first_kernel(d).__setitem__("kernel", "hloc_evil")})
+    _refused(renamed, ptx.removesuffix(".ptx"), "lacks kernel hloc_evil", device="cuda-emulated")
+    evil = name[:-1] + ("X" if name[-1] != "X" else "Y")  # same length: offsets stay valid
+    text = members[ptx].replace(f".entry {name}(".encode(), f".entry {evil}(".encode())
+    assert text != members[ptx]
+    no_entry = repack(mlp_cuda_bundle, tmp_path / "no_entry.bundle", replace={ptx: text})
+    _refused(no_entry, ptx, f"lacks kernel {name}", device="cuda-emulated")
+    if cubin in members:
+        image = members[cubin].replace(name.encode() + b"\0", evil.encode() + b"\0")
+        no_symbol = repack(mlp_cuda_bundle, tmp_path / "no_symbol.bundle", replace={cubin: image})
+        _refused(no_symbol, cubin, f"lacks kernel {name}", device="cuda-emulated")
+        junk = repack(mlp_cuda_bundle, tmp_path / "junk.bundle", replace={cubin: b"\x7fELF" + bytes(60)})
+        _refused(junk, cubin, "bad cubin")

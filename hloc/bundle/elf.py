@@ -18,6 +18,7 @@ _SYM = struct.Struct("<IBBHQQ")
 _SHT_SYMTAB = 2
 _SHT_STRTAB = 3
 _ET_REL = 1
+_ET_EXEC = 2
 _STB_GLOBAL, _STB_WEAK = 1, 2
 _MAX_SECTIONS = 1 << 16
 _MAX_SYMBOLS = 1 << 20  # far above any object hloc writes; bounds the work a lie can cause
@@ -42,15 +43,15 @@ def _unpack(fmt: struct.Struct, data: bytes, offset: int, what: str) -> tuple:
     return fmt.unpack_from(data, offset)
 
 
-def _sections(data: bytes) -> list[tuple]:
+def _sections(data: bytes, types: tuple[int, ...] = (_ET_REL,)) -> list[tuple]:
     if len(data) < _EHDR.size or data[:4] != _ELF_MAGIC:
         raise ElfError("not an ELF object (bad magic)")
     if data[4] != 2 or data[5] != 1:
         raise ElfError("not a 64-bit little-endian ELF object")
     fields = _unpack(_EHDR, data, 0, "ELF header")
     e_type, shoff, shentsize, shnum = fields[1], fields[6], fields[11], fields[12]
-    if e_type != _ET_REL:
-        raise ElfError(f"ELF type {e_type} is not a relocatable object")
+    if e_type not in types:
+        raise ElfError(f"ELF type {e_type} is not a {'relocatable object' if types == (_ET_REL,) else 'loadable image'}")
     if shentsize != _SHDR.size or not 0 < shnum <= _MAX_SECTIONS:
         raise ElfError(f"bad section header table ({shnum} entries of {shentsize} bytes)")
     if shoff + shnum * shentsize > len(data):
@@ -71,10 +72,11 @@ def _string(data: bytes, table: tuple, index: int) -> str:
         raise ElfError("symbol name is not ASCII") from None
 
 
-def read_symbols(data: bytes) -> ElfSymbols:
-    """Global/weak symbols defined and undefined in the object's SHT_SYMTAB sections."""
+def read_symbols(data: bytes, *, executable: bool = False) -> ElfSymbols:
+    """Global/weak symbols defined and undefined in the object's SHT_SYMTAB sections.
+    executable=True accepts linked images (ET_EXEC, e.g. a cubin) instead of objects."""
     data = bytes(data)
-    sections = _sections(data)
+    sections = _sections(data, (_ET_EXEC,) if executable else (_ET_REL,))
     defined: set[str] = set()
     undefined: set[str] = set()
     for header in sections:

@@ -15,7 +15,8 @@ and raises InputError("member NAME: problem", path=bundle) at the first problem:
   size, and every thunk named after an instruction with array results writes slices of those
   results' sizes (kernel outputs, gemm / copy / memset destinations);
 - GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda_blas.check_call);
-- CPU members (cpu.o, kernels.json): see validate_cpu.py.
+- CPU members (cpu.o, kernels.json): see validate_cpu.py; GPU code images (PTX, cubin):
+  see validate_gpu.py.
 
 Walks are iterative: a deeply nested program is refused as data, never by RecursionError.
 """
@@ -46,6 +47,10 @@ def validate_bundle(bundle) -> None:
         if name in bundle.members:
             program = decode_program(bundle, name)
             ProgramCheck(bundle.path, name, program, module).run()
+            if name == "gpu_thunks.json":
+                from .validate_gpu import validate_gpu
+
+                validate_gpu(bundle, program)
     if "cpu.o" in bundle.members or "kernels.json" in bundle.members:
         from .validate_cpu import validate_cpu
 
