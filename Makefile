@@ -8,7 +8,7 @@ DEMO   ?= mlp
 DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint format proto proto-check samples bench gpu-check clean
+.PHONY: help venv demo test lint format proto proto-check samples bench gpu-check clean fuzz
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,6 +58,9 @@ bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CP
 
 gpu-check: ## on an NVIDIA GPU: gpu tests + GPU benchmarks vs jax's XLA (tools/gpu_check.py; OUT=dir)
 	PYTHONPATH=. $(PYTHON) tools/gpu_check.py --out $(or $(OUT),gpu-check-out)
+
+fuzz: $(STAMP) ## fuzz the bundle, proto, text and .npz readers for HLOC_FUZZ_SECONDS (default 60)
+	$(PY) tools/fuzz.py
 
 clean: ## remove build products (keeps the virtualenvs)
 	rm -rf build dist *.egg-info demo-out .pytest_cache gpu-check-out

@@ -67,6 +67,11 @@ class BundleMembers(Mapping[str, bytes]):
     def size(self, name: str) -> int:
         return self._spans[name][1]
 
+    @property
+    def image(self) -> memoryview:
+        """The whole checked bundle file (for the signature check, signing.py)."""
+        return self._image
+
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._spans))
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import secrets
 import struct
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .. import __version__
-from ..errors import InputError
+from ..util.safe_write import forget_temp
 from .format import (
     DIGEST_OFFSET,
     DIGEST_SIZE,
@@ -53,20 +52,22 @@ MemberData = bytes | bytearray | memoryview | Iterable[bytes]
 
 
 def write_bundle(path: str | os.PathLike, *, manifest: dict,
-                 members: Mapping[str, MemberData]) -> dict:
-    """Write a bundle atomically; returns the stored manifest (see the module docstring)."""
+                 members: Mapping[str, MemberData], sign_key=None) -> dict:
+    """Write a bundle atomically; returns the stored manifest (see the module docstring).
+    `sign_key` (a signing.Key) makes it a signed format 1.1 bundle (see signing.py)."""
     _check_member_names(members)
     target = Path(path)
     tmp_path, fd = _open_temp(target)
     try:
         with os.fdopen(fd, "w+b") as f:
-            stored = _write_image(f, manifest, members)
+            stored = _write_image(f, manifest, members, sign_key)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, target)
     except BaseException:
-        _remove_quietly(tmp_path)
+        forget_temp(str(tmp_path), remove=True)
         raise
+    forget_temp(str(tmp_path), remove=False)
     _fsync_dir(target.parent)
     return stored
 
@@ -83,37 +84,57 @@ def _check_member_names(members: Mapping[str, MemberData]) -> None:
 
 
 def _open_temp(target: Path) -> tuple[Path, int]:
-    """Create a fresh temporary file next to the target (mode 0666 minus the umask)."""
-    tmp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise InputError(f"cannot write bundle: {e.strerror}", path=str(target)) from None
-    return tmp, fd
+    """Create a fresh temporary file next to the target (mode 0666 minus the umask):
+    exclusive, never through a symlink, removed on SIGTERM (util/safe_write.py)."""
+    from ..util.safe_write import check_output_path, open_exclusive_temp
+
+    check_output_path(str(target))
+    tmp, fd = open_exclusive_temp(str(target), "cannot write bundle")
+    return Path(tmp), fd
 
 
-def _write_image(f: BinaryIO, manifest: dict, members: Mapping[str, MemberData]) -> dict:
+def _write_image(f: BinaryIO, manifest: dict, members: Mapping[str, MemberData],
+                 sign_key=None) -> dict:
     """Header placeholder, zip (members sorted, manifest last), then the real header."""
-    f.write(bytes(HEADER_SIZE))
+    from .signing import SIGNED_HEADER_SIZE
+
+    # Signed bundles are 1.1 (a longer header holds the signature); unsigned ones stay 1.0,
+    # byte for byte as before.
+    version = (FORMAT_VERSION[0], 1) if sign_key is not None else FORMAT_VERSION
+    header_size = SIGNED_HEADER_SIZE if sign_key is not None else HEADER_SIZE
+    f.write(bytes(header_size))
     listing: dict[str, dict] = {}
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name in sorted(members):
             listing[name] = _write_member(zf, name, members[name])
-        stored = _final_manifest(manifest, listing)
+        stored = _final_manifest(manifest, listing, version)
         manifest_bytes = canonical_json(stored)
         manifest_info = _zip_info(MANIFEST_NAME)
         zf.writestr(manifest_info, manifest_bytes)
     file_length = f.tell()
     manifest_offset = _data_offset(f, manifest_info.header_offset)
-    header = Header(*FORMAT_VERSION, HEADER_SIZE, manifest_offset, len(manifest_bytes),
-                    file_length)
+    header = Header(*version, header_size, manifest_offset, len(manifest_bytes), file_length)
     f.seek(0)
     f.write(header.pack())
+    if sign_key is not None:
+        _sign(f, sign_key, file_length)
     digest = _digest_of_file(f, file_length)
     f.seek(0)
-    f.write(Header(*FORMAT_VERSION, HEADER_SIZE, manifest_offset, len(manifest_bytes),
+    f.write(Header(*version, header_size, manifest_offset, len(manifest_bytes),
                    file_length, digest).pack())
     return stored
+
+
+def _sign(f: BinaryIO, key, length: int) -> None:
+    """Write the signature block: first with a zero tag (the signing digest covers the block's
+    algorithm and key id), then with the tag over that digest."""
+    from .signing import sign_block, unsigned_block
+
+    f.seek(HEADER_SIZE)
+    f.write(unsigned_block(key))
+    block = sign_block(key, _digest_of_file(f, length))
+    f.seek(HEADER_SIZE)
+    f.write(block)
 
 
 def _zip_info(name: str) -> zipfile.ZipInfo:
@@ -144,9 +165,10 @@ def _write_member(zf: zipfile.ZipFile, name: str, data: MemberData) -> dict:
     return {"sha256": h.hexdigest(), "size": size}
 
 
-def _final_manifest(manifest: dict, listing: dict[str, dict]) -> dict:
+def _final_manifest(manifest: dict, listing: dict[str, dict],
+                    version: tuple[int, int] = FORMAT_VERSION) -> dict:
     stored = copy.deepcopy(manifest)
-    stored["format_version"] = version_text(FORMAT_VERSION)
+    stored["format_version"] = version_text(version)
     stored.setdefault("hloc_version", __version__)
     stored["members"] = listing
     if problem := manifest_problem(stored, strict=True):
@@ -172,13 +194,6 @@ def _digest_of_file(f: BinaryIO, length: int) -> bytes:
     while chunk := f.read(1 << 20):
         h.update(chunk)
     return h.digest()
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _fsync_dir(directory: Path) -> None:

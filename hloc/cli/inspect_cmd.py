@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 
 import click
 
 from ..errors import InputError
-from ..util.fs import atomic_write
 from .common import guarded
 
 _SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
@@ -33,6 +31,10 @@ def inspect_summary(bundle) -> dict:
     memory.setdefault("constant_bytes", None)
     thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
     extra = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
+    from ..bundle.signing import bundle_signature
+
+    signature = bundle_signature(bundle)
+    extra["signature"] = signature.signer if signature is not None else None
     return {**extra,
         "format_version": m["format_version"],
         "hloc_version": m.get("hloc_version"),
@@ -79,6 +81,7 @@ def _brief(value) -> str:
 def format_summary(s: dict) -> str:
     t = s["target"]
     lines = [f"bundle format {s['format_version']}, built by hloc {s['hloc_version']}",
+             f"signature: {s.get('signature') or 'none (unsigned)'}",
              f"target: {t.get('kind')}" + "".join(f", {k}={_brief(v)}" for k, v in sorted(t.items()) if k != "kind"),
              f"module: {s['input'].get('module_name')} (from {s['input'].get('form')}, "
              f"sha256 {str(s['input'].get('sha256'))[:16]}…)",
@@ -120,19 +123,13 @@ def stage_reports(bundle) -> str:
 
 def extract(bundle, directory: str) -> list[str]:
     """Write every member to DIRECTORY (names are checked: no absolute or '..' paths)."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create directory: {e.strerror}", directory) from None
-    written = []
-    for name in sorted(bundle.manifest.get("members", {})):
+    from ..util.safe_write import extract_members
+
+    names = sorted(bundle.manifest.get("members", {}))
+    for name in names:
         if not _SAFE_MEMBER.match(name) or ".." in name.split("/"):
             raise InputError(f"refusing to extract unsafe member name '{name}'", bundle.path)
-        target = os.path.join(directory, name)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        atomic_write(target, bundle.members[name])
-        written.append(target)
-    return written
+    return extract_members(directory, names, bundle.members.__getitem__, bundle.path)
 
 
 @click.command()

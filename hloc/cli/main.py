@@ -57,11 +57,13 @@ def cli() -> None:
 @click.option("--check-determinism", default=0, type=int, metavar="N",
               help="compile N times in separate processes (different PYTHONHASHSEED) and name the "
                    "first stage that differs; exit 1 if one does")
+@click.option("--sign-key", default=None,
+              help="sign the bundle with this key FILE (HMAC-SHA256, or Ed25519 PEM)")
 @debug_option
 @guarded("hloc")
 def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
-            time_passes, check_determinism, debug):
+            time_passes, check_determinism, sign_key, debug):
     """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
     if check_determinism:
         from ..debug import determinism
@@ -71,9 +73,13 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
         click.echo(determinism.check_determinism(check_determinism, argv, output, dump_dir))
         return
     from ..bundle import write_bundle
+    from ..bundle.signing import load_key
     from ..compiler import CompileOptions, compile_model
+    from ..util.safe_write import check_output_path
 
     setup_logging(debug_enabled(debug))
+    check_output_path(output)
+    key = load_key(sign_key, signing=True) if sign_key else None
     options = CompileOptions(
         target=target, cuda_archs=tuple(cuda_arch) or ("sm_80",), cpu=cpu, cpu_features=cpu_features,
         opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
@@ -89,7 +95,7 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
     if time_passes:
         click.echo(result.pass_timing_table, err=True)
     if result.stopped_after is None:
-        write_bundle(output, manifest=result.manifest, members=result.members)
+        write_bundle(output, manifest=result.manifest, members=result.members, sign_key=key)
 
 
 class _Progress:
@@ -237,6 +243,9 @@ cli.add_command(ops)
 
 
 def main() -> None:
+    from ..util.safe_write import install_sigterm_cleanup
+
+    install_sigterm_cleanup()  # a killed compile leaves no temp file behind
     cli(prog_name="hloc")
 
 

@@ -33,24 +33,71 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--max-regression", default=5.0, show_default=True, help="PCT slower than --baseline allowed")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
+@click.option("--timeout", default=None, type=float,
+              help="stop the run after S seconds (exit 1); Ctrl-C stops it too (exit 130)")
+@click.option("--max-memory", default=None, type=click.IntRange(min=1),
+              help="refuse a run needing more than BYTES (arguments + outputs + temp)")
+@click.option("--trusted-key", "trusted_keys", multiple=True,
+              help="run only bundles signed with this key FILE (repeatable; also "
+                   "HLOC_TRUSTED_KEYS, paths joined with ':')")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, baseline, max_regression, profile, device, debug):
-    """Run BUNDLE (written by `hloc compile`) on a device."""
+        reference, benchmark, report, baseline, max_regression, profile, device, timeout,
+        max_memory, trusted_keys, debug):
+    """Run BUNDLE (written by `hloc compile`) on a device.
+
+    \b
+    Trust: a bundle holds native code that runs in this process, as a shared library does;
+    run only bundles you would trust as a library, or require a signature with
+    --trusted-key. The object cache (HLOC_CACHE_DIR) is native code too: it is MACed with a
+    per-user key and must be a directory only you can write. Every member is validated
+    before use (slices, symbols, imports, entry signature): a bad one is exit 2."""
+    from ..bundle.signing import trusted_key_files
     from ..runtime import load
-    from ..runtime.io import compare_outputs, load_inputs, summarize, write_outputs
+    from ..runtime.io import load_inputs, summarize, write_outputs
+    from ..runtime.limits import check_timeout, preflight_memory, run_limits
 
     setup_logging(debug_enabled(debug))
     if benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
     if baseline and not benchmark:
         raise InputError("--baseline needs --benchmark N")
-    exe = load(bundle_path, device)
+    check_timeout(timeout)
+    _check_tolerances(rtol, atol)
+    exe = load(bundle_path, device, trusted_keys=trusted_key_files(trusted_keys))
+    preflight_memory(exe.bundle.manifest, max_memory, bundle_path)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
-    outputs = exe.run(args)
+    with run_limits(timeout, f"the run of {bundle_path}", bundle_path):
+        outputs = exe.run(args)
+        result, failed = _checks(exe, args, outputs, bundle_path, expected, rtol, atol,
+                                 reference, profile, benchmark, baseline, max_regression)
+    if output:
+        write_outputs(output, outputs)
+    if not (expected or output or benchmark or profile):
+        click.echo(summarize(outputs))
+    if report:
+        from ..util.fs import atomic_write
+
+        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    if failed:
+        raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _check_tolerances(rtol: float | None, atol: float | None) -> None:
+    """--rtol/--atol: finite and not negative (a negative tolerance fails every comparison)."""
+    for flag, value in (("--rtol", rtol), ("--atol", atol)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise InputError(f"{flag} wants a finite non-negative number, got {value:g}")
+
+
+def _checks(exe, args, outputs, bundle_path, expected, rtol, atol, reference, profile,
+            benchmark, baseline, max_regression) -> tuple[dict, list[str]]:
+    """--expected, --reference, --profile, --benchmark: (report dict, failures)."""
+    from ..runtime.io import compare_outputs
+
     result: dict = {"device": exe.device, "bundle": bundle_path,
                     "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
     failed = []
@@ -66,16 +113,7 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         click.echo(_profile_table(exe, args))
     if benchmark:
         failed += _run_benchmark(exe, args, benchmark, baseline, max_regression, result)
-    if output:
-        write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile):
-        click.echo(summarize(outputs))
-    if report:
-        from ..util.fs import atomic_write
-
-        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    if failed:
-        raise CheckFailed("; ".join(failed), bundle_path)
+    return result, failed
 
 
 def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
@@ -174,7 +212,10 @@ def _profile_table(exe, args) -> str:
 
 
 def main() -> None:
+    from ..util.safe_write import install_sigterm_cleanup
+
     np.seterr(all="ignore")
+    install_sigterm_cleanup()
     cli(prog_name="hlo-run")
 
 

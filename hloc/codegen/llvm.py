@@ -220,9 +220,11 @@ class JitLibrary:
     """
 
     def __init__(self, object_code: bytes, target=None):
+        from ..runtime.limits import provide_runtime_symbols
         from .target import host_target
 
         initialize()
+        provide_runtime_symbols()  # the stop flag native loops poll
         target = target or host_target()
         tm = target_machine(target, 2)
         self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)

@@ -28,6 +28,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError, Message
 
 from hloc.errors import InputError, UnsupportedError
+from hloc.ir.limits import check_limits
 from hloc.ir.literal import Literal
 from hloc.ir.module import Module
 
@@ -179,12 +180,15 @@ def load_bytes(data: bytes, path: str | None = None) -> LoadedModel:
     if text is not None:
         from hloc.ir.parser import parse_module  # the text parser is heavy; load it on demand
 
-        return LoadedModel(parse_module(text, path=path), "text")
-    found = _detect_proto(data)
-    if found is None:
-        raise InputError(f"not an HLO module: {_why_not(data)}", path)
-    form, message = found
-    return _BUILDERS[form](message, path)
+        model = LoadedModel(parse_module(text, path=path), "text")
+    else:
+        found = _detect_proto(data)
+        if found is None:
+            raise InputError(f"not an HLO module: {_why_not(data)}", path)
+        form, message = found
+        model = _BUILDERS[form](message, path)
+    check_limits(model.module, path)
+    return model
 
 
 def _read(path: str) -> bytes:

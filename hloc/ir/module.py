@@ -133,17 +133,17 @@ class Module:
         """Every computation reachable from the entry, callees before callers."""
         order: list[Computation] = []
         seen: set[int] = set()
-
-        def visit(c: Computation) -> None:
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            for callee in c.called_computations():
-                visit(callee)
-            order.append(c)
-
-        if self.entry is not None:
-            visit(self.entry)
+        stack: list[tuple[Computation, bool]] = [(self.entry, False)] if self.entry is not None else []
+        while stack:  # iterative: nesting depth is bounded by data, not by Python's stack
+            comp, done = stack.pop()
+            if done:
+                order.append(comp)
+                continue
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            stack.append((comp, True))
+            stack.extend((c, False) for c in reversed(comp.called_computations()))
         return order
 
     def instruction_count(self) -> int:

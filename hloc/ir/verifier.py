@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import VerifyError
 from .computation import Computation
 from .instruction import Instruction
+from .limits import limit_problems
 from .module import Module
 from .opcodes import Opcode
 from .shape import Shape
@@ -72,26 +73,43 @@ def _check_module_structure(module: Module, report: Report) -> None:
 
 
 def _check_call_graph(module: Module, report: Report) -> None:
-    """Called computations belong to the module and no computation calls itself, even
-    indirectly (HLO has no recursion)."""
+    """Called computations belong to the module, no computation calls itself, even indirectly
+    (HLO has no recursion), and nesting and shapes stay within hloc's limits (ir/limits.py).
+    Iterative, so a deeply nested module is reported, never a RecursionError."""
     owned = {id(c) for c in module.computations}
     state: dict[int, int] = {}  # 1 = on the DFS stack, 2 = done
+    for root in module.computations:
+        if id(root) in state:
+            continue
+        stack: list[tuple[Computation, bool]] = [(root, False)]
+        while stack:
+            comp, done = stack.pop()
+            if done:
+                state[id(comp)] = 2
+                continue
+            if id(comp) in state:
+                continue
+            state[id(comp)] = 1
+            stack.append((comp, True))
+            stack.extend((c, False) for c in _checked_callees(comp, owned, state, report))
+    for comp, message, instr in limit_problems(module):
+        where = f"computation {comp.name}" if comp is not None else f"module {module.name}"
+        report.add(f"{where}{f', instruction {instr}' if instr else ''}: {message}")
 
-    def visit(comp: Computation) -> None:
-        state[id(comp)] = 1
-        for instr in comp.instructions:
-            for callee in instr.called:
-                if id(callee) not in owned:
-                    report.at(instr, f"calls computation {callee.name}, which is not in the module")
-                elif state.get(id(callee)) == 1:
-                    report.at(instr, f"calls computation {callee.name} recursively")
-                elif id(callee) not in state:
-                    visit(callee)
-        state[id(comp)] = 2
 
-    for comp in module.computations:
-        if id(comp) not in state:
-            visit(comp)
+def _checked_callees(comp: Computation, owned: set[int], state: dict[int, int],
+                     report: Report) -> list[Computation]:
+    """comp's callees not yet visited, reporting foreign and recursive calls."""
+    todo = []
+    for instr in comp.instructions:
+        for callee in instr.called:
+            if id(callee) not in owned:
+                report.at(instr, f"calls computation {callee.name}, which is not in the module")
+            elif state.get(id(callee)) == 1:
+                report.at(instr, f"calls computation {callee.name} recursively")
+            elif id(callee) not in state:
+                todo.append(callee)
+    return todo
 
 
 def _check_computation(comp: Computation, report: Report) -> None:

@@ -13,7 +13,7 @@ import json
 
 from ..errors import InputError
 from .base import lookup_pass
-from .spec import Fixpoint, PassItem, make_pass
+from .spec import MAX_NESTING, Fixpoint, PassItem, check_iterations, make_pass
 
 
 def load_pipeline_file(path: str) -> list[PassItem]:
@@ -24,6 +24,8 @@ def load_pipeline_file(path: str) -> list[PassItem]:
         raise InputError(f"cannot read pipeline file: {e.strerror}", path) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"not valid JSON: {e}", path) from None
+    except RecursionError:
+        raise InputError("not valid JSON: nested too deeply", path) from None
     return parse_pipeline_json(data, path)
 
 
@@ -43,7 +45,7 @@ def parse_pipeline_json(data, path: str) -> list[PassItem]:
     return [_item(entry, f"passes[{i}]", error) for i, entry in enumerate(data["passes"])]
 
 
-def _item(entry, where: str, error) -> PassItem:
+def _item(entry, where: str, error, depth: int = 0) -> PassItem:
     if isinstance(entry, str):
         entry = {"pass": entry}
     if not isinstance(entry, dict):
@@ -52,11 +54,14 @@ def _item(entry, where: str, error) -> PassItem:
         extra = set(entry) - {"fixpoint", "max-iterations"}
         if extra or not isinstance(entry["fixpoint"], list):
             raise error(f"{where}: a fixpoint wants a list of passes and optional max-iterations")
-        inner = tuple(_item(e, f"{where}.fixpoint[{i}]", error) for i, e in enumerate(entry["fixpoint"]))
-        n = entry.get("max-iterations", 16)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise error(f"{where}: max-iterations must be a positive integer")
-        return Fixpoint(inner, n)
+        if depth >= MAX_NESTING:
+            raise error(f"{where}: fixpoints nest more than {MAX_NESTING} deep")
+        inner = tuple(_item(e, f"{where}.fixpoint[{i}]", error, depth + 1)
+                      for i, e in enumerate(entry["fixpoint"]))
+        if isinstance(entry.get("max-iterations"), str):
+            raise error(f"{where}: max-iterations must be an integer")
+        return Fixpoint(inner, check_iterations(entry.get("max-iterations", 16),
+                                                lambda m: error(f"{where}: {m}")))
     extra = set(entry) - {"pass", "options"}
     if extra or not isinstance(entry.get("pass"), str):
         raise error(f"{where} must look like {{\"pass\": NAME, \"options\": {{...}}}}")

@@ -5,12 +5,16 @@ Grammar:
     item    := NAME options? | 'fixpoint' '(' spec ')' options?
     options := '{' NAME '=' VALUE (',' NAME '=' VALUE)* '}'
 Option names use dashes for the dataclass field's underscores; values are converted to the
-field's type (int, float, bool, str).
+field's type (int, float, bool, str) and checked at parse time: integers between 0 and
+MAX_INT_OPTION (a field may narrow that with `metadata={"min": ..., "max": ...}`), floats
+finite. Fixpoints nest at most MAX_NESTING deep, so a hostile spec is refused, not a
+RecursionError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -35,6 +39,10 @@ class Fixpoint:
 
 PassItem = Pass | Fixpoint
 
+MAX_NESTING = 16
+MAX_INT_OPTION = 2**31 - 1
+MAX_ITERATIONS = 1 << 16
+
 _TOKEN = re.compile(r"\s*([A-Za-z_][\w\-.]*|[{}(),=]|[^\s{}(),=]+)")
 
 
@@ -44,9 +52,11 @@ class _Parser:
         self.source = source
         self.tokens = [m.group(1) for m in _TOKEN.finditer(text) if m.group(1).strip()]
         self.pos = 0
+        self.depth = 0
 
     def error(self, msg: str) -> InputError:
-        return InputError(f"bad pass spec '{self.text}': {msg}", self.source)
+        text = self.text if len(self.text) <= 80 else self.text[:60] + "..."
+        return InputError(f"bad pass spec '{text}': {msg}", self.source)
 
     def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -88,18 +98,37 @@ class _Parser:
     def parse_item(self) -> PassItem:
         name = self.take()
         if name == "fixpoint":
-            self.take("(")
-            inner = self.parse_list(")")
-            self.take(")")
-            opts = self.parse_options()
-            extra = set(opts) - {"max-iterations"}
-            if extra:
-                raise self.error(f"fixpoint has no option '{sorted(extra)[0]}'")
-            return Fixpoint(tuple(inner), int(opts.get("max-iterations", 16)))
+            return self.parse_fixpoint()
         cls = lookup_pass(name)
         if cls is None:
             raise self.error(f"unknown pass '{name}' (see `hloc passes`)")
         return make_pass(cls, self.parse_options(), self.error)
+
+
+    def parse_fixpoint(self) -> Fixpoint:
+        """`fixpoint(spec){max-iterations=N}`, nested at most MAX_NESTING deep."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.error(f"fixpoints nest more than {MAX_NESTING} deep")
+        self.take("(")
+        inner = self.parse_list(")")
+        self.take(")")
+        self.depth -= 1
+        opts = self.parse_options()
+        extra = set(opts) - {"max-iterations"}
+        if extra:
+            raise self.error(f"fixpoint has no option '{sorted(extra)[0]}'")
+        return Fixpoint(tuple(inner), check_iterations(opts.get("max-iterations", 16), self.error))
+
+
+def check_iterations(value: object, error) -> int:
+    """A fixpoint's max-iterations: an integer from 1 to MAX_ITERATIONS."""
+    n = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,20}", value.strip()):
+        n = int(value)
+    if n is None or not 1 <= n <= MAX_ITERATIONS:
+        raise error(f"max-iterations must be a positive integer up to {MAX_ITERATIONS}, got {value!r}")
+    return n
 
 
 def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
@@ -111,8 +140,21 @@ def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
         if f is None:
             known = ", ".join(sorted(fields)) or "none"
             raise error(f"pass '{cls.name}' has no option '{key}' (options: {known})")
-        kwargs[f.name] = convert_option(cls.name, key, value, f, error)
+        kwargs[f.name] = check_bounds(cls.name, key, convert_option(cls.name, key, value, f, error),
+                                      f, error)
     return cls(**kwargs)
+
+
+def check_bounds(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
+    """Refuse absurd option values: integers outside [min, max] (default 0 to MAX_INT_OPTION)
+    and floats that are not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise error(f"option '{key}' of pass '{pass_name}' must be finite, got {value}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        lo, hi = f.metadata.get("min", 0), f.metadata.get("max", MAX_INT_OPTION)
+        if not lo <= value <= hi:
+            raise error(f"option '{key}' of pass '{pass_name}' must be from {lo} to {hi}, got {value}")
+    return value
 
 
 def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field, error):

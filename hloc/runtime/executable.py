@@ -45,12 +45,19 @@ def default_device(target: str) -> str:
     return {"interpreter": "interpreter", "cpu": "cpu", "cuda": "cuda"}.get(target, target)
 
 
-def load(path: str, device: str | None = None):
-    """Read and check a bundle, then prepare it on `device` (default: the bundle's target)."""
+def load(path: str, device: str | None = None, *, trusted_keys: list[str] | None = None):
+    """Read and check a bundle, then prepare it on `device` (default: the bundle's target).
+    With `trusted_keys` (key files), a bundle not signed by one of them is refused first."""
     from ..bundle import read_bundle
+    from ..bundle.validate import validate_bundle
 
     DEVICES.load()
     bundle = read_bundle(path)
+    if trusted_keys:
+        from ..bundle.signing import verify_bundle
+
+        verify_bundle(bundle, trusted_keys)
+    validate_bundle(bundle)  # members sound and bound together, before any device uses one
     target = bundle.manifest["target"]["kind"]
     device = device or default_device(target)
     if device not in DEVICES:

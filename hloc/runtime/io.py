@@ -136,7 +136,7 @@ def _zero_array(spec: TensorSpec, seed: int) -> np.ndarray:
 
 def _read_input_file(signature: Signature, file: str, slots: list):
     """Yield (parameter index, array, source) for the arrays of one input file."""
-    kind, arrays = read_arrays(file)
+    kind, arrays = read_arrays(file, max_bytes=_input_budget(signature))
     if kind == "npy":
         free = [i for i, s in enumerate(slots) if s is None]
         if not free:
@@ -162,15 +162,36 @@ def _arg_index(key: str, count: int) -> int | None:
     return None
 
 
-def read_arrays(file: str) -> tuple[str, dict[str, np.ndarray]]:
-    """("npy", {"arr": a}) or ("npz", {key: a}); never unpickles; InputError names the file."""
+# Room for .npy headers (and bit-pattern metadata) on top of the parameters' own bytes.
+_HEADER_SLACK = 1 << 16
+
+
+def _input_budget(signature: Signature) -> int:
+    """The most bytes the input files may inflate to: every parameter once, plus headers."""
+    total = sum(math.prod(p.shape) * p.np_dtype.itemsize for p in signature.parameters)
+    return total + _HEADER_SLACK * (len(signature.parameters) + 1)
+
+
+def _check_size(size: int, max_bytes: int | None, what: str) -> None:
+    """Refuse a member or file larger than the parameters could need, before reading it."""
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"{what} holds {size} bytes, more than the {max_bytes} the entry "
+                         "parameters need; refused before reading it")
+
+
+def read_arrays(file: str, max_bytes: int | None = None) -> tuple[str, dict[str, np.ndarray]]:
+    """("npy", {"arr": a}) or ("npz", {key: a}); never unpickles; InputError names the file.
+    With `max_bytes`, a file or member that would inflate past it is refused unread."""
     kind = _sniff(file)
     try:
         if kind == "npy":
+            _check_size(os.path.getsize(file), max_bytes, "the file")
             return kind, {"arr": _parse_npy(Path(file).read_bytes())}
         arrays = {}
         with zipfile.ZipFile(file) as zf:
-            for info in zf.infolist():
+            infos = zf.infolist()
+            _check_size(sum(i.file_size for i in infos), max_bytes, "the archive")
+            for info in infos:
                 key = info.filename.removesuffix(".npy")
                 arrays[key] = _parse_npy(zf.read(info))
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
@@ -181,6 +202,7 @@ def read_arrays(file: str) -> tuple[str, dict[str, np.ndarray]]:
 def _parse_npy(data: bytes) -> np.ndarray:
     """One .npy payload. float8_e5m2 arrays saved by ml_dtypes carry the descr '<f1', which
     numpy cannot read back; those come back as their uint8 bit patterns."""
+    _check_npy_header(data)
     try:
         return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
@@ -200,9 +222,34 @@ def _parse_npy(data: bytes) -> np.ndarray:
     return bits.reshape(shape, order="F" if order_match.group(1) == "True" else "C").copy()
 
 
-# The two fields of a .npy header dict we need, read by pattern: nothing is evaluated.
+# The fields of a .npy header dict we need, read by pattern: nothing is evaluated.
 _NPY_SHAPE = re.compile(r"'shape':\s*\(([0-9,\s]*)\)")
 _NPY_FORTRAN = re.compile(r"'fortran_order':\s*(True|False)")
+_NPY_DESCR = re.compile(r"'descr':\s*'([<>|=]?[a-zA-Z]\d{0,2})'")
+
+
+def _check_npy_header(data: bytes) -> None:
+    """Refuse a .npy whose header declares more data than follows it, before numpy allocates
+    the array (a 100-byte file claiming 10^12 elements is refused at once, not by MemoryError)."""
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    width = 2 if version == (1, 0) else 4
+    header_length = int.from_bytes(stream.read(width), "little")
+    header = stream.read(header_length).decode("latin1")
+    shape_match = _NPY_SHAPE.search(header)
+    if shape_match is None:
+        raise ValueError("malformed .npy header")
+    elements = math.prod(int(d) for d in shape_match.group(1).replace(" ", "").split(",") if d)
+    descr = _NPY_DESCR.search(header)
+    try:
+        itemsize = np.dtype(descr.group(1)).itemsize if descr else 1
+    except TypeError:
+        itemsize = 1  # '<f1' (float8 bit patterns) and other types numpy cannot name: 1 byte
+    declared = elements * max(itemsize, 1)
+    available = len(data) - stream.tell()
+    if declared > available:
+        raise ValueError(f"the .npy header declares {elements} elements ({declared} bytes) but "
+                         f"only {available} bytes follow it")
 
 
 def _sniff(file: str) -> str:
@@ -310,30 +357,27 @@ def write_outputs(path: str | os.PathLike, arrays: Sequence[np.ndarray]) -> None
 
 
 def _write_npz_atomic(target: Path, entries: dict[str, np.ndarray]) -> None:
-    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for key, arr in entries.items():
-                info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = 0o100644 << 16
-                with zf.open(info, "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, arr, allow_pickle=False)
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write outputs: {e.strerror or e}", path=str(target)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # The same exclusive, unpredictable temp file as bundles: no planted symlink is followed.
+    from ..util.safe_write import safe_writer
+
+    with safe_writer(str(target), "cannot write outputs") as f, zipfile.ZipFile(
+            f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in entries.items():
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o100644 << 16
+            with zf.open(info, "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, arr, allow_pickle=False)
 
 
-def read_outputs(path: str, dtypes_hint: Sequence[str] | None = None) -> list[np.ndarray]:
+def read_outputs(path: str, dtypes_hint: Sequence[str] | None = None,
+                 max_bytes: int | None = None) -> list[np.ndarray]:
     """out0..outN-1 of an outputs/expected file, bit patterns restored to their real types.
 
     Types come from the file's __dtypes__ key, else from dtypes_hint (HLO type names, e.g.
-    the signature's result types), else the arrays stay as stored.
+    the signature's result types), else the arrays stay as stored. With `max_bytes`, a file
+    that would inflate past it is refused unread.
     """
-    kind, arrays = read_arrays(path)
+    kind, arrays = read_arrays(path, max_bytes=max_bytes)
     if kind != "npz":
         raise InputError("expected an .npz file with keys out0, out1, ...", path=path)
     keys = [k for k in arrays if not k.startswith("__")]
@@ -372,7 +416,8 @@ def compare_outputs(actual: Sequence[np.ndarray], expected_path: str, *,
                     dtypes: Sequence[str] | None = None) -> Report:
     """Compare results with an expected .npz (keys out0..); InputError if the count differs."""
     hint = list(dtypes) if dtypes is not None else [_dtype_name(a) for a in actual]
-    expected = read_outputs(expected_path, hint)
+    budget = sum(np.asarray(a).nbytes for a in actual) + _HEADER_SLACK * (len(actual) + 2)
+    expected = read_outputs(expected_path, hint, max_bytes=budget)
     if len(expected) != len(actual):
         raise InputError(f"has {len(expected)} output(s), the bundle produces {len(actual)}",
                          path=expected_path)

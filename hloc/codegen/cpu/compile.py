@@ -13,8 +13,10 @@ Runs of small thunks and whole loops of them get a native *driver* (driver.py) t
 them without returning to Python. `kernels.json` lists all of it, so `hloc inspect` and the
 runtime see the same facts.
 
-kernels.json (version 1):
-  {"version": 1, "object": "cpu.o", "abi": str, "target": {...}, "opt_level": int,
+kernels.json (version 2):
+  {"version": 2, "object": "cpu.o", "abi": str, "target": {...}, "opt_level": int,
+   "object_sha256": sha256 of cpu.o, "thunks_sha256": sha256 of thunks.json (version 2 binds
+   the members to each other: the validator refuses a cpu.o or thunks.json from elsewhere),
    "external_symbols": [names the object imports: libm],
    "kernels": {thunk name: {"symbol", "parallel_extent", "num_operands", "num_outputs",
                "segments", "instruction_names", "aliases": [[output, operand]],
@@ -32,6 +34,7 @@ kernels.json (version 1):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -41,6 +44,7 @@ from llvmlite import ir
 
 from ...errors import CheckFailed, UnsupportedError
 from ...ir import Module
+from ...thunks import program_to_json
 from .. import llvm
 from ..llvm_split import optimize_parallel
 from .dedup import kernel_key
@@ -51,7 +55,7 @@ from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
 
 log = logging.getLogger("hloc.codegen.cpu")
 
-KERNELS_VERSION = 1
+KERNELS_VERSION = 2
 ABI = ("void NAME(i8** buffers, i64 begin, i64 end); buffers: operand leaves then output "
        "leaves; [begin, end) work units of parallel_extent")
 
@@ -89,6 +93,8 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     compiled = compile_llvm(text, target, opt_level, assembly)
     externals = object_imports(compiled.object_code)
     doc = {"version": KERNELS_VERSION, "object": "cpu.o", "abi": ABI,
+           "object_sha256": hashlib.sha256(compiled.object_code).hexdigest(),
+           "thunks_sha256": hashlib.sha256(program_to_json(plan.program)).hexdigest(),
            "module": module.name, "target": target.describe(), "opt_level": opt_level,
            "external_symbols": externals, "kernels": kernels, "composites": composites,
            "drivers": [d.to_json() for d in drivers],
@@ -277,22 +283,11 @@ def build_cpu_bundle_contents(module: Module, options=None, *, assembly: bool = 
 
 def object_imports(obj: bytes) -> list[str]:
     """Undefined global symbols of an ELF64 little-endian relocatable object: what the loader
-    must resolve (libm functions, compiler builtins). [] for other object formats."""
-    import struct
+    must resolve (libm functions, compiler builtins). [] for other object formats (the bundle
+    validator refuses those before they are loaded)."""
+    from ...bundle.elf import ElfError, read_symbols
 
-    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+    try:
+        return sorted(read_symbols(obj).undefined)
+    except ElfError:
         return []
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
-    names = set()
-    for _name, sh_type, _f, _a, offset, size, link, _i, _al, entsize in sections:
-        if sh_type != 2 or not entsize:  # SHT_SYMTAB
-            continue
-        strtab = sections[link][4]
-        for k in range(size // entsize):
-            st_name, st_info, _o, st_shndx = struct.unpack_from("<IBBH", obj, offset + k * entsize)
-            if st_shndx == 0 and st_name and (st_info >> 4) in (1, 2):  # UNDEF, GLOBAL/WEAK
-                end = obj.index(b"\0", strtab + st_name)
-                names.add(obj[strtab + st_name:end].decode())
-    return sorted(names)

@@ -10,6 +10,10 @@ The table holds, per *slot*, either a kernel's pointer array (["buffers", thunk 
 address of a slice (["slice", [allocation, offset, size]]); the runtime builds it at load
 time. Kernels with a lot of work stay outside drivers, so the runtime can split them across
 threads; composites and host thunks never go into drivers.
+
+A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
+stop flag (`hloc_stop_flag`, an i32 the runtime provides and sets on Ctrl-C or --timeout) once
+per iteration and returns early when it is set; the runtime then raises (runtime/limits.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..elemental.types import I1, I8, I32, I64, PTR
 # Kernels estimated at this many scalar operations or more are called by the runtime.
 DRIVER_MAX_WORK = 1 << 18
 _CONTROL = ("while", "conditional", "sequential")
+STOP_FLAG = "hloc_stop_flag"
 
 
 @dataclass
@@ -95,6 +100,7 @@ class _Emitter:
         self.module, self.fn, self.plan, self.kernels = module, fn, plan, kernels
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.table = fn.args[0]
+        self._stop_block = None
 
     def slot(self, ref: list) -> ir.Value:
         self.plan.slots.append(ref)
@@ -143,6 +149,7 @@ class _Emitter:
         done = b.append_basic_block(f"{t.name}.done")
         b.branch(head)
         b.position_at_end(head)
+        self._poll_stop_flag()
         self.thunks(t.condition)
         pred = b.load(self.slot(["slice", t.predicate.to_json()]), typ=I8)
         b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), body, done)
@@ -150,6 +157,21 @@ class _Emitter:
         self.thunks(t.body)
         b.branch(head)
         b.position_at_end(done)
+
+    def _poll_stop_flag(self) -> None:
+        """Return from the driver when the runtime has set the stop flag (one atomic load
+        per loop iteration: cheap, and LLVM may not hoist it out of the loop)."""
+        flag = self.module.globals.get(STOP_FLAG)
+        if flag is None:
+            flag = ir.GlobalVariable(self.module, I32, STOP_FLAG)  # external: the runtime's
+        if self._stop_block is None:
+            self._stop_block = self.fn.append_basic_block("stop")
+            ir.IRBuilder(self._stop_block).ret_void()
+        b = self.b
+        stop = b.load_atomic(flag, "monotonic", 4, typ=I32)
+        go = b.append_basic_block("go")
+        b.cbranch(b.icmp_unsigned("!=", stop, ir.Constant(I32, 0)), self._stop_block, go)
+        b.position_at_end(go)
 
     def _conditional(self, t) -> None:
         b = self.b

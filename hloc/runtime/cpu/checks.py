@@ -53,7 +53,10 @@ def _load_libm() -> None:
 
 def check_imports(names: list[str], path: str | None = None) -> None:
     """Every symbol the object imports must resolve in this process (libm is loaded)."""
+    from ..limits import provide_runtime_symbols
+
     llvm.initialize()
+    provide_runtime_symbols()
     _load_libm()
     missing = [n for n in names if not llvm_binding.address_of_symbol(n)]
     if missing:

@@ -1,0 +1,163 @@
+"""CPU members: cpu.o against kernels.json against thunks.json.
+
+Checks (MemberProblem naming the member at the first failure):
+- kernels.json is a JSON object of version 2 whose `object_sha256` / `thunks_sha256` are the
+  sha256 of this bundle's cpu.o / thunks.json (members are bound to each other);
+- cpu.o is an ELF64 little-endian relocatable object (a bounds-checked reader, elf.py);
+- its imports equal kernels.json's `external_symbols`, and each is allowed (symbols.py);
+- every kernel, composite-step and driver symbol is defined in cpu.o;
+- every kernel / composite entry names a thunk of thunks.json with that many operand and
+  output slices; composite refs and scratch ranges lie inside the thunk and scratch_bytes;
+- every driver names consecutive thunks that exist, and its slots are kernel thunks or
+  slices inside their allocations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .elf import ElfError, read_symbols
+from .symbols import allowed_import
+from .validate import MemberProblem, ProgramCheck, decode_program
+
+KERNELS_VERSION = 2
+
+
+def validate_cpu(bundle) -> None:
+    """All checks of the module docstring for a bundle holding cpu.o or kernels.json."""
+    fail = _failer(bundle.path)
+    meta = _kernels_json(bundle)
+    obj = bytes(bundle.members["cpu.o"]) if "cpu.o" in bundle.members else b""
+    if "thunks.json" not in bundle.members:
+        raise fail("thunks.json", "missing (kernels.json refers to it)")
+    program_bytes = bytes(bundle.members["thunks.json"])
+    if meta.get("object_sha256") != hashlib.sha256(obj).hexdigest():
+        raise fail("cpu.o", "is not the object kernels.json was compiled with (hash differs)")
+    if meta.get("thunks_sha256") != hashlib.sha256(program_bytes).hexdigest():
+        raise fail("thunks.json", "is not the program kernels.json was compiled for "
+                                  "(hash differs)")
+    try:
+        symbols = read_symbols(obj)
+    except ElfError as e:
+        raise fail("cpu.o", f"not a valid object: {e}") from None
+    _check_imports(fail, meta, symbols.undefined)
+    program = decode_program(bundle, "thunks.json")
+    check = ProgramCheck(bundle.path, "kernels.json", program, _NoModule())
+    check.sizes = [a.size for a in program.allocations]  # validated by validate_bundle
+    thunks = {t.name: t for t in program.walk()}
+    _check_entries(fail, meta, thunks, symbols.defined)
+    _check_drivers(fail, check, meta, thunks, symbols.defined)
+
+
+class _NoModule:
+    computations = ()
+
+
+def _failer(path: str):
+    def fail(member: str, problem: str) -> MemberProblem:
+        return MemberProblem(path, member, problem)
+    return fail
+
+
+def _kernels_json(bundle) -> dict:
+    if "kernels.json" not in bundle.members:
+        raise MemberProblem(bundle.path, "kernels.json", "missing (the bundle has cpu.o)")
+    try:
+        meta = json.loads(bytes(bundle.members["kernels.json"]))
+    except (ValueError, RecursionError) as e:
+        raise MemberProblem(bundle.path, "kernels.json", f"not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("version") != KERNELS_VERSION:
+        version = meta.get("version") if isinstance(meta, dict) else None
+        raise MemberProblem(bundle.path, "kernels.json",
+                            f"unsupported version {version!r} (this hloc reads "
+                            f"{KERNELS_VERSION}; recompile the model)")
+    for key, kind in (("kernels", dict), ("composites", dict), ("drivers", list),
+                      ("external_symbols", list)):
+        if not isinstance(meta.get(key), kind):
+            raise MemberProblem(bundle.path, "kernels.json", f"{key} is not a {kind.__name__}")
+    return meta
+
+
+def _check_imports(fail, meta: dict, undefined: frozenset[str]) -> None:
+    declared = meta["external_symbols"]
+    if sorted(undefined) != sorted(str(n) for n in declared):
+        extra = sorted(undefined - {str(n) for n in declared})
+        raise fail("cpu.o", f"imports {', '.join(extra) or 'other symbols'} that kernels.json "
+                            "does not declare" if extra else
+                            "imports differ from kernels.json's external_symbols")
+    refused = sorted(n for n in undefined if not allowed_import(n))
+    if refused:
+        raise fail("cpu.o", f"imports {', '.join(refused)}, which generated code never calls "
+                            "(only libm, compiler-runtime and hloc runtime symbols)")
+
+
+def _defined(fail, symbol, defined: frozenset[str], where: str) -> None:
+    if not isinstance(symbol, str) or symbol not in defined:
+        raise fail("kernels.json", f"{where}: symbol {symbol!r} is not defined in cpu.o")
+
+
+def _check_entries(fail, meta: dict, thunks: dict, defined: frozenset[str]) -> None:
+    for name, k in meta["kernels"].items():
+        thunk = thunks.get(name)
+        if thunk is None or not isinstance(k, dict):
+            raise fail("kernels.json", f"kernel {name!r} names no thunk of thunks.json")
+        _defined(fail, k.get("symbol"), defined, f"kernel {name}")
+        operands, outputs = thunk.reads(), thunk.writes()
+        if (k.get("num_operands"), k.get("num_outputs")) != (len(operands), len(outputs)):
+            raise fail("kernels.json", f"kernel {name}: operand/output counts differ from "
+                                       "its thunk")
+    for name, c in meta["composites"].items():
+        thunk = thunks.get(name)
+        if thunk is None or not isinstance(c, dict):
+            raise fail("kernels.json", f"composite {name!r} names no thunk of thunks.json")
+        _check_composite(fail, name, c, (thunk.reads(), thunk.writes()), defined)
+
+
+def _check_composite(fail, name: str, c: dict, io, defined: frozenset[str]) -> None:
+    scratch_bytes = c.get("scratch_bytes")
+    scratch = c.get("scratch")
+    if not isinstance(scratch_bytes, int) or not 0 <= scratch_bytes <= 1 << 40:
+        raise fail("kernels.json", f"composite {name}: bad scratch_bytes")
+    if not isinstance(scratch, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and v >= 0 for v in r)
+            and r[0] + r[1] <= scratch_bytes for r in scratch):
+        raise fail("kernels.json", f"composite {name}: scratch range outside scratch_bytes")
+    limits = {"operand": len(io[0]), "output": len(io[1]), "scratch": len(scratch)}
+    for step in c.get("steps") or ():
+        if not isinstance(step, dict):
+            raise fail("kernels.json", f"composite {name}: malformed step")
+        if step.get("kind") == "kernel":
+            _defined(fail, step.get("symbol"), defined, f"composite {name}")
+        for ref in _refs(step):
+            if (not isinstance(ref, list) or len(ref) != 2 or ref[0] not in limits
+                    or not isinstance(ref[1], int) or not 0 <= ref[1] < limits[ref[0]]):
+                raise fail("kernels.json", f"composite {name}: reference {ref!r} is outside "
+                                           "its thunk's slices")
+
+
+def _refs(step: dict) -> list:
+    refs = list(step.get("buffers") or ())
+    refs += [step[k] for k in ("lhs", "rhs", "output", "input", "kernel") if k in step]
+    return refs
+
+
+def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
+                   defined: frozenset[str]) -> None:
+    from ..buffers.assignment import Slice
+
+    for d in meta["drivers"]:
+        if not isinstance(d, dict) or not isinstance(d.get("thunks"), list) or not d["thunks"]:
+            raise fail("kernels.json", "malformed driver entry")
+        _defined(fail, d.get("symbol"), defined, "driver")
+        if any(t not in thunks for t in d["thunks"]):
+            raise fail("kernels.json", f"driver {d['symbol']} names a thunk thunks.json lacks")
+        for slot in d.get("slots") or ():
+            kind, value = slot if isinstance(slot, list) and len(slot) == 2 else (None, None)
+            if kind == "buffers" and value in meta["kernels"]:
+                continue
+            if kind == "slice" and isinstance(value, list) and len(value) == 3:
+                check.member = "kernels.json"
+                check.check_slice(Slice(*value), f"driver {d['symbol']}")
+                continue
+            raise fail("kernels.json", f"driver {d['symbol']}: bad slot {slot!r}")

@@ -1,0 +1,214 @@
+"""Issue 17, as an attacker: tampered bundles, re-hashed, are refused (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hloc.errors import InputError
+from hloc.runtime import load
+
+from .conftest import SAMPLES
+from .trust_support import ENDLESS_LOOP_HLO, compile_text, members_of, repack, system_object
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture(scope="module")
+def loop_bundle(tmp_path_factory):
+    return compile_text(tmp_path_factory.mktemp("loop"), ENDLESS_LOOP_HLO, "loop")
+
+
+@pytest.fixture(scope="module")
+def mlp_bundle(tmp_path_factory):
+    from hloc.compiler import compile
+
+    out = tmp_path_factory.mktemp("mlp") / "mlp.bundle"
+    compile(str(SAMPLES / "mlp.pb"), str(out))
+    return out
+
+
+def _refused(path, member: str, fragment: str = "", device=None) -> str:
+    with pytest.raises(InputError) as info:
+        load(str(path), device)
+    text = str(info.value)
+    assert "\n" not in text and str(path) in text and f"member {member}" in text, text
+    assert fragment in text, text
+    return text
+
+
+def _first_slice_owner(doc):
+    return doc["parameters"][0]["slice"]
+
+
+def test_untampered_bundles_load(mlp_bundle, loop_bundle):
+    load(str(mlp_bundle))
+    load(str(loop_bundle))
+    load(str(mlp_bundle), "interpreter")
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda d: d["parameters"][0]["slice"].__setitem__(1, 1 << 20), "reaches past"),
+    (lambda d: d["allocations"][0].__setitem__("size", 0), "reaches past"),
+    (lambda d: d["allocations"][0].__setitem__("size", -8), "has size"),
+    (lambda d: d["allocations"][0].__setitem__("index", 7), "numbered"),
+    (lambda d: d["outputs"][0]["slice"].__setitem__(0, 999), "names allocation 999"),
+    (lambda d: d["parameters"][0]["slice"].__setitem__(2, 4), "bytes for"),
+    (lambda d: d["sequence"][0].__setitem__("kind", "no-such-kind"), "unknown thunk kind"),
+])
+def test_thunks_json_tampering(tmp_path, loop_bundle, edit, fragment):
+    bad = repack(loop_bundle, tmp_path / "bad.bundle", edit_json={"thunks.json": edit})
+    _refused(bad, "thunks.json", fragment)
+    _refused(bad, "thunks.json", fragment, device="interpreter")  # on every device
+
+
+def test_kernel_output_slice_of_wrong_size(tmp_path, mlp_bundle):
+    def shrink(doc):
+        kernel = next(t for t in doc["sequence"] if t["kind"] == "kernel")
+        kernel["outputs"][0][2] -= 4
+    _refused(repack(mlp_bundle, tmp_path / "b.bundle", edit_json={"thunks.json": shrink}),
+             "thunks.json", "bytes for")
+
+
+@pytest.mark.parametrize("obj,fragment", [
+    (b"\x00" * 64, "not a valid object"),
+    (b"\x7fELF\x02\x01" + bytes(58), "not a valid object"),
+    (b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x01\x00" + bytes(46) + b"\x40\x00\xff\xff",
+     "not a valid object"),
+])
+def test_bad_objects(tmp_path, loop_bundle, obj, fragment):
+    _refused(repack(loop_bundle, tmp_path / "b.bundle", replace={"cpu.o": obj}), "cpu.o",
+             fragment)
+
+
+def test_object_from_another_bundle(tmp_path, loop_bundle, mlp_bundle):
+    other = members_of(mlp_bundle)[1]["cpu.o"]
+    _refused(repack(loop_bundle, tmp_path / "a.bundle", replace={"cpu.o": other}, bind=False),
+             "cpu.o", "hash differs")
+    declare_none = {"kernels.json": lambda d: d.__setitem__("external_symbols", [])}
+    text = _refused(repack(loop_bundle, tmp_path / "b.bundle", replace={"cpu.o": other},
+                           edit_json=declare_none), "kernels.json", "not defined in cpu.o")
+    assert "symbol" in text
+
+
+def test_system_import_is_refused(tmp_path, loop_bundle):
+    members = members_of(loop_bundle)[1]
+    obj = system_object(members["module.ll"].decode())
+
+    def declare(doc):
+        doc["external_symbols"] = sorted(doc["external_symbols"] + ["system"])
+    bad = repack(loop_bundle, tmp_path / "evil.bundle", replace={"cpu.o": obj},
+                 edit_json={"kernels.json": declare})
+    _refused(bad, "cpu.o", "imports system")
+    undeclared = repack(loop_bundle, tmp_path / "evil2.bundle", replace={"cpu.o": obj})
+    _refused(undeclared, "cpu.o", "does not declare")
+
+
+@pytest.mark.parametrize("edit,member,fragment", [
+    (lambda d: d["drivers"][0].__setitem__("symbol", "hloc_nothing"), "kernels.json",
+     "not defined"),
+    (lambda d: d["drivers"][0]["slots"].__setitem__(0, ["slice", [0, 1 << 30, 4]]),
+     "kernels.json", "reaches past"),
+    (lambda d: d["drivers"][0]["slots"].__setitem__(0, ["exec", "sh"]), "kernels.json",
+     "bad slot"),
+    (lambda d: d.__setitem__("external_symbols", []), "cpu.o", "does not declare"),
+    (lambda d: d.__setitem__("version", 1), "kernels.json", "unsupported version"),
+    (lambda d: next(iter(d["kernels"].values())).__setitem__("num_operands", 99),
+     "kernels.json", "counts differ"),
+])
+def test_kernels_json_tampering(tmp_path, loop_bundle, edit, member, fragment):
+    _refused(repack(loop_bundle, tmp_path / "b.bundle", edit_json={"kernels.json": edit}),
+             member, fragment)
+
+
+def test_manifest_entry_must_match_module(tmp_path, loop_bundle):
+    def widen(m):
+        m["entry"]["parameters"][0]["shape"] = [1 << 20]
+    _refused(repack(loop_bundle, tmp_path / "b.bundle", manifest_edit=widen), "manifest.json",
+             "entry signature")
+
+
+def test_module_from_another_bundle(tmp_path, loop_bundle, mlp_bundle):
+    other = members_of(mlp_bundle)[1]["module.pb"]
+    _refused(repack(loop_bundle, tmp_path / "b.bundle", replace={"module.pb": other}),
+             "manifest.json", "entry signature")
+
+
+def _hlo_run(*args):
+    """`hlo-run ARGS` in-process (a subprocess costs seconds of imports): (exit code, output)."""
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+
+    r = CliRunner().invoke(cli, [str(a) for a in args])
+    return r.exit_code, r.output
+
+
+def test_cli_exit_2_one_line_nothing_overwritten(tmp_path, loop_bundle):
+    bad = repack(loop_bundle, tmp_path / "bad.bundle", edit_json={
+        "thunks.json": lambda d: d["parameters"][0]["slice"].__setitem__(1, 1 << 20)})
+    out = tmp_path / "out.npz"
+    out.write_bytes(b"keep me")
+    code, output = _hlo_run(bad, "--zero-inputs", "--output", out)
+    assert code == 2, output
+    assert output.count("\n") == 1 and "member thunks.json" in output
+    assert out.read_bytes() == b"keep me"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.fixture(scope="module")
+def mlp_cuda_bundle(tmp_path_factory):
+    pytest.importorskip("llvmlite")
+    from hloc.compiler import CompileOptions, compile
+
+    good = tmp_path_factory.mktemp("mlp_cuda") / "mlp.cuda.bundle"
+    compile(str(SAMPLES / "mlp.pb"), str(good), CompileOptions(target="cuda"))
+    return good
+
+
+def test_gpu_thunks_json_tampering(tmp_path, mlp_cuda_bundle):
+    def stretch(doc):
+        doc["allocations"][0]["size"] = 0
+    bad = repack(mlp_cuda_bundle, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": stretch})
+    _refused(bad, "gpu_thunks.json", "reaches past", device="cuda-emulated")
+    assert json.loads(members_of(mlp_cuda_bundle)[1]["gpu_thunks.json"])  # the good one is JSON
+
+
+def _first_kernel(doc) -> dict:
+    """The first JSON object with a string "kernel" field (a kernel launch), depth-first."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("kernel"), str):
+                return node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    raise AssertionError("no kernel launch")
+
+
+def _images(members: dict) -> tuple[str, str]:
+    ptx = next(n for n in members if n.endswith(".ptx"))
+    return ptx, ptx.removesuffix(".ptx") + ".cubin"
+
+
+def test_gpu_kernel_names_must_exist_in_ptx_and_cubin(tmp_path, mlp_cuda_bundle):
+    _, members = members_of(mlp_cuda_bundle)
+    ptx, cubin = _images(members)
+    name = _first_kernel(json.loads(members["gpu_thunks.json"]))["kernel"]
+    renamed = repack(mlp_cuda_bundle, tmp_path / "renamed.bundle", edit_json={
+        "gpu_thunks.json": lambda d: _first_kernel(d).__setitem__("kernel", "hloc_evil")})
+    _refused(renamed, ptx.removesuffix(".ptx"), "lacks kernel hloc_evil", device="cuda-emulated")
+    evil = name[:-1] + ("X" if name[-1] != "X" else "Y")  # same length: offsets stay valid
+    text = members[ptx].replace(f".entry {name}(".encode(), f".entry {evil}(".encode())
+    assert text != members[ptx]
+    no_entry = repack(mlp_cuda_bundle, tmp_path / "no_entry.bundle", replace={ptx: text})
+    _refused(no_entry, ptx, f"lacks kernel {name}", device="cuda-emulated")
+    if cubin in members:
+        image = members[cubin].replace(name.encode() + b"\0", evil.encode() + b"\0")
+        no_symbol = repack(mlp_cuda_bundle, tmp_path / "no_symbol.bundle", replace={cubin: image})
+        _refused(no_symbol, cubin, f"lacks kernel {name}", device="cuda-emulated")
+        junk = repack(mlp_cuda_bundle, tmp_path / "junk.bundle", replace={cubin: b"\x7fELF" + bytes(60)})
+        _refused(junk, cubin, "bad cubin")
