@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -161,3 +164,39 @@ def test_concurrent_writers_leave_a_whole_entry(cache):
     assert all(entry is None or entry == ({"k": 1}, members) for entry in seen)
     assert compile_cache.lookup(key) == ({"k": 1}, members)
     assert [p.name for p in (cache / "bundles").iterdir()] == [f"{key}.entry"]  # no temp files left
+
+
+_IMPORTED = """
+import sys
+from hloc.cli.main import cli
+try:
+    cli(sys.argv[1:], prog_name="hloc")
+except SystemExit as e:
+    assert not e.code, e.code
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def imported_by(*args, env) -> set[str]:
+    """The modules an `hloc` command imports, run in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", _IMPORTED, *map(str, args)], check=True,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, **env}).stdout
+    return set(out.strip().splitlines()[-1].split())
+
+
+def under(modules: set[str], *prefixes: str) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in prefixes or m.startswith(prefixes))
+
+
+def test_import_budget(tmp_path):
+    """What each command may import: --help nothing heavy; a CPU compile no runtime, no CUDA
+    code generator, no text parser for a proto, no jsonschema; a cache hit no compiler stages."""
+    env = {"HLOC_CACHE_DIR": str(tmp_path / "cache")}
+    assert not under(imported_by("compile", "--help", env=env),
+                     "numpy", "llvmlite", "google", "jsonschema", "hloc.ir", "hloc.compiler")
+    miss = imported_by("compile", MLP, "-o", tmp_path / "a.bundle", env=env)
+    assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.parser")
+    hit = imported_by("compile", MLP, "-o", tmp_path / "b.bundle", env=env)
+    assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen.cpu", "hloc.schedule",
+                     "hloc.runtime", "jsonschema")
