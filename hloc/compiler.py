@@ -139,12 +139,21 @@ def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpMana
     return members, target_section, notes
 
 
+def input_section(data: bytes, loaded, module_name: str) -> dict:
+    """The manifest's `input`: the model file's digest and form, and the module's name."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
+            "module_name": module_name}
+
+
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
-                  data: bytes | None = None, progress=None) -> CompileResult:
+                  data: bytes | None = None, progress=None, loaded=None,
+                  key: str | None = None) -> CompileResult:
     """Compile the model file at `path` (any input form) into bundle contents.
 
     Stages: frontend → passes → schedule/buffers/thunks (hloc.buffers.plan) → llvm/code
     (per target) → bundle contents. `--stop-after` ends the run after a stage (no bundle).
+    `loaded` (the file already loaded from `data`) and `key` (its compile-cache key) save
+    the compile cache's caller doing that work twice.
     """
     from .buffers import plan as make_plan
     from .bundle.manifest import entry_section
@@ -157,10 +166,14 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     progress = progress or (lambda stage: None)
     progress("loading")
     data = read_file(path, "model") if data is None else data
-    loaded = load_bytes(data, path)
+    loaded = load_bytes(data, path) if loaded is None else loaded
     module = loaded.module
     verify(module)
     check_partitioned(module, path)
+    if key is None:
+        from .cached_compile import compile_key
+
+        key = compile_key(loaded, options)
     dump = DumpManager(dump_options, module.name) if dump_options else None
     try:
         if dump:
@@ -208,14 +221,13 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     }
     result.members = members
     result.manifest = {
-        "format_version": "1.0",
+        "format_version": "1.1",
         "hloc_version": __version__,
         "target": target_section,
         "entry": entry_section(module),
         "compiler": {"version": __version__, "flags": options.manifest_flags(),
-                     "passes": runner.ran, "opt_level": options.opt_level},
-        "input": {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
-                  "module_name": module.name},
+                     "passes": runner.ran, "opt_level": options.opt_level, "cache_key": key},
+        "input": input_section(data, loaded, module.name),
         "memory": plan.memory.as_dict(),
         "thunks": {"counts": plan.program.kind_counts()},
         "notes": notes,

@@ -13,6 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# The suite's compiles and GEMM objects go to a private cache of its own, never the user's.
+if "HLOC_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["HLOC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hloc-test-cache-")
+
 
 def sample_names(sub: str = "") -> list[str]:
     """Sample base names that have a .pb (e.g. 'mlp', 'ops/divide_s32_edges')."""

@@ -72,7 +72,7 @@ def test_round_trip(tmp_path):
     for name, data in MEMBERS.items():
         entry = stored["members"][name]
         assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    assert stored["format_version"] == "1.0"
+    assert stored["format_version"] == "1.1"
     assert set(stored) - {"members", "format_version"} == set(make_manifest())
 
 
@@ -98,9 +98,9 @@ def test_identical_inputs_give_identical_bytes(tmp_path):
     assert a.read_bytes() != b.read_bytes()
 
 
-# sha256 of the bundle make_manifest() and MEMBERS give: pins the exact bytes of format 1.0
+# sha256 of the bundle make_manifest() and MEMBERS give: pins the exact bytes of format 1.1
 # (header, zip metadata, member order, canonical JSON). Change only with FORMAT_VERSION.
-GOLDEN_DIGEST = "12fe1e16d5b0ed3e60f391dbd9e1e0d3cc0ff00f8d0960b1b8a89538727b228a"
+GOLDEN_DIGEST = "5d384377ba0a68b3fc8c4519a30cc92d4a5782fd18915a36280ef61768a19667"
 
 
 def test_golden_digest(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hloc.errors import InputError, UnsupportedError
+from hloc.errors import InputError
 from hloc.frontend import load
 from hloc.ir.parser import parse_module
 from hloc.runtime.spmd import run_spmd

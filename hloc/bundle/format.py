@@ -35,7 +35,8 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = b"HLOCBNDL"
-FORMAT_VERSION: tuple[int, int] = (1, 0)
+FORMAT_VERSION: tuple[int, int] = (1, 1)  # 1.1: manifest compiler.cache_key
+SIGNED_FORMAT_VERSION: tuple[int, int] = (1, 2)  # 1.2: 1.1 + a signature block in the header
 MANIFEST_NAME = "manifest.json"
 MODULE_NAME = "module.pb"
 REQUIRED_MEMBERS = (MANIFEST_NAME, MODULE_NAME)

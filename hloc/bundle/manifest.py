@@ -152,7 +152,7 @@ _MANIFEST = _object(
         "entry": _object({"name": _string(), "parameters": _array(_PARAMETER),
                           "results": _array(_RESULT), "result_is_tuple": _boolean}),
         "compiler": _object({"version": _string(), "flags": _STRINGS, "passes": _STRINGS},
-                            {"opt_level": _integer(0, 3, nullable=True)}),
+                            {"opt_level": _integer(0, 3, nullable=True), "cache_key": _SHA256}),
         "input": _object({"sha256": _SHA256, "form": _enum(INPUT_FORMS)},
                          {"module_name": _string()}),
         "members": _member_map(_object({"sha256": _SHA256, "size": _COUNT})),

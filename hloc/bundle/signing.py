@@ -1,7 +1,7 @@
 """Signed bundles: `hloc compile --sign-key FILE`, `hlo-run --trusted-key FILE`.
 
 A bundle's sha256 digests are unkeyed: anyone who can write the file can recompute them. A
-signature makes a bundle's origin checkable. A signed bundle is format 1.1: its header grows
+signature makes a bundle's origin checkable. A signed bundle is format 1.2: its header grows
 by one signature block (readers of 1.0 skip to `header length`, so they still read it):
 
     offset  size  field

@@ -36,6 +36,7 @@ from .format import (
     HEADER_SIZE,
     MANIFEST_NAME,
     REQUIRED_MEMBERS,
+    SIGNED_FORMAT_VERSION,
     ZIP_CREATE_SYSTEM,
     ZIP_DATE_TIME,
     ZIP_EXTERNAL_ATTR,
@@ -100,7 +101,7 @@ def _write_image(f: BinaryIO, manifest: dict, members: Mapping[str, MemberData],
 
     # Signed bundles are 1.1 (a longer header holds the signature); unsigned ones stay 1.0,
     # byte for byte as before.
-    version = (FORMAT_VERSION[0], 1) if sign_key is not None else FORMAT_VERSION
+    version = SIGNED_FORMAT_VERSION if sign_key is not None else FORMAT_VERSION
     header_size = SIGNED_HEADER_SIZE if sign_key is not None else HEADER_SIZE
     f.write(bytes(header_size))
     listing: dict[str, dict] = {}

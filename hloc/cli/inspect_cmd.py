@@ -46,6 +46,7 @@ def inspect_summary(bundle) -> dict:
         "thunks": thunks,
         "members": {name: info["size"] for name, info in sorted(m.get("members", {}).items())},
         "notes": m.get("notes", []),
+        "cache_key": m.get("compiler", {}).get("cache_key"),
     }
 
 
@@ -93,6 +94,7 @@ def format_summary(s: dict) -> str:
     comp = s["compiler"]
     lines.append(f"compiler flags: {' '.join(comp.get('flags', []))}")
     lines.append(f"passes run ({len(comp.get('passes', []))}): {', '.join(comp.get('passes', []))}")
+    lines.append(f"cache key: {s.get('cache_key') or 'none (built before format 1.1)'}")
     mem = s["memory"]
     lines.append("memory: " + ", ".join(f"{k}={v if v is not None else 'n/a'}" for k, v in sorted(mem.items())))
     if s["thunks"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -59,12 +60,21 @@ def cli() -> None:
                    "first stage that differs; exit 1 if one does")
 @click.option("--sign-key", default=None,
               help="sign the bundle with this key FILE (HMAC-SHA256, or Ed25519 PEM)")
+@click.option("--no-cache", is_flag=True,
+              help="always compile: neither read nor write the compile cache (HLOC_CACHE_DIR; "
+                   "--dump-dir, --stop-after, --time-passes and --debug also bypass it, as they "
+                   "need the stages to run)")
 @debug_option
 @guarded("hloc")
 def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
-            time_passes, check_determinism, sign_key, debug):
-    """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text)."""
+            time_passes, check_determinism, sign_key, no_cache, debug):
+    """Compile MODEL (HloModuleProto, HloProto, HloSnapshot, HloModuleProtoWithConfig or HLO text).
+
+    An unchanged module compiled with the same flags, target and hloc is served from the
+    compile cache ($HLOC_CACHE_DIR, default ~/.cache/hloc; HLOC_CACHE_DIR=off disables it):
+    the bundle is byte-identical to a fresh compile.
+    """
     if check_determinism:
         from ..debug import determinism
 
@@ -85,17 +95,31 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
         opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
         disabled_passes=tuple(disable_pass), pipeline_file=pipeline_file, stop_after=stop_after,
         verify_each_pass=debug_enabled(debug))
-    progress = _Progress() if sys.stderr.isatty() else None
-    try:
-        result = compile_model(model, options, dump_options=_dump_options(dump_dir, dump_after, dump_format),
-                               progress=progress)
-    finally:
-        if progress:
-            progress.done()
+    dump_options = _dump_options(dump_dir, dump_after, dump_format)
+    if not (no_cache or dump_options or stop_after or time_passes or options.verify_each_pass):
+        from ..cached_compile import compile_cached
+
+        with _progress() as progress:
+            manifest, members = compile_cached(model, options, progress=progress)
+        write_bundle(output, manifest=manifest, members=members, sign_key=key)
+        return
+    with _progress() as progress:
+        result = compile_model(model, options, dump_options=dump_options, progress=progress)
     if time_passes:
         click.echo(result.pass_timing_table, err=True)
     if result.stopped_after is None:
         write_bundle(output, manifest=result.manifest, members=result.members, sign_key=key)
+
+
+@contextlib.contextmanager
+def _progress():
+    """A progress indicator on a terminal (None elsewhere), cleared at the end."""
+    progress = _Progress() if sys.stderr.isatty() else None
+    try:
+        yield progress
+    finally:
+        if progress:
+            progress.done()
 
 
 class _Progress:

@@ -68,6 +68,18 @@ def _private_dir(directory: str) -> bool:
     return True
 
 
+def private_cache_dir() -> str | None:
+    """The cache directory if caching is on and it is this user's private directory."""
+    directory = cache_dir()
+    return directory if directory is not None and _private_dir(directory) else None
+
+
+def entry_mac(directory: str, name: str, body: bytes) -> bytes | None:
+    """The per-user MAC of a cache entry named `name` (None if the key is unusable)."""
+    key = _mac_key(directory)
+    return None if key is None else _mac(key, name, body)
+
+
 def _mac_key(directory: str) -> bytes | None:
     """The per-user MAC key (created on first use), or None if it is not private."""
     path = os.path.join(directory, _KEY_NAME)
