@@ -147,8 +147,9 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     (per target) → bundle contents. `--stop-after` ends the run after a stage (no bundle).
     """
     from .buffers import plan as make_plan
+    from .bundle.devices import devices_section
     from .bundle.manifest import entry_section
-    from .collectives import check_codegen_devices, check_partitioned
+    from .collectives import check_collectives, check_partitioned
     from .frontend import load_bytes, module_to_proto
     from .ir.printer import print_module
     from .ir.verifier import verify
@@ -175,7 +176,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
             result.stopped_after = "passes"
             return result
         progress("schedule, buffers, thunks")
-        check_codegen_devices(module, options.target)
+        check_collectives(module)
         plan = make_plan(module, target=options.target)
         if dump:
             dump.module("after_scheduling", module, stage="schedule")
@@ -220,6 +221,9 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         "thunks": {"counts": plan.program.kind_counts()},
         "notes": notes,
     }
+    devices = devices_section(module)
+    if devices is not None:  # multi-device modules only: one-device bundles stay as they were
+        result.manifest["devices"] = devices
     return result
 
 
