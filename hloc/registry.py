@@ -9,11 +9,13 @@ fill it on first use (`modules=`), so no caller imports a module only for its si
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from .errors import UnsupportedError
 
+_LOAD_LOCK = threading.RLock()
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -36,6 +38,7 @@ class Registry(Generic[K, V]):
         self._entries: dict[K, V] = {}
         self._modules = tuple(modules)
         self._loaded = not self._modules
+        self._loading = False
 
     def register(self, *keys: K) -> Callable[[V], V]:
         """Decorator: register the decorated value under every key in `keys`."""
@@ -56,12 +59,20 @@ class Registry(Generic[K, V]):
         self._entries[key] = value
 
     def load(self) -> None:
-        """Import the modules that fill this registry (idempotent)."""
+        """Import the modules that fill this registry (idempotent and thread-safe: device
+        threads of a multi-device run may look up a registry for the first time together)."""
         if self._loaded:
             return
-        self._loaded = True
-        for name in self._modules:
-            importlib.import_module(name)
+        with _LOAD_LOCK:
+            if self._loaded or self._loading:  # loaded meanwhile, or a lookup while importing
+                return
+            self._loading = True
+            try:
+                for name in self._modules:
+                    importlib.import_module(name)
+            finally:
+                self._loading = False
+            self._loaded = True
 
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value for `key`, or `default`."""

@@ -38,7 +38,7 @@ def collective_leaves(instr: Instruction, operands: list) -> list[np.ndarray]:
     """The array leaves of collective `instr`'s result (depth-first) on this thread's device,
     from its operand values (structured like the operands; copied here)."""
     impl = registry.lookup(instr)
-    value = impl(registry.Context(evaluate_computation), instr, private_copy(list(operands)))
+    value = impl(registry.Context(evaluate_computation), instr, [private_copy(v) for v in operands])
     return _flatten(value, [])
 
 

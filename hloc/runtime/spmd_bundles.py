@@ -92,8 +92,9 @@ class SpmdBundleExecutable:
         check_partitioned(self.module)
         self.grid = DeviceGrid.of(self.module.config)
         devices = self.grid.devices()
-        self.executables = {d: first if i == 0 else factory(bundle)
-                            for i, d in enumerate(devices)}
+        # An executable whose compiled code can serve several devices makes `sibling`s.
+        more = getattr(first, "sibling", None) or (lambda: factory(bundle))
+        self.executables = {d: first if i == 0 else more() for i, d in enumerate(devices)}
         self.output_sharding_texts = output_sharding_texts
         self.output_shapes = output_shapes
         self.timeout = timeout

@@ -9,12 +9,12 @@ other async ops keep the default (Kernel) emission.
 
 from __future__ import annotations
 
-from ..ir import Instruction, Opcode
+from ..ir import Instruction
+from ..ir.opcodes import Opcode as O  # noqa: N817 - the opcode tables' usual alias
 from .collectives import Collective, DeviceId
 from .emit import EMITTERS, Emitter, _kernel
 from .thunks import Thunk
 
-O = Opcode
 COLLECTIVE_OPCODES = frozenset({
     O.ALL_REDUCE, O.ALL_REDUCE_START, O.ALL_REDUCE_DONE, O.ALL_GATHER, O.ALL_GATHER_START,
     O.ALL_GATHER_DONE, O.REDUCE_SCATTER, O.ALL_TO_ALL, O.COLLECTIVE_PERMUTE,
