@@ -45,8 +45,9 @@ def _check_sample(path: str, device: str, name: str, form: str) -> None:
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("name", NAMES)
 def test_cpu_bundle_matches_xla(name, form, tmp_path):
-    # -O2 where XLA's optimized module is the input, -O0 for the other forms (test time).
-    path = _bundle(tmp_path, SPMD / f"{name}{form}", opt_level=2 if form == ".opt.pb" else 0)
+    # -O0 keeps the test time down; -O2 (the default pipeline) for the two cheap samples.
+    o2 = form == ".opt.pb" and name in ("shard_map_collectives", "jit_sharded_matmul")
+    path = _bundle(tmp_path, SPMD / f"{name}{form}", opt_level=2 if o2 else 0)
     _check_sample(path, "cpu", name, form)
 
 
@@ -158,5 +159,26 @@ def test_arena_executor_runs_collective_thunks_on_their_assigned_bytes():
     results = run_device_threads(DeviceGrid.of(module.config),
                                  lambda ctx, a: run_program(module, program, a),
                                  shard_arguments(module, args))
+    for got, want in zip(assemble_results(module, results), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_native_rank_runner_runs_one_device_with_its_context(tmp_path):
+    """What an MPI rank runs (hloc.runtime.native_ranks), here one thread per rank."""
+    from hloc.bundle import read_bundle
+    from hloc.collectives import DeviceGrid
+    from hloc.frontend import load as load_model
+    from hloc.runtime.native_ranks import NATIVE_RANK_RUNNERS
+    from hloc.runtime.spmd import run_device_threads
+    from hloc.runtime.spmd_bundles import assemble_results, shard_arguments
+
+    name = "shard_map_2dev"
+    meta, args, expected = _sample(name)
+    bundle = read_bundle(_bundle(tmp_path, SPMD / f"{name}.opt.pb"))
+    module = load_model(SPMD / f"{name}.opt.pb").module
+    results = run_device_threads(
+        DeviceGrid.of(module.config),
+        lambda ctx, a: NATIVE_RANK_RUNNERS["cpu"](bundle, ctx).run(a),
+        shard_arguments(module, args))
     for got, want in zip(assemble_results(module, results), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
