@@ -145,6 +145,15 @@ def input_section(data: bytes, loaded, module_name: str) -> dict:
             "module_name": module_name}
 
 
+def _cache_key(loaded, options: CompileOptions, key: str | None) -> str:
+    """The compile-cache key recorded in the manifest (computed unless the caller has it)."""
+    if key is not None:
+        return key
+    from .cached_compile import compile_key
+
+    return compile_key(loaded, options)
+
+
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
                   data: bytes | None = None, progress=None, loaded=None,
                   key: str | None = None) -> CompileResult:
@@ -156,8 +165,9 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     the compile cache's caller doing that work twice.
     """
     from .buffers import plan as make_plan
+    from .bundle.devices import devices_section
     from .bundle.manifest import entry_section
-    from .collectives import check_codegen_devices, check_partitioned
+    from .collectives import check_collectives, check_partitioned
     from .frontend import load_bytes, module_to_proto
     from .ir.printer import print_module
     from .ir.verifier import verify
@@ -170,10 +180,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     module = loaded.module
     verify(module)
     check_partitioned(module, path)
-    if key is None:
-        from .cached_compile import compile_key
-
-        key = compile_key(loaded, options)
+    key = _cache_key(loaded, options, key)
     dump = DumpManager(dump_options, module.name) if dump_options else None
     try:
         if dump:
@@ -188,7 +195,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
             result.stopped_after = "passes"
             return result
         progress("schedule, buffers, thunks")
-        check_codegen_devices(module, options.target)
+        check_collectives(module)
         plan = make_plan(module, target=options.target)
         if dump:
             dump.module("after_scheduling", module, stage="schedule")
@@ -232,6 +239,9 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
         "thunks": {"counts": plan.program.kind_counts()},
         "notes": notes,
     }
+    devices = devices_section(module)
+    if devices is not None:  # multi-device modules only: one-device bundles stay as they were
+        result.manifest["devices"] = devices
     return result
 
 

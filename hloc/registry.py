@@ -12,11 +12,13 @@ target-neutral value.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from .errors import UnsupportedError
 
+_LOAD_LOCK = threading.RLock()
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -44,7 +46,9 @@ class Registry(Generic[K, V]):
         self._targeted: dict[tuple[K, str], V] = {}
         self._modules = tuple(modules)
         self._loaded = not self._modules
+        self._started = False
         self._target_modules = {t: tuple(m) for t, m in (target_modules or {}).items()}
+        self._loading = False
 
     def register(self, *keys: K, target: str | None = None) -> Callable[[V], V]:
         """Decorator: register the decorated value under every key in `keys` (for `target`
@@ -72,13 +76,23 @@ class Registry(Generic[K, V]):
         self._entries[key] = value
 
     def load(self, target: str | None = None) -> None:
-        """Import the modules that fill this registry, and `target`'s own (idempotent)."""
-        if not self._loaded:
-            self._loaded = True
-            for name in self._modules:
-                importlib.import_module(name)
-        for name in self._target_modules.pop(target, ()):
-            importlib.import_module(name)
+        """Import the modules that fill this registry, and `target`'s own (idempotent and
+        thread-safe: device threads of a multi-device run may look a registry up together)."""
+        if self._loaded and target not in self._target_modules:
+            return
+        with _LOAD_LOCK:
+            if self._loading:  # a lookup made while this thread imports the modules
+                return
+            self._loading = True
+            try:
+                modules = () if self._started else self._modules
+                self._started = True  # a failed import is not retried
+                modules += self._target_modules.pop(target, ())
+                for name in modules:
+                    importlib.import_module(name)
+            finally:
+                self._loading = False
+                self._loaded = True
 
     def get(self, key: K, default: V | None = None, *, target: str | None = None) -> V | None:
         """The value for `key` (`target`'s own first, if given), or `default`."""

@@ -70,7 +70,7 @@ def _every_neutral_kind() -> tuple[Thunk, ...]:
 def test_kinds_are_an_enum_with_the_json_strings():
     assert {str(k) for k in THUNK_KINDS} == {
         "kernel", "gemm", "convolution", "copy", "memset", "while", "conditional", "sort",
-        "fft", "custom-call", "sequential"}
+        "fft", "custom-call", "sequential", "collective", "device-id"}
     assert set(THUNK_KINDS) | set(GPU_THUNK_KINDS) == set(ThunkKind)
     for table in (THUNK_KINDS, GPU_THUNK_KINDS):
         assert all(cls.kind is kind for kind, cls in table.items())
@@ -79,7 +79,7 @@ def test_kinds_are_an_enum_with_the_json_strings():
 
 def test_the_gpu_program_reuses_the_shared_thunks():
     for kind in (ThunkKind.COPY, ThunkKind.MEMSET, ThunkKind.WHILE, ThunkKind.CONDITIONAL,
-                 ThunkKind.SEQUENTIAL):
+                 ThunkKind.SEQUENTIAL, ThunkKind.COLLECTIVE, ThunkKind.DEVICE_ID):
         assert GPU_THUNK_KINDS[kind] is THUNK_KINDS[kind]
 
 
@@ -212,3 +212,18 @@ def test_every_kind_has_a_builder_in_every_runtime():
     for table in (BUILDERS, ARENA, CONVERTERS):
         assert table.keys() >= set(THUNK_KINDS), table
     assert GPU.keys() == set(GPU_THUNK_KINDS)
+
+
+def test_multi_device_kinds_declare_their_buffers_and_round_trip_in_both_formats():
+    from hloc.thunks.collectives import Collective, DeviceId
+    from hloc.thunks.serialize import GPU_THUNKS_JSON, THUNKS_JSON
+
+    coll = Collective("ar", "all-gather-start", (S[0],), (S[1], S[2]))
+    dev = DeviceId("p", "partition", S[3])
+    assert (coll.reads(), coll.writes()) == ((S[0],), (S[1], S[2]))
+    assert (dev.reads(), dev.writes()) == ((), (S[3],))
+    for fmt in (THUNKS_JSON, GPU_THUNKS_JSON):
+        for thunk in (coll, dev):
+            assert fmt.decode(json.loads(json.dumps(fmt.encode(thunk)))) == thunk
+    assert THUNKS_JSON.encode(dev) == {"kind": "device-id", "name": "p", "axis": "partition",
+                                       "output": list(S[3].to_json())}

@@ -11,7 +11,8 @@ do not know are ignored, which is what lets a 1.x reader open later 1.y bundles.
 strict=True, which matches the schema's `additionalProperties: false`.
 
 Sections (see the schema for every field): format_version, hloc_version, target, entry,
-compiler, input, members (filled in by the writer), memory (optional), notes (optional).
+compiler, input, members (filled in by the writer), memory (optional), notes (optional),
+devices (multi-device bundles only, hloc.bundle.devices).
 `entry_section(module)` builds `entry` from an `hloc.ir.Module`.
 """
 
@@ -142,6 +143,15 @@ _PARAMETER = _object({"name": _string(), "index": _COUNT, "dtype": _DTYPE, "shap
 _RESULT = _object({"index": _COUNT, "dtype": _DTYPE, "shape": _DIMS, "layout": _LAYOUT},
                   {"shape_index": _DIMS})
 
+def _sharding_text(v, path, strict):
+    return None if v is None or isinstance(v, str) else f"{path}: expected a string or null"
+
+
+# Multi-device bundles only (hloc.bundle.devices).
+_DEVICES = _object({"count": _integer(2), "replica_count": _integer(1),
+                    "num_partitions": _integer(1), "device_assignment": _array(_DIMS),
+                    "parameters": _array(_sharding_text), "outputs": _array(_sharding_text)})
+
 _MANIFEST = _object(
     {
         "format_version": _string(r"^1\.[0-9]+$"),
@@ -162,6 +172,7 @@ _MANIFEST = _object(
                                               "constant_bytes")}),
         "thunks": _object({"counts": _count_map}),
         "notes": _STRINGS,
+        "devices": _DEVICES,
     },
 )
 

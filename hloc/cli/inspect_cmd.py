@@ -35,6 +35,8 @@ def inspect_summary(bundle) -> dict:
 
     signature = bundle_signature(bundle)
     extra["signature"] = signature.signer if signature is not None else None
+    if m.get("devices"):
+        extra["devices"] = m["devices"]
     return {**extra,
         "format_version": m["format_version"],
         "hloc_version": m.get("hloc_version"),
@@ -68,6 +70,17 @@ def _gpu_gemm_line(g: dict) -> str:
             f"(HLOC_CUDA_GEMM=cublas): {len(names)}{shown}")
 
 
+def _devices_lines(d: dict) -> list[str]:
+    """A multi-device bundle's devices: count, grid, device assignment, shardings."""
+    rows = "; ".join(f"replica {r}: {ids}" for r, ids in enumerate(d["device_assignment"]))
+    lines = [f"devices: {d['count']} ({d['replica_count']} replica(s) x "
+             f"{d['num_partitions']} partition(s)), device assignment {rows}"]
+    lines += [f"  param {i} sharding: {t or 'none (replicated)'}"
+              for i, t in enumerate(d["parameters"])]
+    lines += [f"  out{i} sharding: {t or 'none (replicated)'}" for i, t in enumerate(d["outputs"])]
+    return lines
+
+
 def _sig(entry: dict) -> str:
     return f"{entry['dtype']}[{','.join(str(d) for d in entry['shape'])}]"
 
@@ -91,6 +104,8 @@ def format_summary(s: dict) -> str:
         lines.append(f"  param {p['index']}: {p['name']:<20} {_sig(p)}")
     for r in s["entry"]["results"]:
         lines.append(f"  out{r['index']}: {_sig(r)}")
+    if s.get("devices"):
+        lines += _devices_lines(s["devices"])
     comp = s["compiler"]
     lines.append(f"compiler flags: {' '.join(comp.get('flags', []))}")
     lines.append(f"passes run ({len(comp.get('passes', []))}): {', '.join(comp.get('passes', []))}")

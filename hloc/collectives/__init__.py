@@ -12,13 +12,13 @@
 from .communicator import CollectiveError, Communicator, InProcessCommunicator
 from .execute import DeviceContext, bind, current, run_collective
 from .groups import DeviceGrid, GroupMode, group_mode, instruction_participants, participants
-from .partitioned import check_codegen_devices, check_partitioned, unpartitioned_reason
+from .partitioned import check_collectives, check_partitioned, unpartitioned_reason
 from .reducers import Reducer, reducer_of
 from .sharding import Sharding, assemble, parse_sharding, shard, shard_shape
 
 __all__ = [
     "CollectiveError", "Communicator", "DeviceContext", "DeviceGrid", "GroupMode",
-    "InProcessCommunicator", "Reducer", "Sharding", "assemble", "bind", "check_codegen_devices", "check_partitioned",
+    "InProcessCommunicator", "Reducer", "Sharding", "assemble", "bind", "check_collectives", "check_partitioned",
     "current", "group_mode", "instruction_participants", "parse_sharding", "participants",
     "reducer_of", "run_collective", "shard", "shard_shape", "unpartitioned_reason",
 ]

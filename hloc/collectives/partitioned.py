@@ -47,15 +47,11 @@ def check_partitioned(module: Module, path: str | None = None) -> None:
                          f"{HOW_TO_PARTITION}", path)
 
 
-def check_codegen_devices(module: Module, target: str) -> None:
-    """UnsupportedError naming a collective: multi-device thunks are not generated yet, and one
-    device running a collective alone would compute a wrong answer silently."""
-    if module.config.device_count <= 1 or target == "interpreter":
-        return
-    found = next((i for c in module.computations for i in c.instructions
-                  if i.opcode in _DEVICE_OPS), None)
-    what = f"collective {found.opcode.value} (%{found.name})" if found else "the module"
-    raise UnsupportedError(
-        f"{what} in a {module.config.device_count}-device module: {target} thunks for "
-        "collectives are not implemented yet; compile with --target interpreter to run it on the "
-        "reference interpreter (hloc.runtime.spmd.run_spmd)")
+def check_collectives(module: Module) -> None:
+    """UnsupportedError naming the first collective form no runtime executes: the in-place
+    collective-permute (several operands, with input/output offsets)."""
+    for comp in module.computations:
+        for i in comp.instructions:
+            if i.opcode in (O.COLLECTIVE_PERMUTE, O.COLLECTIVE_PERMUTE_START) and len(i.operands) > 1:
+                raise UnsupportedError(f"collective-permute %{i.name} with {len(i.operands)} "
+                                       "operands (in-place form) is not supported")

@@ -60,6 +60,18 @@ def _split_top(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
+def leaf_texts(text: str) -> list[str]:
+    """A sharding's text per leaf: a tuple sharding's elements flattened depth-first, any
+    other sharding as given (metadata dropped from tuples' elements)."""
+    inner = text.strip()
+    if not (inner.startswith("{") and inner.endswith("}")):
+        raise InputError(f"malformed sharding {text!r}")
+    body = re.sub(r"\s*metadata=\{.*\}\s*$", "", inner[1:-1].strip())
+    if body and not body.startswith("{"):
+        return [inner]
+    return [leaf for part in _split_top(body) for leaf in leaf_texts(part)]
+
+
 def _tiled(m: re.Match) -> Sharding:
     dims = _nums(m.group(1))
     if m.group(2) is not None:

@@ -64,7 +64,8 @@ class Arena:
 
 
 Runner = Callable[["ArenaExecutor", Thunk], None]
-RUNNERS: Registry[ThunkKind, Runner] = Registry("arena thunk runner")
+RUNNERS: Registry[ThunkKind, Runner] = Registry("arena thunk runner",
+                                         modules=("hloc.runtime.arena_collectives",))
 _runs = RUNNERS.register
 
 

@@ -12,6 +12,7 @@ OpenBLAS under cuBLAS' column-major contract (hloc.runtime.host_blas) instead of
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -103,9 +104,19 @@ class CudaEmulatedExecutable:
         self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.library = load_emulated_kernels(bundle, self.module, self.program)
+        self._new_device()
+
+    def _new_device(self) -> None:
         self.memory = HostMemory(self.program.allocations, self.library)
         blas = HostBlas(self.memory) if use_cublas() else None
         self.runner = GpuRunner(self.program, self.module, self.memory, blas)
+
+    def sibling(self) -> CudaEmulatedExecutable:
+        """Another device of the same bundle: the compiled kernels shared (launches allocate
+        their frames per call), its own memory and runner (multi-device runs)."""
+        twin = copy.copy(self)
+        twin._new_device()
+        return twin
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         return self.runner.run(args)

@@ -130,7 +130,8 @@ class GpuRunner:
 
 
 Runner = Callable[[GpuRunner, Thunk], None]
-RUNNERS: Registry[ThunkKind, Runner] = Registry("GPU thunk runner")
+RUNNERS: Registry[ThunkKind, Runner] = Registry("GPU thunk runner",
+                                         modules=("hloc.runtime.cuda_collectives",))
 runs = RUNNERS.register
 
 

@@ -67,7 +67,23 @@ def load(path: str, device: str | None = None, *, trusted_keys: list[str] | None
         raise InputError(f"bundle was compiled for target '{target}' and cannot run on device "
                          f"'{device}' (it runs on: {', '.join(d for d, (t, _) in sorted(DEVICES.items()) if target in t)})",
                          path)
+    if device != "interpreter" and _device_count(bundle) > 1:
+        from .spmd_bundles import SpmdBundleExecutable  # all devices in this process
+
+        return SpmdBundleExecutable(bundle, device, factory)
     return factory(bundle)
+
+
+def device_factory(device: str):
+    """factory(bundle) -> a one-device executable of `device` (no multi-device wrapping)."""
+    if device not in DEVICES:
+        raise InputError(f"unknown device '{device}' (choose from {', '.join(sorted(DEVICES))})")
+    return DEVICES.lookup(device)[1]
+
+
+def _device_count(bundle) -> int:
+    """The bundle's device count (manifest `devices`, absent for one device)."""
+    return int((bundle.manifest.get("devices") or {}).get("count", 1))
 
 
 class InterpreterExecutable:

@@ -3,13 +3,15 @@
 `run_spmd(module, global_inputs)` shards each GLOBAL input by its parameter's sharding, runs
 one thread per device (replica, partition) with an InProcessCommunicator rendezvous for every
 collective, and assembles the GLOBAL outputs from the output sharding: the oracle for every
-multi-device backend. `run_devices` is the same run on per-device arguments.
+multi-device backend. `run_devices` is the same run on per-device arguments, and
+`run_device_threads` the same with any per-device runner (compiled bundles:
+hloc.runtime.spmd_bundles).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -36,13 +38,25 @@ def _leaves(lit: Literal) -> list[np.ndarray]:
     return [np.asarray(lit.array)]
 
 
-def _run_one(module: Module, ctx: DeviceContext, args, results: dict, errors: dict) -> None:
-    from .interpreter import evaluate
+# run_one(ctx, args) -> a device's flattened outputs, called on that device's thread with
+# `ctx` bound (hloc.collectives.bind), so every collective it runs finds its communicator.
+DeviceRun = Callable[[DeviceContext, Sequence], list]
 
+
+def _interpret(module: Module) -> DeviceRun:
+    def run_one(ctx: DeviceContext, args) -> list:
+        from .interpreter import evaluate
+
+        return _leaves(evaluate(module, args))
+    return run_one
+
+
+def _device_thread(run_one: DeviceRun, ctx: DeviceContext, args, results: dict,
+                   errors: dict) -> None:
     comm = ctx.comm
     bind(ctx)
     try:
-        results[ctx.device] = _leaves(evaluate(module, args))
+        results[ctx.device] = [np.asarray(r) for r in run_one(ctx, args)]
         comm.finish(ctx.device_id)
     except BaseException as e:  # noqa: BLE001 - reported for the device, re-raised by the caller
         errors[ctx.device] = e
@@ -51,16 +65,19 @@ def _run_one(module: Module, ctx: DeviceContext, args, results: dict, errors: di
         bind(None)
 
 
-def run_devices(module: Module, per_device_args: dict[Device, Sequence],
-                timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
-    """Each device's flattened outputs, from each device's own arguments."""
-    grid = DeviceGrid.of(module.config)
+def run_device_threads(grid: DeviceGrid, run_one: DeviceRun,
+                       per_device_args: dict[Device, Sequence],
+                       timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
+    """Each device's flattened outputs: `run_one` on one thread per device of `grid`, the
+    threads joined by an InProcessCommunicator. The first device's own error is raised (not
+    its peers' "device N failed" aborts); a run longer than `timeout` is a CollectiveError."""
     comm = InProcessCommunicator([grid.device_id(d) for d in grid.devices()], timeout)
     results: dict[Device, list] = {}
     errors: dict[Device, BaseException] = {}
-    threads = [threading.Thread(target=_run_one, name=f"hloc-device-{d}", daemon=True, args=(
-        module, DeviceContext(grid, d, comm), per_device_args[d], results, errors))
-        for d in grid.devices()]
+    threads = [threading.Thread(target=_device_thread, name=f"hloc-device-{d}", daemon=True,
+                                args=(run_one, DeviceContext(grid, d, comm), per_device_args[d],
+                                      results, errors))
+               for d in grid.devices()]
     for t in threads:
         t.start()
     for t in threads:
@@ -68,10 +85,16 @@ def run_devices(module: Module, per_device_args: dict[Device, Sequence],
     if any(t.is_alive() for t in threads):
         raise CollectiveError(f"devices still running after {timeout:g} s")
     if errors:
-        # The first device's own failure, not its peers' "device N failed" aborts.
         own = [e for e in errors.values() if not isinstance(e, CollectiveError)]
         raise (own or list(errors.values()))[0]
     return results
+
+
+def run_devices(module: Module, per_device_args: dict[Device, Sequence],
+                timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
+    """Each device's flattened outputs, from each device's own arguments (interpreter)."""
+    return run_device_threads(DeviceGrid.of(module.config), _interpret(module), per_device_args,
+                              timeout)
 
 
 def parameter_shardings(module: Module) -> list[Sharding]:

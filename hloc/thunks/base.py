@@ -47,6 +47,8 @@ class ThunkKind(StrEnum):
     CUSTOM_CALL = "custom-call"
     SEQUENTIAL = "sequential"
     HOST = "host"
+    COLLECTIVE = "collective"
+    DEVICE_ID = "device-id"
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class Emitter:
 
 EmitFn = Callable[[Emitter, Instruction], Thunk]
 # Opcodes without an entry become Kernel thunks.
-EMITTERS: Registry[Opcode, EmitFn] = Registry("thunk emitter")
+EMITTERS: Registry[Opcode, EmitFn] = Registry("thunk emitter",
+                                               modules=("hloc.thunks.emit_collectives",))
 _emits = EMITTERS.register
 
 

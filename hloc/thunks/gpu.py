@@ -24,6 +24,7 @@ from typing import ClassVar
 
 from ..buffers.assignment import Allocation, Slice
 from .base import Slices, Thunk, ThunkKind, kind_counts, walk
+from .collectives import MULTI_DEVICE_KINDS
 from .thunks import Conditional, Copy, Memset, Sequential, StreamAssignment, While
 
 
@@ -162,7 +163,7 @@ class HostCompute(Thunk):
 
 GPU_THUNK_KINDS: dict[ThunkKind, type[Thunk]] = {
     cls.kind: cls for cls in (Launch, GemmLaunch, Copy, Memset, While, Conditional, Sequential,
-                              HostCompute)}
+                              HostCompute)} | MULTI_DEVICE_KINDS
 
 
 @dataclass(frozen=True)

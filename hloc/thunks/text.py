@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..buffers.assignment import Slice
 from .base import Role, Thunk, field_roles
+from .collectives import Collective, DeviceId
 from .gpu import GemmLaunch, GpuProgram, HostCompute, Launch
 from .serialize import GPU_VERSION, VERSION
 from .thunks import Conditional, Copy, Memset, ThunkProgram, While
@@ -113,6 +114,8 @@ def _gpu_line(t: Thunk, resources: dict) -> str:
         return f"while %{t.name} pred={slice_text(t.predicate)}{trip}"
     if isinstance(t, Conditional):
         return f"conditional %{t.name} selector={slice_text(t.selector)}"
+    if isinstance(t, Collective | DeviceId):
+        return _neutral_line(t)
     return f"{t.kind} %{t.name}"
 
 

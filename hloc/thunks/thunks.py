@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from ..buffers.assignment import Allocation, Slice
 from .base import Slices, Thunk, ThunkKind, kind_counts, walk
+from .collectives import MULTI_DEVICE_KINDS
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class Sequential(Thunk):
 
 THUNK_KINDS: dict[ThunkKind, type[Thunk]] = {
     cls.kind: cls for cls in (Kernel, Gemm, Convolution, Copy, Memset, While, Conditional,
-                              Sort, Fft, CustomCall, Sequential)}
+                              Sort, Fft, CustomCall, Sequential)} | MULTI_DEVICE_KINDS
 
 
 @dataclass(frozen=True)

@@ -170,8 +170,9 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
     return made
 
 
-@converts(ThunkKind.COPY, ThunkKind.MEMSET)
+@converts(ThunkKind.COPY, ThunkKind.MEMSET, ThunkKind.COLLECTIVE, ThunkKind.DEVICE_ID)
 def _same(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
+    """Copies, memsets, collectives (host-staged by the runtime) and device ids."""
     return thunk
 
 

@@ -11,6 +11,7 @@ fresh array that is returned as is).
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 
@@ -77,10 +78,24 @@ class CpuExecutable:
         library = JitLibrary(obj) if obj else None
         self._library = library  # code stays mapped while the executable lives
         self._in_place, self._fresh = rebindable_allocations(self.program)
+        self._kernels = kernels
+        self._loaded = LoadedKernels(library)
+        self._new_device()
+
+    def sibling(self) -> CpuExecutable:
+        """Another device of the same bundle: the loaded code shared, its own arena and steps
+        (one per device of a multi-device run)."""
+        twin = copy.copy(self)
+        twin._new_device()
+        return twin
+
+    def _new_device(self) -> None:
+        """The arena, the steps over it and the I/O bindings: everything a run writes."""
+        kernels = self._kernels
         scratch = max((c["scratch_bytes"] for c in kernels.get("composites", {}).values()),
                       default=0)
         self.memory = Memory(self.program.allocations, self._in_place | self._fresh, scratch)
-        self._ctx = LoadContext(self.memory, self.module, kernels, LoadedKernels(library))
+        self._ctx = LoadContext(self.memory, self.module, kernels, self._loaded)
         self._steps = self._ctx.sequence(self.program.sequence)
         self._run = realize(self._steps)
         self._profiler: Profiler | None = None

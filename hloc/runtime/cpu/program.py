@@ -76,7 +76,7 @@ class LoadContext:
 Builder = Callable[[LoadContext, object], Step]
 BUILDERS: Registry[ThunkKind, Builder] = Registry(
     "CPU thunk builder", modules=tuple(f"hloc.runtime.cpu.{m}" for m in (
-        "contract", "conv", "control", "host", "kernels")))
+        "collectives", "contract", "conv", "control", "host", "kernels")))
 builds = BUILDERS.register
 
 

@@ -1,0 +1,126 @@
+"""Compiled multi-device bundles (cpu, cuda, cuda-emulated) with every device in this process.
+
+`SpmdBundleExecutable` is what `hloc.runtime.load` returns for a bundle compiled for several
+devices: one executable per device (its own arena / device memory), each run on its own
+thread with that device's DeviceContext bound, all joined by an InProcessCommunicator
+(hloc.runtime.spmd.run_device_threads), like the interpreter's `run_spmd`. `run` takes the
+GLOBAL arguments, shards them by the parameter shardings and assembles the GLOBAL outputs
+by the output shardings. Native code runs through ctypes, which releases the GIL, so device
+threads progress in parallel.
+
+One device of such a bundle is `DeviceRunner(executable, ctx)`: what a process of an MPI job
+runs (hloc.runtime.native_ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..collectives import DeviceContext, DeviceGrid, assemble, bind, check_partitioned, shard
+from ..collectives.groups import Device
+from ..errors import InputError
+from .spmd import output_shardings, parameter_shardings, run_device_threads
+
+# factory(bundle) -> a one-device executable with run(args) and run_profiled(args)
+Factory = Callable[[object], object]
+
+
+class DeviceRunner:
+    """One device of a multi-device bundle: `executable` run with `ctx` bound to the thread."""
+
+    def __init__(self, executable, ctx: DeviceContext):
+        self.executable, self.ctx = executable, ctx
+
+    def run(self, args) -> list[np.ndarray]:
+        bind(self.ctx)
+        try:
+            return self.executable.run(args)
+        finally:
+            bind(None)
+
+    def run_profiled(self, args):
+        bind(self.ctx)
+        try:
+            return self.executable.run_profiled(args)
+        finally:
+            bind(None)
+
+
+def shard_arguments(module, global_args: Sequence) -> dict[Device, list[np.ndarray]]:
+    """Each device's arguments: its shard of every GLOBAL argument, checked against the module."""
+    grid = DeviceGrid.of(module.config)
+    params = module.entry.parameters
+    if len(global_args) != len(params):
+        raise InputError(f"module {module.name} takes {len(params)} arguments, "
+                         f"got {len(global_args)}")
+    shardings = parameter_shardings(module)
+    per_device = {}
+    for d in grid.devices():
+        args = [shard(np.asarray(x), s, d[1]) for x, s in zip(global_args, shardings, strict=True)]
+        for p, a in zip(params, args, strict=True):
+            if tuple(a.shape) != tuple(p.shape.dims):
+                raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "
+                                 f"of the global input, the module wants {list(p.shape.dims)}")
+        per_device[d] = args
+    return per_device
+
+
+def assemble_results(module, results: dict[Device, list], output_sharding_texts=None,
+                     output_shapes=None) -> list[np.ndarray]:
+    """GLOBAL outputs from each device's flattened outputs (replica 0's partitions)."""
+    grid = DeviceGrid.of(module.config)
+    outs = []
+    for i, s in enumerate(output_shardings(module, output_sharding_texts)):
+        parts = [results[(0, p)][i] for p in range(grid.num_partitions)]
+        outs.append(assemble(parts, s, output_shapes[i] if output_shapes else None))
+    return outs
+
+
+class SpmdBundleExecutable:
+    """Every device of a multi-device bundle in this process; GLOBAL arguments and outputs.
+
+    `output_sharding_texts` overrides the module's output shardings (a module from HLO text
+    does not record them); `timeout` bounds a run (a stuck collective is an error)."""
+
+    def __init__(self, bundle, device: str, factory: Factory, *, output_sharding_texts=None,
+                 output_shapes=None, timeout: float = 300.0):
+        self.bundle, self.device = bundle, device
+        first = factory(bundle)
+        self.module = first.module
+        check_partitioned(self.module)
+        self.grid = DeviceGrid.of(self.module.config)
+        devices = self.grid.devices()
+        # An executable whose compiled code can serve several devices makes `sibling`s.
+        more = getattr(first, "sibling", None) or (lambda: factory(bundle))
+        self.executables = {d: first if i == 0 else more() for i, d in enumerate(devices)}
+        self.output_sharding_texts = output_sharding_texts
+        self.output_shapes = output_shapes
+        self.timeout = timeout
+
+    def run_devices(self, per_device_args: dict[Device, Sequence]) -> dict[Device, list]:
+        """Each device's flattened outputs from each device's own arguments."""
+        def run_one(ctx: DeviceContext, args) -> list:
+            return self.executables[ctx.device].run(args)
+
+        return run_device_threads(self.grid, run_one, per_device_args, self.timeout)
+
+    def run(self, args) -> list[np.ndarray]:
+        results = self.run_devices(shard_arguments(self.module, args))
+        return assemble_results(self.module, results, self.output_sharding_texts,
+                                self.output_shapes)
+
+    def run_profiled(self, args):
+        """(GLOBAL outputs, device 0's ProfileRows: collective thunks include their waits)."""
+        rows: dict[Device, list] = {}
+
+        def run_one(ctx: DeviceContext, a) -> list:
+            outs, rows[ctx.device] = self.executables[ctx.device].run_profiled(a)
+            return outs
+
+        results = run_device_threads(self.grid, run_one, shard_arguments(self.module, args),
+                                     self.timeout)
+        outs = assemble_results(self.module, results, self.output_sharding_texts,
+                                self.output_shapes)
+        return outs, rows[self.grid.devices()[0]]
