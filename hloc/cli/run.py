@@ -32,12 +32,18 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--baseline", default=None, help="an earlier --report: exit 1 on a significant slowdown")
 @click.option("--max-regression", default=5.0, show_default=True, help="PCT slower than --baseline allowed")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
+@click.option("--localize", is_flag=True, help="check every thunk against the reference on its own inputs; "
+              "exit 1 naming the first divergent one")
+@click.option("--perturb", default=None, metavar="THUNK[=REL]",
+              help="add a relative error (default 1e-2) to one thunk's outputs after it runs")
+@click.option("--trace", default=None, metavar="FILE.json", help="write a Chrome/Perfetto trace of one run")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, baseline, max_regression, profile, device, debug):
+        reference, benchmark, report, baseline, max_regression, profile, localize, perturb, trace,
+        device, debug):
     """Run BUNDLE (written by `hloc compile`) on a device."""
     from ..runtime import load
     from ..runtime.io import compare_outputs, load_inputs, summarize, write_outputs
@@ -50,10 +56,10 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     exe = load(bundle_path, device)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
-    outputs = exe.run(args)
-    result: dict = {"device": exe.device, "bundle": bundle_path,
-                    "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
-    failed = []
+    result: dict = {"device": exe.device, "bundle": bundle_path}
+    outputs, failed = _execute(exe, args, result, localize=localize, perturb=perturb, trace=trace,
+                               rtol=rtol, atol=atol)
+    result["outputs"] = [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]
     if expected:
         rep = compare_outputs(outputs, expected, rtol=rtol, atol=atol, dtypes=_result_dtypes(exe.bundle))
         click.echo(rep.format())
@@ -68,7 +74,7 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         failed += _run_benchmark(exe, args, benchmark, baseline, max_regression, result)
     if output:
         write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile):
+    if not (expected or output or benchmark or profile or localize):
         click.echo(summarize(outputs))
     if report:
         from ..util.fs import atomic_write
@@ -76,6 +82,15 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _execute(exe, args, result: dict, **debug) -> tuple[list, list[str]]:
+    """One run: plain, or thunk by thunk for --localize / --perturb / --trace."""
+    if not (debug["localize"] or debug["perturb"] or debug["trace"]):
+        return exe.run(args), []
+    from .run_debug import instrumented_run
+
+    return instrumented_run(exe, args, result=result, **debug)
 
 
 def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
