@@ -9,6 +9,7 @@ import re
 
 import click
 
+from ..debug.thunk_list import thunk_list
 from ..errors import InputError
 from ..util.fs import atomic_write
 from .common import guarded
@@ -33,6 +34,7 @@ def inspect_summary(bundle) -> dict:
     memory.setdefault("constant_bytes", None)
     thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
     extra = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
+    extra["thunk_list"] = thunk_list(bundle)
     return {**extra,
         "format_version": m["format_version"],
         "hloc_version": m.get("hloc_version"),

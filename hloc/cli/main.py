@@ -226,11 +226,13 @@ cli.add_command(inspect)
 
 from .bisect_cmd import bisect_cmd  # noqa: E402  (issue 15's debugging commands)
 from .diff_cmd import diff_cmd  # noqa: E402
+from .extract_cmd import extract_cmd  # noqa: E402
 from .reduce_cmd import reduce_cmd  # noqa: E402
 
 cli.add_command(bisect_cmd)
 cli.add_command(reduce_cmd)
 cli.add_command(diff_cmd)
+cli.add_command(extract_cmd)
 
 
 def main() -> None:

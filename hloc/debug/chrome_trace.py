@@ -28,13 +28,12 @@ class Tracer:
 
     target: Instrumented
     events: list[dict] = field(default_factory=list)
-    _start: int = 0
+    _start: int | None = None  # the first thunk's start: ts 0
     _info: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         mod = self.target.module
         self._instructions = {i.name: i for c in mod.computations for i in c.instructions}
-        self._start = time.perf_counter_ns()
 
     def info(self, frame: Frame) -> dict:
         name = frame.thunk.name
@@ -50,6 +49,8 @@ class Tracer:
 
     def around(self, frame: Frame, run) -> None:
         begin = time.perf_counter_ns()
+        if self._start is None:
+            self._start = begin
         run()
         end = time.perf_counter_ns()
         info = self.info(frame)
