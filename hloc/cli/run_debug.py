@@ -39,6 +39,8 @@ def instrumented_run(exe, args, *, localize: bool, perturb: str | None, trace: s
     click.echo(format_result(loc))
     result["localize"] = report(loc)
     if not outputs:
-        outputs = target.run(args, probes[1:2] if perturb else [])
+        # Stopped at the divergence: the outputs of a plain run (a perturbed loop state may
+        # never let the loop end, so the perturbation is not replayed).
+        outputs = exe.run(args)
     diverged = loc.divergent
     return outputs, [] if diverged is None else [f"thunk {diverged['thunk']} diverges from the reference"]
