@@ -8,6 +8,7 @@ import re
 
 import click
 
+from ..debug.thunk_list import thunk_list
 from ..errors import InputError
 from .common import guarded
 
@@ -37,6 +38,7 @@ def inspect_summary(bundle) -> dict:
     extra["signature"] = signature.signer if signature is not None else None
     if m.get("devices"):
         extra["devices"] = m["devices"]
+    extra["thunk_list"] = thunk_list(bundle)
     return {**extra,
         "format_version": m["format_version"],
         "hloc_version": m.get("hloc_version"),

@@ -254,16 +254,14 @@ from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
 
 cli.add_command(inspect)
 
-from .bisect_cmd import bisect_cmd  # noqa: E402  (issue 15's debugging commands)
+from .bisect_cmd import bisect_cmd  # noqa: E402  (the debugging commands)
 from .diff_cmd import diff_cmd  # noqa: E402
+from .extract_cmd import extract_cmd  # noqa: E402
+from .ops_cmd import ops  # noqa: E402
 from .reduce_cmd import reduce_cmd  # noqa: E402
 
-cli.add_command(bisect_cmd)
-cli.add_command(reduce_cmd)
-cli.add_command(diff_cmd)
-from .ops_cmd import ops  # noqa: E402
-
-cli.add_command(ops)
+for _command in (bisect_cmd, reduce_cmd, diff_cmd, extract_cmd, ops):
+    cli.add_command(_command)
 
 
 def main() -> None:

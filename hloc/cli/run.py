@@ -32,6 +32,11 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--baseline", default=None, help="an earlier --report: exit 1 on a significant slowdown")
 @click.option("--max-regression", default=5.0, show_default=True, help="PCT slower than --baseline allowed")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
+@click.option("--localize", is_flag=True, help="check every thunk against the reference on its own inputs; "
+              "exit 1 naming the first divergent one")
+@click.option("--perturb", default=None, metavar="THUNK[=REL]",
+              help="add a relative error (default 1e-2) to one thunk's outputs after it runs")
+@click.option("--trace", default=None, metavar="FILE.json", help="write a Chrome/Perfetto trace of one run")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
 @click.option("--timeout", default=None, type=float,
               help="stop the run after S seconds (exit 1); Ctrl-C stops it too (exit 130)")
@@ -44,8 +49,8 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, baseline, max_regression, profile, device, timeout,
-        max_memory, trusted_keys, debug):
+        reference, benchmark, report, baseline, max_regression, profile, localize, perturb, trace,
+        device, timeout, max_memory, trusted_keys, debug):
     """Run BUNDLE (written by `hloc compile`) on a device.
 
     \b
@@ -71,12 +76,14 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
     with run_limits(timeout, f"the run of {bundle_path}", bundle_path):
-        outputs = exe.run(args)
-        result, failed = _checks(exe, args, outputs, bundle_path, expected, rtol, atol,
-                                 reference, profile, benchmark, baseline, max_regression)
+        result: dict = {"device": exe.device, "bundle": bundle_path}
+        outputs, failed = _execute(exe, args, result, localize=localize, perturb=perturb,
+                                   trace=trace, rtol=rtol, atol=atol)
+        failed += _checks(exe, args, outputs, result, expected, rtol, atol, reference, profile,
+                          benchmark, baseline, max_regression)
     if output:
         write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile):
+    if not (expected or output or benchmark or profile or localize):
         click.echo(summarize(outputs))
     if report:
         from ..util.fs import atomic_write
@@ -93,13 +100,22 @@ def _check_tolerances(rtol: float | None, atol: float | None) -> None:
             raise InputError(f"{flag} wants a finite non-negative number, got {value:g}")
 
 
-def _checks(exe, args, outputs, bundle_path, expected, rtol, atol, reference, profile,
-            benchmark, baseline, max_regression) -> tuple[dict, list[str]]:
-    """--expected, --reference, --profile, --benchmark: (report dict, failures)."""
+def _execute(exe, args, result: dict, **debug) -> tuple[list, list[str]]:
+    """One run: plain, or thunk by thunk for --localize / --perturb / --trace."""
+    if not (debug["localize"] or debug["perturb"] or debug["trace"]):
+        return exe.run(args), []
+    from .run_debug import instrumented_run
+
+    return instrumented_run(exe, args, result=result, **debug)
+
+
+def _checks(exe, args, outputs, result: dict, expected, rtol, atol, reference, profile,
+            benchmark, baseline, max_regression) -> list[str]:
+    """--expected, --reference, --profile, --benchmark: record in `result`; the failures."""
     from ..runtime.io import compare_outputs
 
-    result: dict = {"device": exe.device, "bundle": bundle_path,
-                    "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
+    result["outputs"] = [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)}
+                         for i, o in enumerate(outputs)]
     failed = []
     if expected:
         rep = compare_outputs(outputs, expected, rtol=rtol, atol=atol, dtypes=_result_dtypes(exe.bundle))
@@ -113,7 +129,7 @@ def _checks(exe, args, outputs, bundle_path, expected, rtol, atol, reference, pr
         click.echo(_profile_table(exe, args))
     if benchmark:
         failed += _run_benchmark(exe, args, benchmark, baseline, max_regression, result)
-    return result, failed
+    return failed
 
 
 def _snapshot_arguments(bundle) -> list[np.ndarray] | None:

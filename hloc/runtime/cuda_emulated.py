@@ -121,6 +121,14 @@ class CudaEmulatedExecutable:
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         return self.runner.run(args)
 
+    def run_hooked(self, args: list[np.ndarray], hook) -> list[np.ndarray]:
+        """Run with `hook(thunk, run)` around every GPU thunk (see GpuRunner.hook)."""
+        self.runner.hook = hook
+        try:
+            return self.runner.run(args)
+        finally:
+            self.runner.hook = None
+
     def run_profiled(self, args: list[np.ndarray]):
         outputs = self.runner.run(args, profile=True)
         return outputs, profile_rows(self.runner)

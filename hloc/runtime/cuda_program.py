@@ -13,6 +13,7 @@ runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM=cublas).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -54,6 +55,9 @@ class GpuRunner:
         self.instructions = {i.name: i for c in module.computations for i in c.instructions}
         self._constants_loaded = False
         self.rows: dict[str, ProfileRow] | None = None
+        # `hook(thunk, run)` runs every thunk (it must call run() once): hloc.debug's
+        # per-thunk tools; None (the default) costs one test per thunk.
+        self.hook: Callable[[Thunk, Callable[[], None]], None] | None = None
 
     # ---- the three programs ----------------------------------------------------------------
     def run(self, args: Sequence[np.ndarray], profile: bool = False) -> list[np.ndarray]:
@@ -107,6 +111,9 @@ class GpuRunner:
     def run_sequence(self, thunks) -> None:
         for thunk in thunks:
             run = RUNNERS.lookup(thunk.kind)
+            if self.hook is not None:
+                self.hook(thunk, functools.partial(run, self, thunk))
+                continue
             # Control flow is not timed itself: the thunks nested in it are.
             if self.rows is None or thunk.nested():
                 run(self, thunk)

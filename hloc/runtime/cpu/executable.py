@@ -183,6 +183,21 @@ class CpuExecutable:
                     for r in self._profiler.rows.values() if r.count]
             return self._copy_out(), rows
 
+    def run_wrapped(self, args, wrap):
+        """Run with `wrap(step, runner) -> runner` around every step (one step per thunk:
+        native drivers are off), for the per-thunk tools of hloc.debug (localize, perturb,
+        trace); the plain `run` is untouched."""
+        with self._lock:
+            self._ctx.use_drivers = False
+            try:
+                runner = realize(self._ctx.sequence(self.program.sequence), wrap)
+            finally:
+                self._ctx.use_drivers = True
+            self._copy_in(args)
+            self._prepare_outputs()
+            runner()
+            return self._copy_out()
+
     def describe(self) -> dict:
         """Counts of steps by kind and the arena size (for tools and tests)."""
         kinds: dict[str, int] = {}

@@ -128,6 +128,11 @@ class Memory:
         start = self.base[s.allocation] + s.offset
         return array_view(self.arena[start:start + s.size], shape)
 
+    def slice_bytes(self, s: Slice) -> np.ndarray:
+        """The bytes of slice `s` where its allocation is bound now (a writable view)."""
+        memory, start = self._memory_of(s.allocation)
+        return memory[start + s.offset:start + s.offset + s.size]
+
     def bind(self, allocation: int, memory: np.ndarray) -> None:
         """Point a rebindable allocation at `memory` (uint8, at least its size)."""
         current = self.bound[allocation]
