@@ -6,6 +6,7 @@ import json
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 import click
 import numpy as np
@@ -32,48 +33,85 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--report", default=None, help="write a JSON report here")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
+@click.option("--processes", default=None, type=int,
+              help="run a multi-device bundle as N MPI ranks (mpiexec), one device per rank")
+@click.option("--deterministic-collectives", is_flag=True,
+              help="reduce in rank order on one rank: bit-identical to XLA CPU")
+@click.option("--collective-timeout", default=300.0, type=float, show_default=True,
+              help="seconds a collective may wait before the job fails")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
-def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, profile, device, debug):
-    """Run BUNDLE (written by `hloc compile`) on a device."""
+def cli(bundle_path, **opts):
+    """Run BUNDLE (written by `hloc compile`) on a device.
+
+    A multi-device bundle runs as N MPI ranks with `--processes N` (or under `mpiexec -n N`),
+    one device per rank; --inputs are then the GLOBAL arrays and outputs are assembled on rank
+    0, which prints. Without either, the reference interpreter runs all devices in-process.
+    """
     from ..runtime import load
+    from ..runtime.ranks import launched_size, open_ranks, rank_errors
+
+    o = SimpleNamespace(**opts)
+    if o.processes is not None:
+        from .launch import launch
+
+        sys.exit(launch(o.processes, sys.argv[1:]))
+    setup_logging(debug_enabled(o.debug))
+    if o.benchmark < 0:
+        raise InputError("--benchmark wants a non-negative count")
+    if launched_size() is None:
+        return _execute(load(bundle_path, o.device), bundle_path, o)
+    with rank_errors():
+        # Options every rank must share (their digest is compared before any collective).
+        shared = f"{o.device} {o.deterministic_collectives} {o.benchmark} {o.profile}"
+        exe = open_ranks(bundle_path, o.device, deterministic=o.deterministic_collectives,
+                         timeout=o.collective_timeout, options=shared)
+        _execute(exe or load(bundle_path, o.device), bundle_path, o)
+
+
+def _execute(exe, bundle_path: str, o) -> None:
+    """Run, then (on rank 0 of a multi-rank run) compare, report and write."""
     from ..runtime.io import compare_outputs, load_inputs, summarize, write_outputs
 
-    setup_logging(debug_enabled(debug))
-    if benchmark < 0:
-        raise InputError("--benchmark wants a non-negative count")
-    exe = load(bundle_path, device)
-    args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
-                       seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
+    root = getattr(exe, "is_root", True)
+    args = load_inputs(_signature(exe), list(o.inputs), random=o.random_inputs,
+                       zero=o.zero_inputs, seed=o.seed,
+                       snapshot_args=_snapshot_arguments(exe.bundle)) if root else None
     outputs = exe.run(args)
+    profile = _profile_table(exe, args) if o.profile else None  # every rank runs these
+    bench = _benchmark(exe, args, o.benchmark) if o.benchmark else None
+    if not root:
+        return
     result: dict = {"device": exe.device, "bundle": bundle_path,
-                    "outputs": [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)} for i, o in enumerate(outputs)]}
+                    "outputs": [{"index": i, "dtype": str(x.dtype), "shape": list(x.shape)}
+                                for i, x in enumerate(outputs)]}
+    if hasattr(exe, "size"):
+        result["processes"] = exe.size
     failed = []
-    if expected:
-        rep = compare_outputs(outputs, expected, rtol=rtol, atol=atol, dtypes=_result_dtypes(exe.bundle))
+    if o.expected:
+        rep = compare_outputs(outputs, o.expected, rtol=o.rtol, atol=o.atol,
+                              dtypes=_result_dtypes(exe.bundle))
         click.echo(rep.format())
-        result["expected"] = {"file": expected, "ok": rep.ok}
+        result["expected"] = {"file": o.expected, "ok": rep.ok}
         if not rep.ok:
-            failed.append(f"outputs differ from {expected}")
-    if reference:
-        failed += _compare_reference(exe, args, outputs, rtol, atol, result)
+            failed.append(f"outputs differ from {o.expected}")
+    if o.reference:
+        failed += _compare_reference(exe, args, outputs, o.rtol, o.atol, result)
     if profile:
-        click.echo(_profile_table(exe, args))
-    if benchmark:
-        result["benchmark"] = _benchmark(exe, args, benchmark)
-        b = result["benchmark"]
+        click.echo(profile)
+    if bench:
+        result["benchmark"] = b = bench
         click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
                    f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms")
-    if output:
-        write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile):
+    if o.output:
+        write_outputs(o.output, outputs)
+    if not (o.expected or o.output or o.benchmark or o.profile):
         click.echo(summarize(outputs))
-    if report:
+    if o.report:
         from ..util.fs import atomic_write
 
-        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
+        atomic_write(o.report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
 
@@ -88,10 +126,17 @@ def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
     return [e.array if e.shape.is_array else None for e in literal.elements]
 
 
-def _signature(bundle):
+def _signature(exe):
+    """The entry signature; GLOBAL shapes for a multi-device bundle (what the user passes)."""
     from ..runtime.io import Signature
 
-    return Signature.from_manifest(bundle.manifest)
+    sig = Signature.from_manifest(exe.bundle.manifest)
+    config = getattr(getattr(exe, "module", None), "config", None)
+    if config is not None and config.device_count > 1:
+        from ..runtime.spmd import global_signature
+
+        return global_signature(sig, exe.module)
+    return sig
 
 
 def _result_dtypes(bundle) -> list[str]:
@@ -124,13 +169,18 @@ def _benchmark(exe, args, n: int) -> dict:
 # PROFILE_RUNS runs, stopping early once PROFILE_SECONDS have passed.
 PROFILE_RUNS = 10
 PROFILE_SECONDS = 1.0
+RANK_PROFILE_RUNS = 3
 
 
-def _profile_table(exe, args) -> str:
+def _profile_table(exe, args) -> str | None:
     exe.run_profiled(args)
+    ranks = hasattr(exe, "collective_times")
+    before = exe.collective_times() if ranks else None
     merged: dict[str, object] = {}
     runs, start = 0, time.perf_counter()
-    while runs < PROFILE_RUNS and (runs == 0 or time.perf_counter() - start < PROFILE_SECONDS):
+    # Ranks must agree on the number of runs: a fixed count, not a clock.
+    limit = RANK_PROFILE_RUNS if ranks else PROFILE_RUNS
+    while runs < limit and (ranks or runs == 0 or time.perf_counter() - start < PROFILE_SECONDS):
         _, rows = exe.run_profiled(args)
         runs += 1
         for r in rows:
@@ -143,6 +193,13 @@ def _profile_table(exe, args) -> str:
     for r in sorted(merged.values(), key=lambda r: -r.seconds):
         lines.append(f"{r.name[:32]:<32} {r.kind[:18]:<18} {r.count / runs:>6g} "
                      f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  {r.ops}")
+    if ranks:
+        after = exe.collective_times()
+        if after is None:
+            return None  # not rank 0
+        lines.append("collectives per rank, per run: " + ", ".join(
+            f"rank {i}: {(a[0] - b[0]) / runs:g} in {(a[1] - b[1]) / runs * 1e3:.3f} ms"
+            for i, (a, b) in enumerate(zip(after, before, strict=True))))
     return "\n".join(lines)
 
 

@@ -2,8 +2,10 @@
 
 `Communicator` is the transport-neutral interface the collective executor calls; devices are
 global device ids. `exchange` (every member gets every member's value, in group order) is the
-one primitive a transport must provide; `all_reduce` and `all_gather` have defaults built on
-it, which a transport with native operations (MPI_Allreduce with MPI_SUM, ...) overrides.
+one primitive a transport must provide; `all_reduce`, `all_gather`, `all_to_all`, `permute`
+and `broadcast` have defaults built on it, which a transport with native operations
+(MPI_Allreduce with MPI_SUM, MPI_Alltoallv, MPI_Sendrecv, ...) overrides. Members of one
+collective pass values of the same shapes and dtypes (the SPMD contract).
 
 `InProcessCommunicator` joins threads of one process (one per device) at a rendezvous per
 collective. It never hangs: a failing device aborts every waiter, a device that finishes
@@ -23,6 +25,7 @@ import numpy as np
 
 from hloc.errors import HlocError
 
+from . import semantics
 from .reducers import Reducer
 
 
@@ -48,6 +51,26 @@ class Communicator(ABC):
         """For each of `values`, the list of every member's array, in group order."""
         got = self.exchange(key, group, me, tuple(values))
         return [[g[i] for g in got] for i in range(len(values))]
+
+    def all_to_all(self, key: str, group: Sequence[int], me: int,
+                   send: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """`send[j]` goes to member j; returns what each member sent to `me`, in group order."""
+        got = self.exchange(key, group, me, tuple(send))
+        position = list(group).index(me)
+        return [g[position] for g in got]
+
+    def permute(self, key: str, domain: Sequence[int], me: int, value: np.ndarray,
+                pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+        """collective-permute: `pairs` are (source, target) indices into `domain`; returns
+        what was sent to `me`, zeros where no source targets it. Every domain member calls."""
+        values = self.exchange(key, domain, me, value)
+        return semantics.collective_permute(values, pairs, list(domain).index(me), value)
+
+    def broadcast(self, key: str, group: Sequence[int], me: int,
+                  values: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The group's first member's `values`, on every member."""
+        got = self.exchange(key, group, me, tuple(values))
+        return [np.array(v, copy=True) for v in got[0]]
 
 
 @dataclass
