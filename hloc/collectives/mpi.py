@@ -46,9 +46,13 @@ INSTALL_HINT = "pip install 'hloc[dist]'"
 # communicator creation, finalize) instead of spinning when ranks outnumber the cores.
 MPICH_YIELD_ENV = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "100", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
                    "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1"}
-# _wait: yield the CPU between polls for this long, then sleep, doubling up to _MAX_SLEEP.
-_SPIN_S = 2e-3
-_MAX_SLEEP = 1e-3
+# _wait polls MPI_Testall (a nonblocking collective only advances inside MPI calls): for the
+# first _YIELD_S with sched_yield between polls (a transfer of tens of MiB keeps moving, and
+# an oversubscribed peer gets the core), then with sleeps doubling up to _MAX_SLEEP, so a
+# rank waiting for a slow peer uses little CPU (sleeps up to _LONG_SLEEP after a second).
+_YIELD_S = 20e-3
+_MAX_SLEEP = 250e-6
+_LONG_SLEEP = 5e-3
 # Test-only fault injection, "RANK:exit|raise|hang", acted on at that rank's first collective.
 FAULT_ENV = "HLOC_TEST_MPI_FAULT"
 
@@ -173,19 +177,20 @@ class MpiCommunicator(Communicator):
     def _wait(self, requests: list, key: str, start: float) -> None:
         """Wait for `requests` without spinning; CollectiveError after `timeout` seconds."""
         MPI, deadline = self.MPI, start + self.timeout
-        yield_until, delay = time.perf_counter() + _SPIN_S, 0.0
+        yield_until, delay = time.perf_counter() + _YIELD_S, 0.0
         while not MPI.Request.Testall(requests):
             now = time.perf_counter()
             if now > deadline:
                 raise CollectiveError(
-                    f"rank {self.rank} (device {self.device_ids[self.rank]}): collective {key} "
+                    f"device {self.device_ids[self.rank]}: collective {key} "
                     f"did not complete within {self.timeout:g} s (a peer is stuck, gone or "
                     f"diverged; --collective-timeout S changes the limit)")
             if now < yield_until:
                 os.sched_yield()
             else:
                 time.sleep(delay)
-                delay = min(max(2 * delay, 2e-5), _MAX_SLEEP)
+                cap = _MAX_SLEEP if now - start < 1.0 else _LONG_SLEEP
+                delay = min(max(2 * delay, 1e-5), cap)
         self.seconds += time.perf_counter() - start
 
     # ---- operations --------------------------------------------------------------------
