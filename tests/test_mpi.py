@@ -96,6 +96,7 @@ def test_four_rank_samples_match_xla_and_deterministic_is_bit_identical(bundles,
     res = _mpiexec(4, sys.executable, ROOT / "tests" / "mpi_worker.py", tmp_path, SPMD,
                    *[bundles[n] for n in FOUR], timeout=180)
     assert res.returncode == 0, res.stderr
+    assert (tmp_path / "selfcheck.ok").exists()  # the communicator's own paths, 4 ranks
     for name in FOUR:
         tol = json.loads((SPMD / f"{name}.json").read_text())["tolerance"]
         want = _arrays(SPMD / f"{name}.expected.npz")

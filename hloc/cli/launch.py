@@ -75,7 +75,8 @@ def _report(stderr: str, rc: int) -> None:
 
 
 def launch(n: int, argv: list[str]) -> int:
-    """Run `hlo-run ARGV` as `n` MPI ranks; the job's exit status."""
+    """Run `hlo-run ARGV` as `n` MPI ranks; the job's exit status. (The CLI passes its own
+    command line, sys.argv[1:]: click keeps no copy of the raw arguments.)"""
     if n < 1:
         raise InputError(f"--processes wants a positive count, got {n}")
     cmd, env = _command(n, strip_processes(argv))

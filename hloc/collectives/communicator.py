@@ -41,16 +41,20 @@ class Communicator(ABC):
         """Every member's `value`, in `group` order. All members call with the same key."""
 
     def all_reduce(self, key: str, group: Sequence[int], me: int, values: Sequence[np.ndarray],
-                   reducer: Reducer) -> list[np.ndarray]:
-        """Each of `values` reduced over the group in group order."""
+                   reducer: Reducer, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Each of `values` reduced over the group in group order; written into `out` (C-
+        contiguous arrays like `values`, e.g. a thunk's result buffers) when given."""
         got = self.exchange(key, group, me, tuple(values))
-        return [reducer.fold([g[i] for g in got]) for i in range(len(values))]
+        results = [reducer.fold([g[i] for g in got]) for i in range(len(values))]
+        return _into(results, out)
 
-    def all_gather(self, key: str, group: Sequence[int], me: int,
-                   values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
-        """For each of `values`, the list of every member's array, in group order."""
+    def all_gather(self, key: str, group: Sequence[int], me: int, values: Sequence[np.ndarray],
+                   out: Sequence[np.ndarray] | None = None) -> list[list[np.ndarray]]:
+        """For each of `values`, the list of every member's array, in group order. With `out`
+        (per value a C-contiguous array of len(group) x its size) the arrays are views of it."""
         got = self.exchange(key, group, me, tuple(values))
-        return [[g[i] for g in got] for i in range(len(values))]
+        gathered = [np.stack([g[i] for g in got]) for i in range(len(values))]
+        return [list(a) for a in _into(gathered, out)]
 
     def all_to_all(self, key: str, group: Sequence[int], me: int,
                    send: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -71,6 +75,15 @@ class Communicator(ABC):
         """The group's first member's `values`, on every member."""
         got = self.exchange(key, group, me, tuple(values))
         return [np.array(v, copy=True) for v in got[0]]
+
+
+def _into(results: list[np.ndarray], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+    """`results`, copied into the caller's `out` buffers when given (same sizes)."""
+    if out is None:
+        return results
+    for r, o in zip(results, out, strict=True):
+        o.reshape(r.shape)[...] = r
+    return [o.reshape(r.shape) for r, o in zip(results, out, strict=True)]
 
 
 @dataclass

@@ -201,18 +201,19 @@ class MpiCommunicator(Communicator):
         per_member = list(zip(*gathered, strict=True))
         return [tuple(m) if isinstance(value, tuple) else m[0] for m in per_member]
 
-    def all_gather(self, key, group, me, values) -> list[list[np.ndarray]]:
+    def all_gather(self, key, group, me, values, out=None) -> list[list[np.ndarray]]:
         start, sub, n = self._enter(key), self._sub(group), len(group)
         outs, reqs = [], []
-        for v in values:
+        for i, v in enumerate(values):
             v = np.ascontiguousarray(v)
-            recv = np.empty(n * v.nbytes, np.uint8)
+            # The caller's buffer when given: a fresh one costs page faults on every call.
+            recv = _flat_bytes(out[i]) if out is not None else np.empty(n * v.nbytes, np.uint8)
             reqs.append(sub.Iallgather([_flat_bytes(v), self.MPI.BYTE], [recv, self.MPI.BYTE]))
             outs.append((recv, v))
         self._wait(reqs, key, start)
         return [[_from_bytes(part, v) for part in np.split(recv, n)] for recv, v in outs]
 
-    def all_reduce(self, key, group, me, values, reducer: Reducer) -> list[np.ndarray]:
+    def all_reduce(self, key, group, me, values, reducer: Reducer, out=None) -> list[np.ndarray]:
         start, sub = self._enter(key), self._sub(group)
         results: list = [None] * len(values)
         reqs = []
@@ -223,12 +224,15 @@ class MpiCommunicator(Communicator):
                 _mpi_op(self.MPI, reducer.kind, v.dtype)
             if op is None:
                 continue
-            results[i] = np.empty_like(v)
+            results[i] = out[i].reshape(v.shape) if out is not None else np.empty_like(v)
             reqs.append(sub.Iallreduce([v, dtype], [results[i], dtype], op))
         for i, v in enumerate(values):
             if results[i] is None:  # ordered: gather, fold in participant order, broadcast
                 results[i] = self._ordered_reduce(sub, key, start, np.ascontiguousarray(v),
                                                   reducer)
+                if out is not None:
+                    out[i].reshape(v.shape)[...] = results[i]
+                    results[i] = out[i].reshape(v.shape)
         self._wait(reqs, key, start)
         return results
 
