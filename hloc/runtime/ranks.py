@@ -9,12 +9,16 @@ each rank runs its device; rank 0 gathers the outputs and assembles them by the 
 sharding. Before anything runs, the ranks compare a digest of the bundle and the run options
 (`MpiCommunicator.check_same`) and create the groups' sub-communicators.
 
-What runs a rank's device is a registry by device kind, `RANK_RUNNERS[kind](bundle, ctx)` ->
-an object with `run(args) -> outputs` and `run_profiled(args) -> (outputs, rows)` on that
-device's own arguments, where `ctx` (hloc.collectives.DeviceContext) carries the device and
-the MPI communicator. The interpreter registers here; a runtime with collective thunks
-(cpu, cuda-emulated) registers its own runner, whose thunks call
-`hloc.collectives.run_collective(instr, operands, ctx)`.
+What runs a rank's device is a registry by device kind: `RANK_RUNNERS[kind](bundle, ctx,
+module=...)` returns an object with `run(args) -> outputs` and `run_profiled(args) ->
+(outputs, rows)` on that device's own arguments, where `ctx` (hloc.collectives.DeviceContext)
+carries the device, the grid and the MPI communicator. The interpreter registers here; a
+runtime with collective thunks (cpu, cuda-emulated) registers its own runner
+(`@register_rank_runner("cpu")`), whose collective thunks call
+`hloc.collectives.run_collective(instr, operands, ctx)`, or, to reduce straight into their
+result buffers, `ctx.comm.all_reduce(ctx.key(instr), group, ctx.device_id, operands,
+reducer, out=buffers)` (and `all_gather(..., out=)`), with the group from
+`hloc.collectives.instruction_participants`.
 """
 
 from __future__ import annotations
@@ -81,8 +85,8 @@ def on_all_ranks(error: HlocError) -> HlocError:
 class InterpreterRank(InterpreterExecutable):
     """One device of a multi-device bundle on the reference interpreter."""
 
-    def __init__(self, bundle, ctx: DeviceContext):
-        super().__init__(bundle)
+    def __init__(self, bundle, ctx: DeviceContext, module=None):
+        super().__init__(bundle, module)
         self.ctx = ctx
 
     def run(self, args):
@@ -112,13 +116,13 @@ class RankExecutable:
     """This process's rank of a multi-device bundle run (see the module docstring)."""
 
     def __init__(self, bundle, device: str, *, deterministic: bool = False,
-                 timeout: float = 300.0, options: str = ""):
+                 timeout: float = 300.0, options: str = "", module=None):
         MPI = import_mpi()
         self.world = MPI.COMM_WORLD
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         self.is_root = self.rank == 0
         self.bundle, self.device = bundle, device
-        self.module = InterpreterExecutable(bundle).module
+        self.module = module or InterpreterExecutable(bundle).module
         self.grid = DeviceGrid.of(self.module.config)
         if self.size != self.grid.count:
             raise on_all_ranks(InputError(
@@ -136,7 +140,7 @@ class RankExecutable:
         self._all_ranks(lambda: self.comm.check_same("bundle or options", _digest(bundle, options)))
         self.comm.prepare(group_partitions(self.module, self.grid))
         self.ctx = DeviceContext(self.grid, devices[self.rank], self.comm)
-        self.local = factory(bundle, self.ctx)
+        self.local = factory(bundle, self.ctx, module=self.module)
         self._global_args: object = None
         self._local_args: list | None = None
 
@@ -206,7 +210,8 @@ def open_ranks(bundle_path: str, device: str | None, *, deterministic: bool, tim
     except HlocError as e:
         raise on_all_ranks(e) from None
     bundle = read_bundle(bundle_path)
-    count = InterpreterExecutable(bundle).module.config.device_count
+    module = InterpreterExecutable(bundle).module
+    count = module.config.device_count
     if count == 1 and size == 1:
         return None
     if count == 1:
@@ -214,7 +219,7 @@ def open_ranks(bundle_path: str, device: str | None, *, deterministic: bool, tim
             f"the bundle runs on one device but the MPI job has {size} ranks", bundle_path))
     device = device or default_device(bundle.manifest["target"]["kind"])
     return RankExecutable(bundle, device, deterministic=deterministic, timeout=timeout,
-                          options=options)
+                          options=options, module=module)
 
 
 @contextlib.contextmanager
