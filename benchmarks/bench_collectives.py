@@ -7,7 +7,8 @@ collective runs through in hloc: nonblocking, polled without spinning, with a ti
 the same output buffers (as a collective thunk passes its result buffers as `out=`), the two
 alternating so load drifts hit both alike. Rank 0 prints the median bus bandwidth
 (bytes x 2(n-1)/n / time for all-reduce, bytes x (n-1)/n for all-gather, per rank) and the
-ratio hloc / raw (target >= 0.9).
+ratio hloc / raw (target >= 0.9). With more ranks than cores MPICH's blocking calls spin
+and can take seconds each; a case then stops after CASE_S seconds. HLOC_BENCH_RANKS=2,4 and HLOC_BENCH_MIB=4,64 pick the cases.
 
 TODO(issue 13, phase 2b): the data-parallel training-step scaling benchmark (1, 2 and 4
 ranks, time per step and efficiency) needs CPU collective thunks; add it here once
@@ -16,6 +17,7 @@ ranks, time per step and efficiency) needs CPU collective thunks; add it here on
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -24,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-SIZES_MIB = (4, 64)
-RANKS = (2, 4)
+SIZES_MIB = tuple(int(v) for v in os.environ.get("HLOC_BENCH_MIB", "4,64").split(","))
+RANKS = tuple(int(v) for v in os.environ.get("HLOC_BENCH_RANKS", "2,4").split(","))
 REPS = {4: 15, 64: 3}
+CASE_S = 20.0
 
 
 def _time(fn, reps: int) -> list[float]:
@@ -68,6 +71,10 @@ def worker() -> None:
             raw(), ours()  # warm-up: connections, sub-communicators, page faults
             t_raw, t_ours = [], []
             for _ in range(REPS[mib]):
+                # Blocking MPI spins; with more ranks than cores one op can take seconds:
+                # stop the case after CASE_S (rank 0 decides, every rank follows).
+                if world.bcast(sum(t_raw) + sum(t_ours) > CASE_S, root=0):
+                    break
                 world.Barrier()
                 t_raw += _time(raw, 1)
                 world.Barrier()
