@@ -16,10 +16,10 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,dist]'
 	@touch $(STAMP)
 
-venv: $(STAMP) ## create the virtualenv and install hloc with dev extras
+venv: $(STAMP) ## create the virtualenv and install hloc with dev and dist (MPI) extras
 
 demo: $(STAMP) ## compile and run a sample end to end
 	@mkdir -p demo-out

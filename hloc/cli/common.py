@@ -39,7 +39,8 @@ def guarded(prog: str):
             try:
                 return fn(*args, **kwargs)
             except HlocError as e:
-                click.echo(f"{prog}: error: {e}", err=True)
+                if not getattr(e, "quiet", False):  # e.g. another MPI rank reports it
+                    click.echo(f"{prog}: error: {e}", err=True)
                 sys.exit(e.exit_code)
             except (click.exceptions.Exit, click.ClickException, click.Abort):
                 raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from types import SimpleNamespace
 
 import click
 import numpy as np
@@ -45,13 +46,21 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--trusted-key", "trusted_keys", multiple=True,
               help="run only bundles signed with this key FILE (repeatable; also "
                    "HLOC_TRUSTED_KEYS, paths joined with ':')")
+@click.option("--processes", default=None, type=int,
+              help="run a multi-device bundle as N MPI ranks (mpiexec), one device per rank")
+@click.option("--deterministic-collectives", is_flag=True,
+              help="reduce in rank order on one rank: bit-identical to XLA CPU")
+@click.option("--collective-timeout", default=300.0, type=float, show_default=True,
+              help="seconds a collective may wait before the job fails")
 @click.option("--debug", is_flag=True, help="tracebacks on internal errors")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
-def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, baseline, max_regression, profile, localize, perturb, trace,
-        device, timeout, max_memory, trusted_keys, debug):
+def cli(bundle_path, **opts):
     """Run BUNDLE (written by `hloc compile`) on a device.
+
+    A multi-device bundle runs as N MPI ranks with `--processes N` (or under `mpiexec -n N`),
+    one device per rank; --inputs are then the GLOBAL arrays and outputs are assembled on rank
+    0, which prints. Without either, all devices run in this process, one thread each.
 
     \b
     Trust: a bundle holds native code that runs in this process, as a shared library does;
@@ -60,35 +69,79 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     per-user key and must be a directory only you can write. Every member is validated
     before use (slices, symbols, imports, entry signature): a bad one is exit 2."""
     from ..bundle.signing import trusted_key_files
-    from ..runtime import load
-    from ..runtime.io import load_inputs, summarize, write_outputs
-    from ..runtime.limits import check_timeout, preflight_memory, run_limits
+    from ..runtime.ranks import launched_size
 
-    setup_logging(debug_enabled(debug))
-    if benchmark < 0:
+    o = SimpleNamespace(**opts)
+    if o.processes is not None:
+        from .launch import launch
+
+        sys.exit(launch(o.processes, sys.argv[1:]))
+    setup_logging(debug_enabled(o.debug))
+    _check_options(o)
+    keys = trusted_key_files(o.trusted_keys)
+    if launched_size() is None:
+        return _execute(_load(bundle_path, o, keys), bundle_path, o)
+    from ..runtime.ranks import open_ranks, rank_errors
+
+    with rank_errors():
+        # Options every rank must share (their digest is compared before any collective).
+        shared = f"{o.device} {o.deterministic_collectives} {o.benchmark} {o.profile}"
+        exe = open_ranks(bundle_path, o.device, deterministic=o.deterministic_collectives,
+                         timeout=o.collective_timeout, options=shared, trusted_keys=keys)
+        _execute(exe or _load(bundle_path, o, keys), bundle_path, o)
+
+
+def _check_options(o) -> None:
+    """Flag values that make no sense, refused before anything is loaded."""
+    from ..runtime.limits import check_timeout
+
+    if o.benchmark < 0:
         raise InputError("--benchmark wants a non-negative count")
-    if baseline and not benchmark:
+    if o.baseline and not o.benchmark:
         raise InputError("--baseline needs --benchmark N")
-    check_timeout(timeout)
-    _check_tolerances(rtol, atol)
-    exe = load(bundle_path, device, trusted_keys=trusted_key_files(trusted_keys))
-    preflight_memory(exe.bundle.manifest, max_memory, bundle_path)
-    args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
-                       seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
-    with run_limits(timeout, f"the run of {bundle_path}", bundle_path):
-        result: dict = {"device": exe.device, "bundle": bundle_path}
-        outputs, failed = _execute(exe, args, result, localize=localize, perturb=perturb,
-                                   trace=trace, rtol=rtol, atol=atol)
-        failed += _checks(exe, args, outputs, result, expected, rtol, atol, reference, profile,
-                          benchmark, baseline, max_regression)
-    if output:
-        write_outputs(output, outputs)
-    if not (expected or output or benchmark or profile or localize):
+    if o.processes is not None and o.processes < 1:
+        raise InputError("--processes wants a positive count")
+    check_timeout(o.timeout)
+    _check_tolerances(o.rtol, o.atol)
+
+
+def _load(bundle_path: str, o, keys):
+    """The bundle loaded (verified, validated) on its device, its memory checked."""
+    from ..runtime import load
+    from ..runtime.limits import preflight_memory
+
+    exe = load(bundle_path, o.device, trusted_keys=keys)
+    preflight_memory(exe.bundle.manifest, o.max_memory, bundle_path)
+    return exe
+
+
+def _execute(exe, bundle_path: str, o) -> None:
+    """Run, then (on rank 0 of a multi-rank run) compare, report and write."""
+    from ..runtime.io import load_inputs, summarize, write_outputs
+    from ..runtime.limits import run_limits
+
+    root = getattr(exe, "is_root", True)
+    args = load_inputs(_signature(exe), list(o.inputs), random=o.random_inputs,
+                       zero=o.zero_inputs, seed=o.seed,
+                       snapshot_args=_snapshot_arguments(exe.bundle)) if root else None
+    result: dict = {"device": exe.device, "bundle": bundle_path}
+    with run_limits(o.timeout, f"the run of {bundle_path}", bundle_path):
+        outputs, failed = _run_once(exe, args, result, o)
+        profile = _profile_table(exe, args) if o.profile else None  # every rank runs these
+        bench = _benchmark(exe, args, o.benchmark) if o.benchmark else None
+    if not root:
+        return
+    if hasattr(exe, "size"):
+        result["processes"] = exe.size
+    failed += _checks(exe, args, outputs, result, o, profile, bench)
+    if o.output:
+        write_outputs(o.output, outputs)
+    if not (o.expected or o.output or o.benchmark or o.profile or o.localize):
         click.echo(summarize(outputs))
-    if report:
+    if o.report:
         from ..util.fs import atomic_write
 
-        atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
+        atomic_write(o.report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
 
@@ -100,35 +153,36 @@ def _check_tolerances(rtol: float | None, atol: float | None) -> None:
             raise InputError(f"{flag} wants a finite non-negative number, got {value:g}")
 
 
-def _execute(exe, args, result: dict, **debug) -> tuple[list, list[str]]:
+def _run_once(exe, args, result: dict, o) -> tuple[list, list[str]]:
     """One run: plain, or thunk by thunk for --localize / --perturb / --trace."""
-    if not (debug["localize"] or debug["perturb"] or debug["trace"]):
+    if not (o.localize or o.perturb or o.trace):
         return exe.run(args), []
     from .run_debug import instrumented_run
 
-    return instrumented_run(exe, args, result=result, **debug)
+    return instrumented_run(exe, args, result=result, localize=o.localize, perturb=o.perturb,
+                            trace=o.trace, rtol=o.rtol, atol=o.atol)
 
 
-def _checks(exe, args, outputs, result: dict, expected, rtol, atol, reference, profile,
-            benchmark, baseline, max_regression) -> list[str]:
+def _checks(exe, args, outputs, result: dict, o, profile, bench) -> list[str]:
     """--expected, --reference, --profile, --benchmark: record in `result`; the failures."""
     from ..runtime.io import compare_outputs
 
-    result["outputs"] = [{"index": i, "dtype": str(o.dtype), "shape": list(o.shape)}
-                         for i, o in enumerate(outputs)]
+    result["outputs"] = [{"index": i, "dtype": str(x.dtype), "shape": list(x.shape)}
+                         for i, x in enumerate(outputs)]
     failed = []
-    if expected:
-        rep = compare_outputs(outputs, expected, rtol=rtol, atol=atol, dtypes=_result_dtypes(exe.bundle))
+    if o.expected:
+        rep = compare_outputs(outputs, o.expected, rtol=o.rtol, atol=o.atol,
+                              dtypes=_result_dtypes(exe.bundle))
         click.echo(rep.format())
-        result["expected"] = {"file": expected, "ok": rep.ok}
+        result["expected"] = {"file": o.expected, "ok": rep.ok}
         if not rep.ok:
-            failed.append(f"outputs differ from {expected}")
-    if reference:
-        failed += _compare_reference(exe, args, outputs, rtol, atol, result)
+            failed.append(f"outputs differ from {o.expected}")
+    if o.reference:
+        failed += _compare_reference(exe, args, outputs, o.rtol, o.atol, result)
     if profile:
-        click.echo(_profile_table(exe, args))
-    if benchmark:
-        failed += _run_benchmark(exe, args, benchmark, baseline, max_regression, result)
+        click.echo(profile)
+    if bench:
+        failed += _report_benchmark(bench, o.baseline, o.max_regression, result)
     return failed
 
 
@@ -142,10 +196,17 @@ def _snapshot_arguments(bundle) -> list[np.ndarray] | None:
     return [e.array if e.shape.is_array else None for e in literal.elements]
 
 
-def _signature(bundle):
+def _signature(exe):
+    """The entry signature; GLOBAL shapes for a multi-device bundle (what the user passes)."""
     from ..runtime.io import Signature
 
-    return Signature.from_manifest(bundle.manifest)
+    sig = Signature.from_manifest(exe.bundle.manifest)
+    config = getattr(getattr(exe, "module", None), "config", None)
+    if config is not None and config.device_count > 1:
+        from ..runtime.spmd import global_signature
+
+        return global_signature(sig, exe.module)
+    return sig
 
 
 def _result_dtypes(bundle) -> list[str]:
@@ -163,9 +224,9 @@ def _compare_reference(exe, args, outputs, rtol, atol, result) -> list[str]:
     return [] if rep.ok else ["outputs differ from the reference interpreter"]
 
 
-def _run_benchmark(exe, args, n: int, baseline, max_regression: float, result: dict) -> list[str]:
-    """--benchmark N (and --baseline): time, print, record; the failures to report."""
-    result["benchmark"] = b = _benchmark(exe, args, n)
+def _report_benchmark(b: dict, baseline, max_regression: float, result: dict) -> list[str]:
+    """--benchmark N (and --baseline): print, record; the failures to report."""
+    result["benchmark"] = b
     click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
                f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms "
                f"p10={b['p10_s'] * 1e3:.3f} ms p90={b['p90_s'] * 1e3:.3f} ms cv={b['cv']:.3f}")
@@ -205,13 +266,18 @@ def _compare_baseline(bench: dict, path: str, max_regression: float, result: dic
 # PROFILE_RUNS runs, stopping early once PROFILE_SECONDS have passed.
 PROFILE_RUNS = 10
 PROFILE_SECONDS = 1.0
+RANK_PROFILE_RUNS = 3
 
 
-def _profile_table(exe, args) -> str:
+def _profile_table(exe, args) -> str | None:
     exe.run_profiled(args)
+    ranks = hasattr(exe, "collective_times")
+    before = exe.collective_times() if ranks else None
     merged: dict[str, object] = {}
     runs, start = 0, time.perf_counter()
-    while runs < PROFILE_RUNS and (runs == 0 or time.perf_counter() - start < PROFILE_SECONDS):
+    # Ranks must agree on the number of runs: a fixed count, not a clock.
+    limit = RANK_PROFILE_RUNS if ranks else PROFILE_RUNS
+    while runs < limit and (ranks or runs == 0 or time.perf_counter() - start < PROFILE_SECONDS):
         _, rows = exe.run_profiled(args)
         runs += 1
         for r in rows:
@@ -224,6 +290,13 @@ def _profile_table(exe, args) -> str:
     for r in sorted(merged.values(), key=lambda r: -r.seconds):
         lines.append(f"{r.name[:32]:<32} {r.kind[:18]:<18} {r.count / runs:>6g} "
                      f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  {r.ops}")
+    if ranks:
+        after = exe.collective_times()
+        if after is None:
+            return None  # not rank 0
+        lines.append("collectives per rank, per run: " + ", ".join(
+            f"rank {i}: {(a[0] - b[0]) / runs:g} in {(a[1] - b[1]) / runs * 1e3:.3f} ms"
+            for i, (a, b) in enumerate(zip(after, before, strict=True))))
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
 - `reducers`: all-reduce `to_apply` computations as standard kinds or elementwise evaluation
 - `semantics`: what each participant gets, given every participant's value
 - `communicator`: the Communicator interface and the in-process (threads) implementation
+- `mpi`: the MPI implementation (mpi4py, imported on first use; `pip install 'hloc[dist]'`)
 - `execute`: one collective instruction on one device (DeviceContext, run_collective)
 - `sharding`: global array <-> per-device shards by an OpSharding
 - `partitioned`: refuse modules that are not SPMD-partitioned yet

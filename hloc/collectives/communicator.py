@@ -2,8 +2,10 @@
 
 `Communicator` is the transport-neutral interface the collective executor calls; devices are
 global device ids. `exchange` (every member gets every member's value, in group order) is the
-one primitive a transport must provide; `all_reduce` and `all_gather` have defaults built on
-it, which a transport with native operations (MPI_Allreduce with MPI_SUM, ...) overrides.
+one primitive a transport must provide; `all_reduce`, `all_gather`, `all_to_all`, `permute`
+and `broadcast` have defaults built on it, which a transport with native operations
+(MPI_Allreduce with MPI_SUM, MPI_Alltoallv, MPI_Sendrecv, ...) overrides. Members of one
+collective pass values of the same shapes and dtypes (the SPMD contract).
 
 `InProcessCommunicator` joins threads of one process (one per device) at a rendezvous per
 collective. It never hangs: a failing device aborts every waiter, a device that finishes
@@ -23,6 +25,7 @@ import numpy as np
 
 from hloc.errors import HlocError
 
+from . import semantics
 from .reducers import Reducer
 
 
@@ -38,16 +41,49 @@ class Communicator(ABC):
         """Every member's `value`, in `group` order. All members call with the same key."""
 
     def all_reduce(self, key: str, group: Sequence[int], me: int, values: Sequence[np.ndarray],
-                   reducer: Reducer) -> list[np.ndarray]:
-        """Each of `values` reduced over the group in group order."""
+                   reducer: Reducer, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Each of `values` reduced over the group in group order; written into `out` (C-
+        contiguous arrays like `values`, e.g. a thunk's result buffers) when given."""
         got = self.exchange(key, group, me, tuple(values))
-        return [reducer.fold([g[i] for g in got]) for i in range(len(values))]
+        results = [reducer.fold([g[i] for g in got]) for i in range(len(values))]
+        return _into(results, out)
 
-    def all_gather(self, key: str, group: Sequence[int], me: int,
-                   values: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
-        """For each of `values`, the list of every member's array, in group order."""
+    def all_gather(self, key: str, group: Sequence[int], me: int, values: Sequence[np.ndarray],
+                   out: Sequence[np.ndarray] | None = None) -> list[list[np.ndarray]]:
+        """For each of `values`, the list of every member's array, in group order. With `out`
+        (per value a C-contiguous array of len(group) x its size) the arrays are views of it."""
         got = self.exchange(key, group, me, tuple(values))
-        return [[g[i] for g in got] for i in range(len(values))]
+        gathered = [np.stack([g[i] for g in got]) for i in range(len(values))]
+        return [list(a) for a in _into(gathered, out)]
+
+    def all_to_all(self, key: str, group: Sequence[int], me: int,
+                   send: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """`send[j]` goes to member j; returns what each member sent to `me`, in group order."""
+        got = self.exchange(key, group, me, tuple(send))
+        position = list(group).index(me)
+        return [g[position] for g in got]
+
+    def permute(self, key: str, domain: Sequence[int], me: int, value: np.ndarray,
+                pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+        """collective-permute: `pairs` are (source, target) indices into `domain`; returns
+        what was sent to `me`, zeros where no source targets it. Every domain member calls."""
+        values = self.exchange(key, domain, me, value)
+        return semantics.collective_permute(values, pairs, list(domain).index(me), value)
+
+    def broadcast(self, key: str, group: Sequence[int], me: int,
+                  values: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The group's first member's `values`, on every member."""
+        got = self.exchange(key, group, me, tuple(values))
+        return [np.array(v, copy=True) for v in got[0]]
+
+
+def _into(results: list[np.ndarray], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+    """`results`, copied into the caller's `out` buffers when given (same sizes)."""
+    if out is None:
+        return results
+    for r, o in zip(results, out, strict=True):
+        o.reshape(r.shape)[...] = r
+    return [o.reshape(r.shape) for r, o in zip(results, out, strict=True)]
 
 
 @dataclass

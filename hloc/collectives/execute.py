@@ -98,12 +98,14 @@ def reduce_scatter(ctx: DeviceContext, instr: Instruction, ops: list):
 
 
 def all_to_all(ctx: DeviceContext, instr: Instruction, ops: list):
-    group, position = _group(ctx, instr)
-    values = ctx.comm.exchange(ctx.key(instr), group, ctx.device_id, tuple(ops))
+    group, _ = _group(ctx, instr)
     if instr.attrs.dimensions and len(ops) == 1 and not instr.shape.is_tuple:
+        # Array form: piece j of the split goes to member j; what arrives is concatenated.
         (dim,) = instr.attrs.dimensions
-        return semantics.all_to_all([v[0] for v in values], dim, dim, position)
-    return semantics.all_to_all_tuple(values, position)
+        pieces = np.split(np.asarray(ops[0]), len(group), axis=dim)
+        got = ctx.comm.all_to_all(ctx.key(instr), group, ctx.device_id, pieces)
+        return np.concatenate(got, axis=dim)
+    return tuple(ctx.comm.all_to_all(ctx.key(instr), group, ctx.device_id, ops))
 
 
 def collective_permute(ctx: DeviceContext, instr: Instruction, ops: list):
@@ -112,15 +114,13 @@ def collective_permute(ctx: DeviceContext, instr: Instruction, ops: list):
                                "(in-place form) is not supported")
     domain = permute_domain(instr, ctx.grid, ctx.device)
     ids = [ctx.grid.device_id(d) for d in domain]
-    values = ctx.comm.exchange(ctx.key(instr), ids, ctx.device_id, ops[0])
-    return semantics.collective_permute(values, instr.attrs.source_target_pairs or (),
-                                        domain.index(ctx.device), ops[0])
+    return ctx.comm.permute(ctx.key(instr), ids, ctx.device_id, np.asarray(ops[0]),
+                            instr.attrs.source_target_pairs or ())
 
 
 def collective_broadcast(ctx: DeviceContext, instr: Instruction, ops: list):
     group, _ = _group(ctx, instr)
-    values = ctx.comm.exchange(ctx.key(instr), group, ctx.device_id, tuple(ops))
-    return _tuple_or_one(instr, [np.array(v, copy=True) for v in values[0]])
+    return _tuple_or_one(instr, ctx.comm.broadcast(ctx.key(instr), group, ctx.device_id, ops))
 
 
 # Opcode -> executor(ctx, instr, operand arrays) -> result value (array or tuple).

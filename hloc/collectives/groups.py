@@ -126,3 +126,27 @@ def permute_domain(instr: Instruction, grid: DeviceGrid, device: Device) -> list
     if instr.attrs.channel_id:
         return [(r, q) for q in range(grid.num_partitions)]
     return [(q, p) for q in range(grid.replica_count)]
+
+
+# Collectives that run over participant groups (collective-permute is point-to-point).
+_GROUPED = frozenset({O.ALL_REDUCE, O.ALL_REDUCE_START, O.ALL_GATHER, O.ALL_GATHER_START,
+                      O.REDUCE_SCATTER, O.ALL_TO_ALL, O.COLLECTIVE_BROADCAST})
+
+
+def group_partitions(module, grid: DeviceGrid) -> list[tuple[tuple[int, ...], ...]]:
+    """Every distinct way the module's collectives split the devices into groups: for each,
+    the groups of global device ids in participant order. The order is a function of the
+    module alone, so every process derives the same list (what a transport creates its
+    sub-communicators from, collectively, before the first collective)."""
+    found: dict[tuple[tuple[int, ...], ...], None] = {}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode not in _GROUPED:
+                continue
+            groups: list[tuple[int, ...]] = []
+            for d in grid.devices():
+                ids = tuple(grid.device_id(x) for x in instruction_participants(instr, grid, d)[0])
+                if ids not in groups:
+                    groups.append(ids)
+            found.setdefault(tuple(sorted(groups)), None)
+    return list(found)

@@ -91,11 +91,12 @@ class InterpreterExecutable:
 
     device = "interpreter"
 
-    def __init__(self, bundle):
+    def __init__(self, bundle, module=None):
         from ..frontend import load_bytes
 
         self.bundle = bundle
-        self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
+        self.module = module or load_bytes(bytes(bundle.module_proto),
+                                           f"{bundle.path}:module.pb").module
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         from .interpreter import evaluate

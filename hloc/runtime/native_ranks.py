@@ -9,8 +9,7 @@ in-process rendezvous in tests). For cpu, cuda-emulated and cuda that object is 
 calling thread, so its Collective thunks reach `ctx.comm` through
 `hloc.collectives.run_collective` and its DeviceId thunks read `ctx.device`.
 
-Wiring (one line in hloc.runtime.ranks): `RANK_RUNNERS.update(NATIVE_RANK_RUNNERS)`, or
-`register_native_rank_runners(register_rank_runner)`.
+hloc.runtime.ranks' RANK_RUNNERS registry loads this module, which registers them.
 """
 
 from __future__ import annotations
@@ -25,8 +24,9 @@ NATIVE_DEVICES = ("cpu", "cuda-emulated", "cuda")
 
 
 def native_rank_runner(device: str) -> Callable[[object, DeviceContext], DeviceRunner]:
-    """The rank runner factory of `device`: (bundle, ctx) -> DeviceRunner."""
-    def factory(bundle, ctx: DeviceContext) -> DeviceRunner:
+    """The rank runner factory of `device`: (bundle, ctx) -> DeviceRunner. (`module`, the
+    loaded HLO a rank runner may take, is not needed: native code carries its program.)"""
+    def factory(bundle, ctx: DeviceContext, module=None) -> DeviceRunner:
         return DeviceRunner(device_factory(device)(bundle), ctx)
 
     factory.__name__ = f"{device.replace('-', '_')}_rank"
@@ -40,3 +40,12 @@ def register_native_rank_runners(register: Callable[[str], Callable]) -> None:
     """Register every native rank runner with `register(kind)(factory)` (ranks.py's decorator)."""
     for device, factory in NATIVE_RANK_RUNNERS.items():
         register(device)(factory)
+
+
+def _register() -> None:
+    from .ranks import register_rank_runner
+
+    register_native_rank_runners(register_rank_runner)
+
+
+_register()

@@ -119,10 +119,8 @@ def output_shardings(module: Module, given=None) -> list[Sharding]:
     return leaves if len(leaves) == count else [parse_sharding(None)] * count
 
 
-def run_spmd(module: Module, global_inputs: Sequence[np.ndarray], *, output_sharding_texts=None,
-             output_shapes=None, timeout: float = 300.0) -> list[np.ndarray]:
-    """GLOBAL outputs (flattened) of a partitioned module on GLOBAL inputs."""
-    check_partitioned(module)
+def shard_inputs(module: Module, global_inputs: Sequence[np.ndarray]) -> dict[Device, list]:
+    """Each device's arguments: its shard of every GLOBAL input, checked against the module."""
     grid = DeviceGrid.of(module.config)
     params = module.entry.parameters
     if len(global_inputs) != len(params):
@@ -137,10 +135,40 @@ def run_spmd(module: Module, global_inputs: Sequence[np.ndarray], *, output_shar
                 raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "
                                  f"of the global input, the module wants {list(p.shape.dims)}")
         per_device[d] = args
-    results = run_devices(module, per_device, timeout)
-    out_sh = output_shardings(module, output_sharding_texts)
+    return per_device
+
+
+def assemble_outputs(module: Module, results: dict[Device, list], *, output_sharding_texts=None,
+                     output_shapes=None) -> list[np.ndarray]:
+    """GLOBAL outputs from each device's flattened outputs (replica 0's partitions)."""
+    grid = DeviceGrid.of(module.config)
     outs = []
-    for i, s in enumerate(out_sh):
+    for i, s in enumerate(output_shardings(module, output_sharding_texts)):
         parts = [results[(0, p)][i] for p in range(grid.num_partitions)]
         outs.append(assemble(parts, s, output_shapes[i] if output_shapes else None))
     return outs
+
+
+def global_signature(signature, module: Module):
+    """`signature` (hloc.runtime.io.Signature, per-device shapes) with the GLOBAL shapes a
+    user passes and gets: each per-device shape times its sharding's tile counts. (An uneven
+    sharding's padding cannot be told from the bundle; such inputs are padded shards.)"""
+    import dataclasses
+
+    def widen(specs, shardings):
+        return tuple(dataclasses.replace(t, shape=tuple(
+            n * c for n, c in zip(t.shape, s.tile_counts(len(t.shape)), strict=True)))
+            for t, s in zip(specs, shardings, strict=True))
+
+    return dataclasses.replace(
+        signature, parameters=widen(signature.parameters, parameter_shardings(module)),
+        results=widen(signature.results, output_shardings(module)))
+
+
+def run_spmd(module: Module, global_inputs: Sequence[np.ndarray], *, output_sharding_texts=None,
+             output_shapes=None, timeout: float = 300.0) -> list[np.ndarray]:
+    """GLOBAL outputs (flattened) of a partitioned module on GLOBAL inputs."""
+    check_partitioned(module)
+    results = run_devices(module, shard_inputs(module, global_inputs), timeout)
+    return assemble_outputs(module, results, output_sharding_texts=output_sharding_texts,
+                            output_shapes=output_shapes)
