@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -32,6 +33,9 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--baseline", default=None, help="an earlier --report: exit 1 on a significant slowdown")
 @click.option("--max-regression", default=5.0, show_default=True, help="PCT slower than --baseline allowed")
 @click.option("--profile", is_flag=True, help="per-thunk time table, slowest first")
+@click.option("--resident", default=None, metavar="SPEC",
+              help="cuda, cuda-emulated: keep these parameters on the device between runs "
+                   "(all, all-but-last:N, 0-160, 0,3,5)")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
 @click.option("--timeout", default=None, type=float,
               help="stop the run after S seconds (exit 1); Ctrl-C stops it too (exit 130)")
@@ -44,8 +48,8 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.version_option(__version__, "--version", prog_name="hlo-run")
 @guarded("hlo-run")
 def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected, rtol, atol,
-        reference, benchmark, report, baseline, max_regression, profile, device, timeout,
-        max_memory, trusted_keys, debug):
+        reference, benchmark, report, baseline, max_regression, profile, resident, device,
+        timeout, max_memory, trusted_keys, debug):
     """Run BUNDLE (written by `hloc compile`) on a device.
 
     \b
@@ -68,6 +72,8 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
     _check_tolerances(rtol, atol)
     exe = load(bundle_path, device, trusted_keys=trusted_key_files(trusted_keys))
     preflight_memory(exe.bundle.manifest, max_memory, bundle_path)
+    if resident is not None:
+        _set_resident(exe, resident)
     args = load_inputs(_signature(exe.bundle), list(inputs), random=random_inputs, zero=zero_inputs,
                        seed=seed, snapshot_args=_snapshot_arguments(exe.bundle))
     with run_limits(timeout, f"the run of {bundle_path}", bundle_path):
@@ -84,6 +90,21 @@ def cli(bundle_path, inputs, random_inputs, zero_inputs, seed, output, expected,
         atomic_write(report, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if failed:
         raise CheckFailed("; ".join(failed), bundle_path)
+
+
+def _set_resident(exe, spec: str) -> None:
+    """--resident SPEC: only GPU executables keep parameters on a device."""
+    from ..runtime.residency import parse_spec
+
+    if not hasattr(exe, "set_resident"):
+        raise InputError(f"--resident needs --device cuda or cuda-emulated (not {exe.device})")
+    wanted = parse_spec(spec, len(exe.bundle.manifest["entry"]["parameters"]))
+    kept = exe.set_resident(wanted)
+    if kept != wanted:
+        left = sorted(wanted - kept)
+        logging.getLogger(__name__).warning(
+            "parameters %s are donated to outputs and are uploaded on every run",
+            ",".join(map(str, left)))
 
 
 def _check_tolerances(rtol: float | None, atol: float | None) -> None:
@@ -153,6 +174,8 @@ def _run_benchmark(exe, args, n: int, baseline, max_regression: float, result: d
     click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
                f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms "
                f"p10={b['p10_s'] * 1e3:.3f} ms p90={b['p90_s'] * 1e3:.3f} ms cv={b['cv']:.3f}")
+    if hasattr(exe, "time_device_resident"):
+        _gpu_figures(exe, args, n, b)
     return _compare_baseline(b, baseline, max_regression, result) if baseline else []
 
 
@@ -166,6 +189,20 @@ def _benchmark(exe, args, n: int) -> dict:
         exe.run(args)
         times.append(time.perf_counter() - start)
     return summarize(times)
+
+
+def _gpu_figures(exe, args, n: int, bench: dict) -> None:
+    """On GPUs: `host_to_host` (the loop above: uploads, run, downloads; resident parameters
+    are not uploaded again) and `device_resident` (inputs uploaded once, outputs left on the
+    device: the main program alone, synchronized after each run)."""
+    from ..debug.stats import summarize
+
+    keys = ("n", "median_s", "min_s", "mean_s", "max_s", "p10_s", "p90_s", "cv")
+    bench["host_to_host"] = {k: bench[k] for k in keys if k in bench}
+    bench["device_resident"] = d = summarize(exe.time_device_resident(args, n))
+    for label, b in (("host-to-host", bench["host_to_host"]), ("device-resident", d)):
+        click.echo(f"  {label}: median={b['median_s'] * 1e3:.3f} ms "
+                   f"min={b['min_s'] * 1e3:.3f} ms p90={b['p90_s'] * 1e3:.3f} ms")
 
 
 def _compare_baseline(bench: dict, path: str, max_regression: float, result: dict) -> list[str]:
@@ -202,13 +239,23 @@ def _profile_table(exe, args) -> str:
             m = merged.setdefault(r.name, r.__class__(r.name, r.kind, r.ops))
             m.count += r.count
             m.seconds += r.seconds
+            m.bytes += getattr(r, "bytes", 0)
     total = sum(r.seconds for r in merged.values()) or 1e-12
     lines = [f"profile: per run, mean of {runs} run(s) after a warm-up run",
              f"{'thunk':<32} {'kind':<18} {'count':>6} {'total ms':>10} {'%':>6}  ops"]
     for r in sorted(merged.values(), key=lambda r: -r.seconds):
         lines.append(f"{r.name[:32]:<32} {r.kind[:18]:<18} {r.count / runs:>6g} "
-                     f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  {r.ops}")
+                     f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  "
+                     f"{_copy_ops(r)}")
     return "\n".join(lines)
+
+
+def _copy_ops(row) -> str:
+    """A copy row's ops column: arrays, bytes and GB/s; other rows' HLO op names."""
+    if not row.kind.startswith("copy-"):
+        return row.ops
+    rate = row.bytes / row.seconds / 1e9 if row.seconds > 0 else 0.0
+    return f"{row.ops}, {row.bytes / row.count / 2**20:.3f} MiB, {rate:.2f} GB/s"
 
 
 def main() -> None:
