@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from types import SimpleNamespace
@@ -38,6 +39,9 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--perturb", default=None, metavar="THUNK[=REL]",
               help="add a relative error (default 1e-2) to one thunk's outputs after it runs")
 @click.option("--trace", default=None, metavar="FILE.json", help="write a Chrome/Perfetto trace of one run")
+@click.option("--resident", default=None, metavar="SPEC",
+              help="cuda, cuda-emulated: keep these parameters on the device between runs "
+                   "(all, all-but-last:N, 0-160, 0,3,5)")
 @click.option("--device", default=None, type=click.Choice(DEVICES), help="default: the bundle's target")
 @click.option("--timeout", default=None, type=float,
               help="stop the run after S seconds (exit 1); Ctrl-C stops it too (exit 130)")
@@ -112,7 +116,24 @@ def _load(bundle_path: str, o, keys):
 
     exe = load(bundle_path, o.device, trusted_keys=keys)
     preflight_memory(exe.bundle.manifest, o.max_memory, bundle_path)
+    if o.resident is not None:
+        _set_resident(exe, o.resident)
     return exe
+
+
+def _set_resident(exe, spec: str) -> None:
+    """--resident SPEC: only GPU executables keep parameters on a device."""
+    from ..runtime.residency import parse_spec
+
+    if not hasattr(exe, "set_resident"):
+        raise InputError(f"--resident needs --device cuda or cuda-emulated (not {exe.device})")
+    wanted = parse_spec(spec, len(exe.bundle.manifest["entry"]["parameters"]))
+    kept = exe.set_resident(wanted)
+    if kept != wanted:
+        left = sorted(wanted - kept)
+        logging.getLogger(__name__).warning(
+            "parameters %s are donated to outputs and are uploaded on every run",
+            ",".join(map(str, left)))
 
 
 def _execute(exe, bundle_path: str, o) -> None:
@@ -230,6 +251,11 @@ def _report_benchmark(b: dict, baseline, max_regression: float, result: dict) ->
     click.echo(f"benchmark: n={b['n']} median={b['median_s'] * 1e3:.3f} ms "
                f"min={b['min_s'] * 1e3:.3f} ms mean={b['mean_s'] * 1e3:.3f} ms max={b['max_s'] * 1e3:.3f} ms "
                f"p10={b['p10_s'] * 1e3:.3f} ms p90={b['p90_s'] * 1e3:.3f} ms cv={b['cv']:.3f}")
+    for label, key in (("host-to-host", "host_to_host"), ("device-resident", "device_resident")):
+        if key in b:
+            g = b[key]
+            click.echo(f"  {label}: median={g['median_s'] * 1e3:.3f} ms "
+                       f"min={g['min_s'] * 1e3:.3f} ms p90={g['p90_s'] * 1e3:.3f} ms")
     return _compare_baseline(b, baseline, max_regression, result) if baseline else []
 
 
@@ -242,7 +268,21 @@ def _benchmark(exe, args, n: int) -> dict:
         start = time.perf_counter()
         exe.run(args)
         times.append(time.perf_counter() - start)
-    return summarize(times)
+    bench = summarize(times)
+    if hasattr(exe, "time_device_resident"):
+        _gpu_figures(exe, args, n, bench)
+    return bench
+
+
+def _gpu_figures(exe, args, n: int, bench: dict) -> None:
+    """On GPUs: `host_to_host` (the loop above: uploads, run, downloads; resident parameters
+    are not uploaded again) and `device_resident` (inputs uploaded once, outputs left on the
+    device: the main program alone, synchronized after each run)."""
+    from ..debug.stats import summarize
+
+    keys = ("n", "median_s", "min_s", "mean_s", "max_s", "p10_s", "p90_s", "cv")
+    bench["host_to_host"] = {k: bench[k] for k in keys if k in bench}
+    bench["device_resident"] = summarize(exe.time_device_resident(args, n))
 
 
 def _compare_baseline(bench: dict, path: str, max_regression: float, result: dict) -> list[str]:
@@ -284,12 +324,14 @@ def _profile_table(exe, args) -> str | None:
             m = merged.setdefault(r.name, r.__class__(r.name, r.kind, r.ops))
             m.count += r.count
             m.seconds += r.seconds
+            m.bytes += getattr(r, "bytes", 0)
     total = sum(r.seconds for r in merged.values()) or 1e-12
     lines = [f"profile: per run, mean of {runs} run(s) after a warm-up run",
              f"{'thunk':<32} {'kind':<18} {'count':>6} {'total ms':>10} {'%':>6}  ops"]
     for r in sorted(merged.values(), key=lambda r: -r.seconds):
         lines.append(f"{r.name[:32]:<32} {r.kind[:18]:<18} {r.count / runs:>6g} "
-                     f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  {r.ops}")
+                     f"{r.seconds / runs * 1e3:>10.3f} {100 * r.seconds / total:>6.1f}  "
+                     f"{_copy_ops(r)}")
     if ranks:
         after = exe.collective_times()
         if after is None:
@@ -298,6 +340,14 @@ def _profile_table(exe, args) -> str | None:
             f"rank {i}: {(a[0] - b[0]) / runs:g} in {(a[1] - b[1]) / runs * 1e3:.3f} ms"
             for i, (a, b) in enumerate(zip(after, before, strict=True))))
     return "\n".join(lines)
+
+
+def _copy_ops(row) -> str:
+    """A copy row's ops column: arrays, bytes and GB/s; other rows' HLO op names."""
+    if not row.kind.startswith("copy-"):
+        return row.ops
+    rate = row.bytes / row.seconds / 1e9 if row.seconds > 0 else 0.0
+    return f"{row.ops}, {row.bytes / row.count / 2**20:.3f} MiB, {rate:.2f} GB/s"
 
 
 def main() -> None:

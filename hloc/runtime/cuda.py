@@ -9,9 +9,13 @@ with events for cross-stream dependencies. `run_profiled` times each thunk with 
 Every failure is one clear line: cuda-bindings missing, no driver or GPU, a bundle built for
 other architectures, out of device memory.
 
-HLOC_CUDA_GEMM=cublas runs the Gemm thunks that carry a BLAS descriptor (plain dots) through
-cuBLAS instead of hloc's GEMM kernel (hloc.runtime.cuda_blas: libcublas from the
-nvidia-cublas wheel, $CUDA_HOME or the system loader; a clear error if it is missing).
+Parameters and results travel through page-locked staging on a copy stream of their own
+(hloc.runtime.cuda_transfers), ordered against the compute streams by events; parameters
+marked resident stay on the device between runs (hloc.runtime.residency).
+
+The Gemm thunks that carry a BLAS descriptor (plain dots) run through cuBLAS whenever
+libcublas loads (the nvidia-cublas wheel, $CUDA_HOME or the system loader), else hloc's GEMM
+kernel; HLOC_CUDA_GEMM=kernel|cublas forces either (hloc.runtime.cuda_blas).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import numpy as np
 from ..errors import HlocError, InputError
 from ..thunks.gpu import GemmLaunch
 from ..thunks.serialize import gpu_program_from_json
-from .cuda_program import GpuRunner, profile_rows
+from .cuda_program import GpuExecutable, GpuRunner
+from .cuda_transfers import PinnedStaging, read_array, write_array
 from .executable import register_device
 
 ARENA_ALIGN = 256
@@ -98,6 +103,9 @@ class CudaDevice:
         self.streams = [check(cu, cu.cuStreamCreate(0), "cuStreamCreate") for _ in range(num)]
         count = len(program.streams.events) if program.streams else 0
         self.events = [check(cu, cu.cuEventCreate(0), "cuEventCreate") for _ in range(count)]
+        self.staging = PinnedStaging(
+            cu, [u.slice for u in program.host_to_device if not u.constant],
+            [d.slice for d in program.device_to_host])
 
     def _arena(self, allocations) -> None:
         self.offsets, total = {}, 0
@@ -138,6 +146,41 @@ class CudaDevice:
         check(self.cu, self.cu.cuStreamSynchronize(self._s()), "copy to host")
         return host.tobytes()
 
+    # ---- parameters and results: pinned staging on the copy stream ------------------------
+    def upload_arrays(self, items) -> None:
+        """Upload (slice, array, shape) items: each array is written into its pinned slot
+        (dtype and layout converted on the way) and its DMA queued on the copy stream at
+        once, so the next array's host copy overlaps this one's transfer. The compute
+        streams then wait for the copies (an event, not a host synchronization)."""
+        if not items:
+            return
+        cu, staging = self.cu, self.staging
+        for s, value, shape in items:
+            offset = staging.up_slots[s]
+            write_array(staging.up.view(offset, s.size), value, shape)
+            check(cu, cu.cuMemcpyHtoDAsync(self.address(s), staging.up.address + offset, s.size,
+                                           staging.stream), "copy to device")
+        check(cu, cu.cuEventRecord(staging.uploaded, staging.stream), "cuEventRecord")
+        for stream in self.streams:
+            check(cu, cu.cuStreamWaitEvent(stream, staging.uploaded, 0), "cuStreamWaitEvent")
+
+    def download_arrays(self, items) -> list[np.ndarray]:
+        """Results for (slice, shape) items: the copy stream waits for every compute stream,
+        DMAs each result into its pinned slot, synchronizes once, and the results are
+        copied out into arrays the caller owns (the slots are reused by the next run)."""
+        cu, staging = self.cu, self.staging
+        for stream, event in zip(self.streams, staging.computed_events(len(self.streams)),
+                                 strict=True):
+            check(cu, cu.cuEventRecord(event, stream), "cuEventRecord")
+            check(cu, cu.cuStreamWaitEvent(staging.stream, event, 0), "cuStreamWaitEvent")
+        for s, _ in items:
+            check(cu, cu.cuMemcpyDtoHAsync(staging.down.address + staging.down_slots[s],
+                                           self.address(s), s.size, staging.stream),
+                  "copy to host")
+        check(cu, cu.cuStreamSynchronize(staging.stream), "copy to host")
+        return [read_array(staging.down.view(staging.down_slots[s], s.size), shape)
+                for s, shape in items]
+
     def copy(self, src, dst) -> None:
         check(self.cu, self.cu.cuMemcpyDtoDAsync(self.address(dst), self.address(src), src.size,
                                                  self._s()), "device copy")
@@ -176,7 +219,7 @@ class CudaDevice:
         return float(ms) / 1000.0
 
 
-class CudaExecutable:
+class CudaExecutable(GpuExecutable):
     """A CUDA bundle loaded on a GPU."""
 
     device = "cuda"
@@ -205,22 +248,16 @@ class CudaExecutable:
         self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
 
     def _blas(self):
-        """cuBLAS for descriptor-carrying Gemm thunks when HLOC_CUDA_GEMM=cublas asks for it
-        and the program has any (the library is then required)."""
-        from .cuda_blas import CublasGemm, use_cublas
+        """cuBLAS for the descriptor-carrying Gemm thunks (HLOC_CUDA_GEMM, cuda_blas), or
+        None: hloc's GEMM kernel."""
+        from .cuda_blas import CublasGemm, dot_precisions, gemm_mode, select_gemm, tf32_allowed
 
-        wanted = use_cublas()
-        if not wanted or not any(isinstance(t, GemmLaunch) and t.blas is not None
-                                 for t in self.program.walk()):
-            return None
-        return CublasGemm(self.memory)
-
-    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
-        return self.runner.run(args)
-
-    def run_profiled(self, args: list[np.ndarray]):
-        outputs = self.runner.run(args, profile=True)
-        return outputs, profile_rows(self.runner)
+        mode, tf32 = gemm_mode(), tf32_allowed()
+        described = any(isinstance(t, GemmLaunch) and t.blas is not None
+                        for t in self.program.walk())
+        self.blas = select_gemm(mode, described, lambda: CublasGemm(
+            self.memory, precisions=dot_precisions(self.module), tf32=tf32))
+        return self.blas
 
 
 register_device("cuda", frozenset({"cuda"}))(CudaExecutable)

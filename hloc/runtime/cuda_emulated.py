@@ -6,6 +6,8 @@ rewritten for the host (hloc.codegen.cuda.emulate: thread/block indices as argum
 barriers and warp shuffles by phase splitting, shared memory per block) and compiled with
 LLVM for this CPU. Device memory is host memory: one byte array per allocation of the
 buffer assignment. The GPU thunk schedule runs with its streams serialized.
+Parameters marked resident stay in the arena between runs by the same rule as on a GPU
+(hloc.runtime.residency), so CI tests it.
 With HLOC_CUDA_GEMM=cublas, Gemm thunks carrying a BLAS descriptor run it through numpy's
 OpenBLAS under cuBLAS' column-major contract (hloc.runtime.host_blas) instead of the kernel.
 """
@@ -22,7 +24,8 @@ from ..errors import InputError
 from ..thunks.gpu import Launch
 from ..thunks.serialize import gpu_program_from_json
 from .cuda_blas import use_cublas
-from .cuda_program import GpuRunner, profile_rows
+from .cuda_program import GpuExecutable, GpuRunner
+from .cuda_transfers import read_array, write_array
 from .executable import register_device
 from .host_blas import HostBlas
 
@@ -51,6 +54,14 @@ class HostMemory:
 
     def download(self, s: Slice) -> bytes:
         return self.view(s).tobytes()
+
+    def upload_arrays(self, items) -> None:
+        """(slice, array, shape) items written straight into the arena (device layout)."""
+        for s, value, shape in items:
+            write_array(self.view(s), value, shape)
+
+    def download_arrays(self, items) -> list[np.ndarray]:
+        return [read_array(self.view(s), shape) for s, shape in items]
 
     def copy(self, src: Slice, dst: Slice) -> None:
         self.view(dst)[:] = self.view(src).copy()
@@ -90,7 +101,7 @@ def load_emulated_kernels(bundle, module, program):
     return load_kernels(program, module, archs, bundle.path)
 
 
-class CudaEmulatedExecutable:
+class CudaEmulatedExecutable(GpuExecutable):
     """A CUDA bundle executed by the host emulator."""
 
     device = "cuda-emulated"
@@ -118,9 +129,6 @@ class CudaEmulatedExecutable:
         twin._new_device()
         return twin
 
-    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
-        return self.runner.run(args)
-
     def run_hooked(self, args: list[np.ndarray], hook) -> list[np.ndarray]:
         """Run with `hook(thunk, run)` around every GPU thunk (see GpuRunner.hook)."""
         self.runner.hook = hook
@@ -128,10 +136,6 @@ class CudaEmulatedExecutable:
             return self.runner.run(args)
         finally:
             self.runner.hook = None
-
-    def run_profiled(self, args: list[np.ndarray]):
-        outputs = self.runner.run(args, profile=True)
-        return outputs, profile_rows(self.runner)
 
 
 register_device("cuda-emulated", frozenset({"cuda"}))(CudaEmulatedExecutable)

@@ -1,10 +1,13 @@
 """Executing a GPU program (hloc.thunks.gpu) on a device: the part of the CUDA
 runtime that is the same for real GPUs and for the host emulator.
 
-A device provides memory operations on slices (upload, download, copy, memset), kernel
-launches and a synchronization point; this module walks the three programs: parameter
-uploads (constants once per executable), the main thunks (streams serialized: the thunk
-order already respects every dependency), and the result downloads. While loops copy
+A device provides memory operations on slices (upload, download, copy, memset), batched
+parameter uploads and result downloads (`upload_arrays`, `download_arrays`: pinned staging
+on a copy stream on a GPU), kernel launches and a synchronization point; this module walks
+the three programs: parameter uploads (constants once per executable, resident parameters
+only when they change: hloc.runtime.residency), the main thunks (streams serialized: the
+thunk order already respects every dependency), and the result downloads. Profiled runs
+time the uploads and downloads as rows of their own, with their bytes. While loops copy
 their predicate to the host after each condition run (or run a known trip count), and
 conditionals copy their selector. HostCompute thunks run the reference implementation of
 their instruction on downloaded operands. Gemm thunks with a BLAS descriptor go to the
@@ -14,6 +17,7 @@ runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM=cublas).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,6 +31,7 @@ from ..thunks.gpu import GemmLaunch, GpuProgram, HostCompute, Launch
 from ..thunks.thunks import Conditional, Copy, Memset, Sequential, While
 from .executable import ProfileRow
 from .layouts import memory_order
+from .residency import Residency
 
 
 def to_device_bytes(array: np.ndarray, shape: Shape) -> bytes:
@@ -58,36 +63,100 @@ class GpuRunner:
         # `hook(thunk, run)` runs every thunk (it must call run() once): hloc.debug's
         # per-thunk tools; None (the default) costs one test per thunk.
         self.hook: Callable[[Thunk, Callable[[], None]], None] | None = None
+        self.residency = Residency(program, len(module.entry.parameters))
 
     # ---- the three programs ----------------------------------------------------------------
     def run(self, args: Sequence[np.ndarray], profile: bool = False) -> list[np.ndarray]:
-        entry = self.module.entry
-        params = entry.parameters
-        if len(args) != len(params):
-            raise InputError(f"module {self.module.name} takes {len(params)} arguments, "
-                             f"got {len(args)}")
+        self._check_args(args)
         self.rows = {} if profile else None
-        self.device.stream = 0
-        self._upload(params, args)
-        self.device.synchronize()
-        self._run_main()
-        self.device.synchronize()
-        self.device.stream = 0
-        return [from_device_bytes(self.device.download(d.slice), entry.root.shape.subshape(d.index))
-                for d in self.program.device_to_host]
+        self.stage(args)
+        self.execute()
+        return self.fetch()
 
-    def _upload(self, params, args) -> None:
+    def _check_args(self, args) -> None:
+        count = len(self.module.entry.parameters)
+        if len(args) != count:
+            raise InputError(f"module {self.module.name} takes {count} arguments, "
+                             f"got {len(args)}")
+
+    def stage(self, args) -> None:
+        """Host → device: constants (first run only) and the parameters that need it."""
+        self.device.stream = 0
+        self._upload_constants()
+        items = [self._leaf(u, args[u.number]) for u in self.program.host_to_device
+                 if not u.constant and self.residency.needs_upload(u.number, args[u.number])]
+        self._copies("(uploads)", "copy-h2d", items, lambda: self.device.upload_arrays(items))
+        self.residency.bind(args)
+
+    def execute(self) -> None:
+        """The main program (asynchronous on a GPU: `fetch` or `synchronize` waits for it)."""
+        self._run_main()
+        self.device.stream = 0
+
+    def fetch(self) -> list[np.ndarray]:
+        """Device → host: every result leaf, as new arrays."""
+        entry = self.module.entry
+        items = [(d.slice, entry.root.shape.subshape(d.index)) for d in self.program.device_to_host]
+        out: list[np.ndarray] = []
+        self._copies("(downloads)", "copy-d2h", items,
+                     lambda: out.extend(self.device.download_arrays(items)))
+        return out
+
+    def update(self, number: int, array) -> None:
+        """Upload resident parameter `number` from `array` now (changed in place, or new)."""
+        if number not in self.residency.resident:
+            raise InputError(f"parameter {number} is not resident (set_resident first)")
+        self.device.stream = 0
+        self.device.upload_arrays([self._leaf(u, array) for u in self.program.host_to_device
+                                   if not u.constant and u.number == number])
+        self.device.synchronize()
+        self.residency.bound[number] = array
+
+    def time_device_resident(self, args, n: int) -> list[float]:
+        """Seconds of `n` runs of the main program alone, each synchronized: inputs uploaded
+        once before, outputs left on the device (what XLA's and PyTorch's benchmarks time)."""
+        self._check_args(args)
+        self.rows = None
+        self.stage(args)
+        self.execute()  # warm-up
+        self.device.synchronize()
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            self.execute()
+            self.device.synchronize()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def _leaf(self, u, value):
+        """(slice, array, shape) of upload `u` of a parameter whose value is `value`."""
+        shape = self.module.entry.parameters[u.number].shape
+        for i in u.index:
+            shape, value = shape.tuple_shapes[i], value[i]
+        return u.slice, value, shape
+
+    def _upload_constants(self) -> None:
+        if self._constants_loaded:
+            return
         for u in self.program.host_to_device:
             if u.constant:
-                if not self._constants_loaded:
-                    instr = self.instructions[u.constant]
-                    self.device.upload(u.slice, to_device_bytes(instr.literal.array, instr.shape))
-                continue
-            shape, value = params[u.number].shape, args[u.number]
-            for i in u.index:
-                shape, value = shape.tuple_shapes[i], value[i]
-            self.device.upload(u.slice, to_device_bytes(value, shape))
+                instr = self.instructions[u.constant]
+                self.device.upload(u.slice, to_device_bytes(instr.literal.array, instr.shape))
         self._constants_loaded = True
+
+    def _copies(self, name: str, kind: str, items, transfer: Callable[[], None]) -> None:
+        """Run `transfer`; when profiling, time it between synchronizations as a row."""
+        if self.rows is None:
+            transfer()
+            return
+        self.device.synchronize()
+        start = time.perf_counter()
+        transfer()
+        self.device.synchronize()
+        row = self.rows.setdefault(name, ProfileRow(name, kind, f"{len(items)} arrays"))
+        row.count += 1
+        row.seconds += time.perf_counter() - start
+        row.bytes += sum(item[0].size for item in items)
 
     def _run_main(self) -> None:
         """Top-level thunks on their streams, with the assignment's events and waits."""
@@ -229,3 +298,34 @@ def _write_value(r: GpuRunner, shape: Shape, value, slices: list[Slice]) -> None
 
 def profile_rows(runner: GpuRunner) -> list[ProfileRow]:
     return sorted((runner.rows or {}).values(), key=lambda row: -row.seconds)
+
+
+class GpuExecutable:
+    """What `--device cuda` and `cuda-emulated` executables share: runs, profiles,
+    device-resident parameters (hloc.runtime.residency) and the device-resident timing.
+    A subclass sets `runner`."""
+
+    runner: GpuRunner
+
+    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        return self.runner.run(args)
+
+    def run_profiled(self, args: list[np.ndarray]):
+        outputs = self.runner.run(args, profile=True)
+        return outputs, profile_rows(self.runner)
+
+    def set_resident(self, numbers) -> frozenset[int]:
+        """Keep these parameters on the device between runs; returns those that can be."""
+        return self.runner.residency.set(numbers)
+
+    @property
+    def resident(self) -> frozenset[int]:
+        return self.runner.residency.resident
+
+    def update(self, number: int, array) -> None:
+        """Re-upload resident parameter `number` from `array` (e.g. after changing it)."""
+        self.runner.update(number, array)
+
+    def time_device_resident(self, args, n: int) -> list[float]:
+        """Seconds per run of the main program with inputs and outputs on the device."""
+        return self.runner.time_device_resident(args, n)

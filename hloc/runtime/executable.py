@@ -39,6 +39,7 @@ class ProfileRow:
     ops: str
     count: int = 0
     seconds: float = 0.0
+    bytes: int = 0  # bytes moved, for copy rows (GPU uploads and downloads)
 
 
 def default_device(target: str) -> str:
