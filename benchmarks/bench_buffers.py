@@ -13,7 +13,7 @@ import time
 
 from synthetic import build
 
-from hloc.buffers import plan
+from hloc.plan import plan
 from hloc.ir import Attrs, Computation, Literal, Module, Opcode, Shape, SliceDim
 
 SIZES = (2500, 5000, 10000, 20000)

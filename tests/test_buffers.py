@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hloc.analysis.storage import DependencyOrder
-from hloc.buffers import ALIGNMENT, HeapItem, plan, simulate
+from hloc.buffers import ALIGNMENT, HeapItem, simulate
+from hloc.plan import plan
 from hloc.buffers.heap import lower_bound
 from hloc.frontend.gen import hlo_pb2
 from hloc.ir.parser import parse_module

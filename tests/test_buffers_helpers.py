@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hloc.buffers import Plan, plan
+from hloc.plan import Plan, plan
 from hloc.frontend import load
 from hloc.ir.verifier import verify
 from hloc.passes import PassRunner, parse_spec

@@ -52,7 +52,7 @@ ENTRY e {
 
 
 def _program():
-    from hloc.buffers import plan
+    from hloc.plan import plan
 
     module = parse_module(MODULE)
     run_passes(module, CompileOptions(target="cuda"), None)

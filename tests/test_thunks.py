@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from hloc.buffers import plan
+from hloc.plan import plan
 from hloc.errors import InputError
 from hloc.ir.parser import parse_module
 from hloc.thunks import (
