@@ -13,8 +13,8 @@ import time
 
 from synthetic import build
 
-from hloc.plan import plan
 from hloc.ir import Attrs, Computation, Literal, Module, Opcode, Shape, SliceDim
+from hloc.plan import plan
 
 SIZES = (2500, 5000, 10000, 20000)
 

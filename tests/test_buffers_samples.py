@@ -10,7 +10,8 @@ import pytest
 
 from hloc.plan import plan
 from tests.conftest import SAMPLES, sample_meta, sample_names
-from tests.test_buffers_helpers import prepare
+
+from .support.buffers import prepare
 
 pytestmark = pytest.mark.pure
 

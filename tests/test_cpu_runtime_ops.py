@@ -10,8 +10,10 @@ import pytest
 
 from hloc.codegen.elemental import supported_opcodes
 from hloc.runtime.interpreter import registry
-from tests.test_codegen_harness import assert_matches, edge_values
-from tests.test_cpu_runtime_helpers import run_text
+
+from .support.hlo import binary, unary
+from .support.run import compare_with_interpreter
+from .support.values import edge_values
 
 pytestmark = pytest.mark.cpu
 
@@ -37,16 +39,6 @@ def test_every_interpreter_opcode_has_a_cpu_path():
     assert HOST_FALLBACK <= missing - segments, sorted(HOST_FALLBACK - (missing - segments))
 
 
-def _unary(op: str, t: str, rt: str, n: int) -> str:
-    return (f"HloModule u\nENTRY e {{\n  x = {t}[{n}]{{0}} parameter(0)\n"
-            f"  ROOT r = {rt}[{n}]{{0}} {op}(x)\n}}\n")
-
-
-def _binary(op: str, t: str, rt: str, n: int, attrs: str = "") -> str:
-    return (f"HloModule b\nENTRY e {{\n  x = {t}[{n}]{{0}} parameter(0)\n"
-            f"  y = {t}[{n}]{{0}} parameter(1)\n  ROOT r = {rt}[{n}]{{0}} {op}(x, y){attrs}\n}}\n")
-
-
 def _grid(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.meshgrid(values, values, indexing="ij")
     return a.reshape(-1), b.reshape(-1)
@@ -63,25 +55,24 @@ TRIG = ["sine", "cosine", "tan"]
 def test_f32_unary(op, tmp_path):
     x = edge_values("f32")
     exact = op in EXACT_F32_UNARY
-    got, want = run_text(_unary(op, "f32", "f32", x.size), [x], tmp_path)
-    assert_matches(got[0], want[0], rtol=0 if exact else 2e-6, atol=0 if exact else 1e-7, what=op)
+    compare_with_interpreter({op: (unary(op, "f32", x.size), [x])}, tmp=tmp_path,
+                             rtol=0 if exact else 2e-6, atol=0 if exact else 1e-7)
 
 
 @pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "power", "remainder",
                                 "atan2", "maximum", "minimum"])
 def test_f32_binary(op, tmp_path):
     x, y = _grid(edge_values("f32"))
-    got, want = run_text(_binary(op, "f32", "f32", x.size), [x, y], tmp_path)
     exact = op not in ("power", "atan2")
-    assert_matches(got[0], want[0], rtol=0 if exact else 4e-6, atol=0 if exact else 1e-7, what=op)
+    compare_with_interpreter({op: (binary(op, "f32", x.size), [x, y])}, tmp=tmp_path,
+                             rtol=0 if exact else 4e-6, atol=0 if exact else 1e-7)
 
 
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 def test_f32_compare(direction, tmp_path):
     x, y = _grid(edge_values("f32"))
-    got, want = run_text(_binary("compare", "f32", "pred", x.size, f", direction={direction}"),
-                         [x, y], tmp_path)
-    assert_matches(got[0], want[0], what=direction)
+    text = binary("compare", "f32", x.size, out="pred", attrs=f", direction={direction}")
+    compare_with_interpreter({direction: (text, [x, y])}, tmp=tmp_path)
 
 
 INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and",
@@ -92,16 +83,14 @@ INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "
 @pytest.mark.parametrize("op", INT_BINARY)
 def test_integer_binary(op, t, tmp_path):
     x, y = _grid(edge_values(t))
-    got, want = run_text(_binary(op, t, t, x.size), [x, y], tmp_path)
-    assert_matches(got[0], want[0], what=f"{op} {t}")
+    compare_with_interpreter({f"{op} {t}": (binary(op, t, x.size), [x, y])}, tmp=tmp_path)
 
 
 @pytest.mark.parametrize("t", ["s32", "u8", "s8"])
 @pytest.mark.parametrize("op", ["abs", "negate", "not", "sign", "popcnt", "count-leading-zeros"])
 def test_integer_unary(op, t, tmp_path):
     x = edge_values(t)
-    got, want = run_text(_unary(op, t, t, x.size), [x], tmp_path)
-    assert_matches(got[0], want[0], what=f"{op} {t}")
+    compare_with_interpreter({f"{op} {t}": (unary(op, t, x.size), [x])}, tmp=tmp_path)
 
 
 @pytest.mark.parametrize("src,dst", [("f32", "s32"), ("f32", "u8"), ("f32", "bf16"),
@@ -109,8 +98,8 @@ def test_integer_unary(op, t, tmp_path):
                                      ("bf16", "f32"), ("s64", "f32"), ("f32", "f8e4m3fn")])
 def test_convert(src, dst, tmp_path):
     x = edge_values(src)
-    got, want = run_text(_unary("convert", src, dst, x.size), [x], tmp_path)
-    assert_matches(got[0], want[0], what=f"{src}->{dst}")
+    compare_with_interpreter({f"{src}->{dst}": (unary("convert", src, x.size, out=dst), [x])},
+                             tmp=tmp_path)
 
 
 EMPTY = """HloModule empty
@@ -133,10 +122,8 @@ sum {
 
 def test_empty_shapes(tmp_path):
     args = [np.zeros((3, 0), np.float32), np.zeros((0,), np.float32)]
-    got, want = run_text(EMPTY, args, tmp_path)
-    for g, w in zip(got, want, strict=True):
-        assert_matches(g, w)
-    np.testing.assert_array_equal(got[1], [1.5, 1.5, 1.5])
+    (outcome,) = compare_with_interpreter({"empty": (EMPTY, args)}, tmp=tmp_path).values()
+    np.testing.assert_array_equal(outcome.got[1], [1.5, 1.5, 1.5])
 
 
 # ---- contractions -------------------------------------------------------------------------------
@@ -170,8 +157,8 @@ def test_dot(lhs, rhs, out, dims, passes, tmp_path):
             f"  ROOT d = {out} dot(a, b), {dims.replace(' ', ', ')}\n}}\n")
     rng = np.random.default_rng(0)
     args = [_random(lhs, rng), _random(rhs, rng)]
-    got, want = run_text(text, args, tmp_path, passes=passes)
-    assert_matches(got[0], want[0], rtol=1e-5, atol=1e-5, what=dims)
+    compare_with_interpreter({dims: (text, args)}, tmp=tmp_path, rtol=1e-5, atol=1e-5,
+                             passes=passes)
 
 
 CONVS = [
@@ -201,8 +188,7 @@ def test_convolution(inp, ker, out, window, labels, groups, tmp_path):
             f"feature_group_count={groups}\n}}\n")
     rng = np.random.default_rng(1)
     args = [_random(inp, rng), _random(ker, rng)]
-    got, want = run_text(text, args, tmp_path)
-    assert_matches(got[0], want[0], rtol=1e-4, atol=1e-4, what=window)
+    compare_with_interpreter({window: (text, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-4)
 
 
 FUSED_CONV = """HloModule fc
@@ -225,5 +211,4 @@ def test_fused_convolution_epilogue(tmp_path):
     args = [rng.standard_normal((2, 9, 9, 3)).astype(np.float32),
             rng.standard_normal((3, 3, 3, 4)).astype(np.float32),
             rng.standard_normal(4).astype(np.float32)]
-    got, want = run_text(FUSED_CONV, args, tmp_path)
-    assert_matches(got[0], want[0], rtol=1e-4, atol=1e-4)
+    compare_with_interpreter({"case": (FUSED_CONV, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-4)

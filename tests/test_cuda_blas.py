@@ -26,7 +26,8 @@ from hloc.runtime.cuda import CudaError
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays
-from .cuda_support import assert_close, emulate_hlo
+from .support.run import emulate_hlo
+from .support.values import assert_close
 from .test_cuda_samples import CASES, _bundle, _problems
 
 DOT = """HloModule m

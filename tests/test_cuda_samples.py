@@ -11,11 +11,10 @@ import pytest
 
 from hloc.bundle import read_bundle
 from hloc.codegen.cuda import ptxas
-from hloc.codegen.cuda.harness import compile_to_bundle
-from hloc.frontend import load
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names
+from .support.bundles import compile_bundle
 from .test_interp_samples import mismatch
 
 NAMES = sample_names() + sample_names("ops")
@@ -28,8 +27,7 @@ APPROX_LIMITS: set[str] = set()
 
 def _bundle(name: str, tmp_path, archs=("sm_80", "sm_90"), suffix=".pb"):
     path = tmp_path / "m.bundle"
-    module = load(SAMPLES / f"{name}{suffix}").module
-    compile_to_bundle(module, str(path), archs=archs)
+    compile_bundle(SAMPLES / f"{name}{suffix}", path, target="cuda", cuda_archs=archs)
     return read_bundle(str(path))
 
 

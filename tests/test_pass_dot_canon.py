@@ -12,8 +12,8 @@ from hloc.ir.parser import parse_module
 from hloc.passes.dot_canonicalizer import is_canonical
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_fusion import golden
-from .test_pass_util import results_equal, run_passes
+from .support.golden import golden, results_equal
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 

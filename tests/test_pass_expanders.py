@@ -14,8 +14,8 @@ import pytest
 from hloc.ir.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_fusion import golden, parse_checks
-from .test_pass_util import bits_equal, filecheck, run_passes
+from .support.golden import bits_equal, filecheck, golden, parse_checks
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 

@@ -12,8 +12,8 @@ from hloc.ir.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names
-from .test_pass_fusion import golden
-from .test_pass_util import bits_equal, run_passes
+from .support.golden import bits_equal, golden
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 BF16 = ml_dtypes.bfloat16

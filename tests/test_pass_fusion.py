@@ -9,51 +9,17 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 from hloc.ir import Opcode
 from hloc.ir.parser import parse_module
 from hloc.ir.printer import print_module
 from hloc.passes.fusion_cost import fusion_count, kernel_count
-from hloc.runtime.interpreter import evaluate
 
-from .test_pass_golden import random_value
-from .test_pass_util import filecheck, results_equal, run_passes
+from .support.golden import golden
+from .support.hlo import fused_ops, run_passes
 
 pytestmark = pytest.mark.pure
-
-
-def parse_checks(block: str) -> list[tuple[str, str]]:
-    """'CHECK: x' / 'CHECK-NOT: y' lines → filecheck's (kind, pattern) list."""
-    out = []
-    for line in block.strip().splitlines():
-        kind, _, pattern = line.strip().partition(": ")
-        out.append((kind, pattern))
-    return out
-
-
-def golden(text: str, spec: str, checks: str = "", *, seed: int = 0, args=None,
-           same=results_equal):
-    """Run `spec` on the module in `text`; check the printed result and that values survive."""
-    module = parse_module(text)
-    rng = np.random.default_rng(seed)
-    args = args if args is not None else [random_value(p.shape, rng)
-                                          for p in module.entry.parameters]
-    before = evaluate(module, args)
-    run_passes(module, spec)
-    printed = print_module(module)
-    if checks:
-        filecheck(printed, parse_checks(checks))
-    after = evaluate(module, args)
-    assert same(before, after), printed
-    return module, printed
-
-
-def fused_ops(module, fusion_name_pattern: str = "") -> list[list[str]]:
-    """Opcodes inside each fused computation (parameters left out)."""
-    return [[i.opcode.value for i in c.instructions if i.opcode != Opcode.PARAMETER]
-            for c in module.computations if c.is_fusion and fusion_name_pattern in c.name]
 
 
 CHAIN = """
