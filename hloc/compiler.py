@@ -1,7 +1,9 @@
 """The compile driver: model file → stages → bundle. `hloc.compile()` is the public entry.
 
-Stages run in the order of architecture.md; each stage's output can be dumped and the run can
-stop after any of them (`--stop-after`).
+`compile_model` loads a file and hands the module to `compile_module`, the one path to a
+bundle (the CLI and the test harnesses use it): passes → plan (hloc.plan) → code generation →
+hloc.bundle.assemble. Each stage's output can be dumped and the run can stop after any of them
+(`--stop-after`).
 """
 
 from __future__ import annotations
