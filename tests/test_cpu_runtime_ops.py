@@ -86,8 +86,12 @@ def test_integer_binary(op, t, tmp_path):
     compare_with_interpreter({f"{op} {t}": (binary(op, t, x.size), [x, y])}, tmp=tmp_path)
 
 
-@pytest.mark.parametrize("t", ["s32", "u8", "s8"])
-@pytest.mark.parametrize("op", ["abs", "negate", "not", "sign", "popcnt", "count-leading-zeros"])
+# abs and sign of an unsigned type are invalid HLO: the verifier rejects them, as
+# `hloc compile` (and so the test bundles) does.
+@pytest.mark.parametrize("op,t", [(op, t) for op in ["abs", "negate", "not", "sign", "popcnt",
+                                                     "count-leading-zeros"]
+                                  for t in ["s32", "u8", "s8"]
+                                  if not (op in ("abs", "sign") and t == "u8")])
 def test_integer_unary(op, t, tmp_path):
     x = edge_values(t)
     compare_with_interpreter({f"{op} {t}": (unary(op, t, x.size), [x])}, tmp=tmp_path)
