@@ -172,9 +172,9 @@ CONVS = [
     ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,5,5,4]", "size=3x3 rhs_dilate=2x2", "b01f_01io->b01f", 1),
     ("f32[2,3,9,9]", "f32[4,3,3,3]", "f32[2,4,9,9]", "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", 1),
     ("f32[2,8,8,6]", "f32[1,1,6,5]", "f32[2,8,8,5]", "size=1x1", "b01f_01io->b01f", 1),
-    ("f32[2,11,3]", "f32[4,3,2]", "f32[2,10,2]", "size=4 pad=1_2", "b0f_0io->b0f", 1),
+    ("f32[2,11,3]", "f32[4,3,2]", "f32[2,11,2]", "size=4 pad=1_2", "b0f_0io->b0f", 1),
     ("f32[2,8,8,6]", "f32[3,3,2,6]", "f32[2,8,8,6]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 3),
-    ("f32[1,7,7,2]", "f32[3,3,2,2]", "f32[1,13,13,2]", "size=3x3 pad=2_2x2_2 lhs_dilate=2x2",
+    ("f32[1,7,7,2]", "f32[3,3,2,2]", "f32[1,15,15,2]", "size=3x3 pad=2_2x2_2 lhs_dilate=2x2",
      "b01f_01io->b01f", 1),
     # The direct (no im2col) path: dilation along H only, stride along W only, uneven
     # padding, and output widths/channels that leave vector tails.
