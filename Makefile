@@ -8,7 +8,7 @@ DEMO   ?= mlp
 DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint format proto proto-check samples bench gpu-check clean fuzz
+.PHONY: help venv demo test test-all lint format proto proto-check samples bench gpu-check clean fuzz
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,10 +28,19 @@ demo: $(STAMP) ## compile and run a sample end to end
 	$(VENV)/bin/hlo-run demo-out/$(DEMO).bundle --inputs samples/$(DEMO).inputs.npz \
 		--expected samples/$(DEMO).expected.npz --benchmark 20
 
-test: $(STAMP) ## run the whole test suite (creates the virtualenv if needed)
+# Tests run on two workers (pytest-xdist, a dev dependency): the suite is CPU-bound (LLVM,
+# the emulator) and every test is independent (tmp_path). Without xdist they run serially.
+XDIST  = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n 2")
+
+test: $(STAMP) ## lint + the test suite without `slow` tests (every backend still against the interpreter)
 	$(PY) tools/gen_proto.py --check
 	$(VENV)/bin/ruff check hloc tests tools benchmarks
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
+
+test-all: $(STAMP) ## lint + the whole test suite, `slow` tests included
+	$(PY) tools/gen_proto.py --check
+	$(VENV)/bin/ruff check hloc tests tools benchmarks
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST)
 
 lint: $(STAMP) ## ruff lint
 	$(VENV)/bin/ruff check hloc tests tools benchmarks

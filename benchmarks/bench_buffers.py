@@ -1,7 +1,7 @@
 """Scheduling + buffer assignment time at growing module sizes (issue 5: 20k instructions in
 under 5 s, near-linear growth).
 
-Times `hloc.buffers.plan` (copy insertion, scheduling, alias analysis, liveness, buffer
+Times `hloc.plan.plan` (copy insertion, scheduling, alias analysis, liveness, buffer
 assignment, thunk emission and CUDA stream assignment) on two module shapes: the synthetic
 MLP-like DAG of benchmarks/synthetic.py, and a chain of while loops whose bodies update their
 state in place and read it elsewhere (copy insertion and loop liveness at work).
@@ -13,8 +13,8 @@ import time
 
 from synthetic import build
 
-from hloc.buffers import plan
 from hloc.ir import Attrs, Computation, Literal, Module, Opcode, Shape, SliceDim
+from hloc.plan import plan
 
 SIZES = (2500, 5000, 10000, 20000)
 
@@ -69,7 +69,7 @@ def build_loops(num_instructions: int) -> Module:
 
 
 def main() -> None:
-    print("== hloc.buffers.plan: copy insertion, schedule, assignment, thunks, streams ==")
+    print("== hloc.plan.plan: copy insertion, schedule, assignment, thunks, streams ==")
     print(f"{'module':>8} {'instructions':>12} {'seconds':>8} {'us/instr':>9} {'temp bytes':>11}")
     for kind, builder in (("mlp", build), ("loops", build_loops)):
         for n in SIZES:

@@ -79,17 +79,10 @@ COMPILES = 3  # compile time: the fastest of this many compiles, on both sides
 # ---- hloc side --------------------------------------------------------------------------------
 
 def hloc_compile(pb: str, out: Path) -> float:
-    from hloc.bundle import write_bundle
-    from hloc.codegen.cpu.compile import build_cpu_bundle_contents
-    from hloc.compiler import CompileOptions, run_passes
-    from hloc.frontend import load
+    from hloc.compiler import CompileOptions, compile
 
     start = time.perf_counter()
-    module = load(pb).module
-    options = CompileOptions(target="cpu", opt_level=2)
-    run_passes(module, options, None)
-    manifest, members = build_cpu_bundle_contents(module, options, assembly=False)
-    write_bundle(out, manifest=manifest, members=members)
+    compile(pb, str(out), CompileOptions(target="cpu", opt_level=2))
     return time.perf_counter() - start
 
 

@@ -1,7 +1,9 @@
 """The compile driver: model file → stages → bundle. `hloc.compile()` is the public entry.
 
-Stages run in the order of architecture.md; each stage's output can be dumped and the run can
-stop after any of them (`--stop-after`).
+`compile_model` loads a file and hands the module to `compile_module`, the one path to a
+bundle (the CLI and the test harnesses use it): passes → plan (hloc.plan) → code generation →
+hloc.bundle.assemble. Each stage's output can be dumped and the run can stop after any of them
+(`--stop-after`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 
-from . import __version__
 from .dump import DumpManager, DumpOptions
 from .errors import InputError
 from .ir import Module
@@ -109,34 +110,97 @@ def _check_target(options: CompileOptions) -> None:
 
 
 def _backend_stage(module: Module, plan, options: CompileOptions, dump: DumpManager | None):
-    """Code generation for the target: (members, target manifest section, notes)."""
+    """Code generation for the target."""
+    from .bundle.assemble import CodeOutput
+
     if options.target == "interpreter":
-        return {}, {"kind": "interpreter"}, []
+        return CodeOutput({}, {"kind": "interpreter"}, [])
     if options.target == "cpu":
-        from .codegen.cpu.compile import compile_cpu
-        from .codegen.target import cpu_target
+        return _cpu_stage(module, plan, options, dump)
+    from .codegen.cuda.compile import compile_cuda
 
-        target = cpu_target(options.cpu, options.cpu_features)
-        art = compile_cpu(module, plan, target, options.opt_level, assembly=dump is not None)
-        members = dict(art.members)
-        members.pop("module.s", None)  # assembly goes to dumps only: bundles don't depend on --dump-dir
-        target_section = dict(art.target_manifest)
-        notes = [f"thunk {name} runs on the host reference implementation: {why}"
-                 for name, why in sorted(art.fallbacks.items())]
-        if dump:
-            for label, ext, data in art.dumps:
-                dump.artifact(label, ext, data, stage="code")
-    else:
-        from .codegen.cuda.compile import compile_cuda
+    members, extra = compile_cuda(module, plan, options)
+    if dump:
+        for name, data in sorted(members.items()):
+            if name.endswith((".ll", ".ptx", ".txt")):
+                dump.artifact(name.rsplit(".", 1)[0], name.rsplit(".", 1)[1], data, stage="code")
+    return CodeOutput(members, {"kind": "cuda", **extra.get("target", {})},
+                      list(extra.get("notes", [])))
 
-        members, extra = compile_cuda(module, plan, options)
-        target_section = {"kind": "cuda", **extra.get("target", {})}
-        notes = list(extra.get("notes", []))
-        if dump:
-            for name, data in sorted(members.items()):
-                if name.endswith((".ll", ".ptx", ".txt")):
-                    dump.artifact(name.rsplit(".", 1)[0], name.rsplit(".", 1)[1], data, stage="code")
-    return members, target_section, notes
+
+def _cpu_stage(module: Module, plan, options: CompileOptions, dump: DumpManager | None):
+    from .bundle.assemble import CodeOutput
+    from .codegen.cpu.compile import compile_cpu
+    from .codegen.target import cpu_target
+
+    target = cpu_target(options.cpu, options.cpu_features)
+    art = compile_cpu(module, plan, target, options.opt_level, assembly=dump is not None)
+    members = dict(art.members)
+    members.pop("module.s", None)  # assembly goes to dumps only: bundles don't depend on --dump-dir
+    notes = [f"thunk {name} runs on the host reference implementation: {why}"
+             for name, why in sorted(art.fallbacks.items())]
+    if dump:
+        for label, ext, data in art.dumps:
+            dump.artifact(label, ext, data, stage="code")
+    return CodeOutput(members, dict(art.target_manifest), notes)
+
+
+def _dump_plan(dump: DumpManager | None, module: Module, planned) -> None:
+    if not dump:
+        return
+    dump.module("after_scheduling", module, stage="schedule")
+    for name, blob in sorted(planned.members().items()):
+        if name.endswith(".txt"):
+            dump.artifact(name.rsplit(".", 1)[0], "txt", blob, stage="buffers")
+
+
+def compile_module(module: Module, options: CompileOptions, *, source=None,
+                   dump: DumpManager | None = None, progress=None,
+                   cache_key: str | None = None) -> CompileResult:
+    """Compile a loaded `module` (changed in place) into bundle contents.
+
+    Stages: passes → plan (schedule, buffers, thunks: hloc.plan) → llvm/code (per target) →
+    assemble_bundle. `source` (a hloc.bundle.assemble.Source) describes the input for the
+    manifest; without it the module's own proto, before the passes, is the input.
+    `options.stop_after` ends the run after a stage (no bundle). `cache_key` is the compile
+    cache's key of the module before its passes (computed here unless given).
+    """
+    from .bundle.assemble import Source, assemble_bundle
+    from .collectives import check_collectives
+    from .frontend.load import LoadedModel
+    from .ir.verifier import verify
+    from .plan import plan as make_plan
+
+    _check_target(options)
+    progress = progress or (lambda stage: None)
+    source = source or Source.of_module(module)
+    cache_key = _cache_key(LoadedModel(module, source.form, source.arguments or None), options,
+                           cache_key)
+    progress("passes")
+    runner = run_passes(module, options, dump)
+    verify(module)
+    if dump:
+        dump.module("after_optimizations", module, stage="passes")
+    result = CompileResult(module, {}, {}, runner.timing_table(), runner.ran)
+    if options.stop_after == "passes":
+        result.stopped_after = "passes"
+        return result
+    progress("schedule, buffers, thunks")
+    check_collectives(module)
+    planned = make_plan(module, target=options.target)
+    _dump_plan(dump, module, planned)
+    if options.stop_after in ("schedule", "buffers", "thunks"):
+        result.stopped_after = options.stop_after
+        return result
+    progress(f"code generation ({options.target})")
+    code = _backend_stage(module, planned, options, dump)
+    if options.stop_after in ("llvm", "code"):
+        result.stopped_after = options.stop_after
+        return result
+    result.manifest, result.members = assemble_bundle(
+        module, planned, code, options=options, passes=runner.ran, source=source,
+        cache_key=cache_key)
+    return result
 
 
 def input_section(data: bytes, loaded, module_name: str) -> dict:
@@ -157,19 +221,13 @@ def _cache_key(loaded, options: CompileOptions, key: str | None) -> str:
 def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptions | None = None,
                   data: bytes | None = None, progress=None, loaded=None,
                   key: str | None = None) -> CompileResult:
-    """Compile the model file at `path` (any input form) into bundle contents.
-
-    Stages: frontend → passes → schedule/buffers/thunks (hloc.buffers.plan) → llvm/code
-    (per target) → bundle contents. `--stop-after` ends the run after a stage (no bundle).
-    `loaded` (the file already loaded from `data`) and `key` (its compile-cache key) save
-    the compile cache's caller doing that work twice.
-    """
-    from .buffers import plan as make_plan
-    from .bundle.devices import devices_section
-    from .bundle.manifest import entry_section
-    from .collectives import check_collectives, check_partitioned
-    from .frontend import load_bytes, module_to_proto
-    from .ir.printer import print_module
+    """Compile the model file at `path` (any input form) into bundle contents: the frontend,
+    then compile_module. `data` (the file's bytes), `loaded` (the file already loaded from
+    them) and `key` (its compile-cache key) save the compile cache's caller doing that work
+    twice."""
+    from .bundle.assemble import Source
+    from .collectives import check_partitioned
+    from .frontend import load_bytes
     from .ir.verifier import verify
 
     _check_target(options)
@@ -185,64 +243,12 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     try:
         if dump:
             dump.module("before_optimizations", module, stage="frontend")
-        progress("passes")
-        runner = run_passes(module, options, dump)
-        verify(module)
-        if dump:
-            dump.module("after_optimizations", module, stage="passes")
-        result = CompileResult(module, {}, {}, runner.timing_table(), runner.ran)
-        if options.stop_after == "passes":
-            result.stopped_after = "passes"
-            return result
-        progress("schedule, buffers, thunks")
-        check_collectives(module)
-        plan = make_plan(module, target=options.target)
-        if dump:
-            dump.module("after_scheduling", module, stage="schedule")
-            for name, blob in sorted(plan.members().items()):
-                if name.endswith(".txt"):
-                    dump.artifact(name.rsplit(".", 1)[0], "txt", blob, stage="buffers")
-        if options.stop_after in ("schedule", "buffers", "thunks"):
-            result.stopped_after = options.stop_after
-            return result
-        progress(f"code generation ({options.target})")
-        backend_members, target_section, notes = _backend_stage(module, plan, options, dump)
-        if options.stop_after in ("llvm", "code"):
-            result.stopped_after = options.stop_after
-            return result
+        source = Source.of_bytes(data, loaded.form, loaded.arguments or ())
+        return compile_module(module, options, source=source, dump=dump, progress=progress,
+                              cache_key=key)
     finally:
         if dump:
             dump.finish()
-    if loaded.arguments:
-        # An HloSnapshot's arguments travel with the bundle: hlo-run uses them for every
-        # parameter not given with --inputs.
-        from .frontend import literal_to_bytes
-        from .ir import Literal
-
-        backend_members["snapshot_arguments.pb"] = literal_to_bytes(Literal.tuple_of(loaded.arguments))
-    members = {
-        "module.pb": module_to_proto(module).SerializeToString(deterministic=True),
-        "module.hlo": print_module(module).encode(),
-        **plan.members(),
-        **backend_members,
-    }
-    result.members = members
-    result.manifest = {
-        "format_version": "1.1",
-        "hloc_version": __version__,
-        "target": target_section,
-        "entry": entry_section(module),
-        "compiler": {"version": __version__, "flags": options.manifest_flags(),
-                     "passes": runner.ran, "opt_level": options.opt_level, "cache_key": key},
-        "input": input_section(data, loaded, module.name),
-        "memory": plan.memory.as_dict(),
-        "thunks": {"counts": plan.program.kind_counts()},
-        "notes": notes,
-    }
-    devices = devices_section(module)
-    if devices is not None:  # multi-device modules only: one-device bundles stay as they were
-        result.manifest["devices"] = devices
-    return result
 
 
 def compile(path: str, output: str, options: CompileOptions | None = None,

@@ -2,7 +2,7 @@
 executed by the arena executor over the assigned memory (the thunk program read back from its
 JSON form), with a shadow audit of every read. Results must equal the reference interpreter's
 bit for bit and XLA's expected outputs within the sample's tolerance; the assignment must
-satisfy the sharing properties (tests/test_buffers_helpers.check_plan)."""
+satisfy the sharing properties (tests/support/buffers.check_plan)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 
 from hloc.thunks import program_from_json, program_to_json
 from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
-from tests.test_buffers_helpers import interpret, plan_checked, prepare, run_audited, same_bits
 from tests.test_interp_samples import mismatch
+
+from .support.buffers import interpret, plan_checked, prepare, run_audited, same_bits
 
 pytestmark = pytest.mark.pure
 

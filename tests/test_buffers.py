@@ -9,14 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hloc.analysis.storage import DependencyOrder
-from hloc.buffers import ALIGNMENT, HeapItem, plan, simulate
+from hloc.buffers import ALIGNMENT, HeapItem, simulate
 from hloc.buffers.heap import lower_bound
 from hloc.frontend.gen import hlo_pb2
 from hloc.ir.parser import parse_module
 from hloc.ir.printer import print_module
 from hloc.passes import lookup_pass
 from hloc.passes.copy_insertion import CopyInsertion
-from tests.test_buffers_helpers import check_plan, interpret, run_audited, same_bits
+from hloc.plan import plan
+
+from .support.buffers import check_plan, interpret, run_audited, same_bits
 
 pytestmark = pytest.mark.pure
 

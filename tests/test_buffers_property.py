@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hloc.ir.parser import parse_module
 from hloc.ir.verifier import verify
 from hloc.passes.copy_insertion import CopyInsertion
-from tests.test_buffers_helpers import interpret, plan_checked, run_audited, same_bits
+
+from .support.buffers import interpret, plan_checked, run_audited, same_bits
 
 pytestmark = pytest.mark.pure
 

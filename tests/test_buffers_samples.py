@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from hloc.buffers import plan
+from hloc.plan import plan
 from tests.conftest import SAMPLES, sample_meta, sample_names
-from tests.test_buffers_helpers import prepare
+
+from .support.buffers import prepare
 
 pytestmark = pytest.mark.pure
 

@@ -16,19 +16,18 @@ import numpy as np
 import pytest
 
 from hloc.bundle import read_bundle
-from hloc.codegen.cuda.harness import compile_to_bundle as compile_cuda_bundle
 from hloc.codegen.elemental import registry
 from hloc.codegen.elemental.types import elem_type
 from hloc.errors import UnsupportedError
-from hloc.frontend import load
 from hloc.ir import Opcode, PrimitiveType
 from hloc.ir.parser import parse_module
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays, sample_meta
-from .cuda_support import emulate_hlo
-from .test_codegen_harness import Compiled, entry_spec, reference
-from .test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.hlo import nary
+from .support.kernels import Compiled, entry_spec, reference
+from .support.run import emulate_hlo, run_cases
 from .test_interp_samples import mismatch
 
 pytestmark = pytest.mark.cpu
@@ -113,24 +112,6 @@ def pairs(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a.ravel(), b.ravel()
 
 
-def _text(op: str, t: str, n: int, arity: int, out: str | None = None) -> str:
-    params = "\n".join(f"  p{i} = {t}[{n}] parameter({i})" for i in range(arity))
-    args = ", ".join(f"p{i}" for i in range(arity))
-    return f"HloModule m\nENTRY e {{\n{params}\n  ROOT r = {out or t}[{n}] {op}({args})\n}}\n"
-
-
-def run_cpu(cases: dict[str, tuple[str, list]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Compile every case (HLO text, inputs) into one kernel object: {key: (got, want)}."""
-    modules = {k: parse_module(t) for k, (t, _) in cases.items()}
-    names = {k: f"k{i}" for i, k in enumerate(cases)}
-    compiled = Compiled([entry_spec(m, name=names[k]) for k, m in modules.items()])
-    out = {}
-    for k, (_, inputs) in cases.items():
-        got = compiled.run(names[k], inputs)[0]
-        out[k] = (got, reference(modules[k].entry, inputs)[0])
-    return out
-
-
 # ---- where the interpreter is not the oracle -------------------------------------------------------
 
 def _known_interpreter_gaps(op: str, type_name: str, args: list[np.ndarray]) -> np.ndarray:
@@ -176,14 +157,15 @@ def test_random_values_match_the_interpreter(type_name):
     n = 512
     cases = {}
     for op in UNARY:
-        cases[op] = (_text(op, type_name, n, 1), [random_complex(type_name, n, rng)])
+        cases[op] = (nary(op, type_name, n, 1), [random_complex(type_name, n, rng)])
     for op in BINARY:
         scale = 0.5 if op == "power" else 3.0
-        cases[op] = (_text(op, type_name, n, 2), [random_complex(type_name, n, rng),
+        cases[op] = (nary(op, type_name, n, 2), [random_complex(type_name, n, rng),
                                                    random_complex(type_name, n, rng, scale)])
     part = "f32" if type_name == "c64" else "f64"
-    cases["abs"] = (_text("abs", type_name, n, 1, part), [random_complex(type_name, n, rng)])
-    for op, (got, want) in run_cpu(cases).items():
+    cases["abs"] = (nary("abs", type_name, n, 1, part), [random_complex(type_name, n, rng)])
+    for op, o in run_cases(cases, "cpu-kernels").items():
+        got, want = o.got[0], o.want[0]
         assert_complex_close(got, want, ULPS[op], cases[op][1], f"{type_name} {op}")
 
 
@@ -191,13 +173,14 @@ def test_random_values_match_the_interpreter(type_name):
 def test_special_values_match_the_interpreter(type_name):
     """Zeros, infinities, NaN, huge and tiny (incl. denormal) parts, every combination."""
     z = edge_grid(type_name)
-    cases = {op: (_text(op, type_name, z.size, 1), [z]) for op in UNARY if op != "cbrt"}
+    cases = {op: (nary(op, type_name, z.size, 1), [z]) for op in UNARY if op != "cbrt"}
     a, b = pairs(z)
     for op in ("add", "subtract", "multiply", "divide"):
-        cases[op] = (_text(op, type_name, a.size, 2), [a, b])
+        cases[op] = (nary(op, type_name, a.size, 2), [a, b])
     part = "f32" if type_name == "c64" else "f64"
-    cases["abs"] = (_text("abs", type_name, z.size, 1, part), [z])
-    for op, (got, want) in run_cpu(cases).items():
+    cases["abs"] = (nary("abs", type_name, z.size, 1, part), [z])
+    for op, o in run_cases(cases, "cpu-kernels").items():
+        got, want = o.got[0], o.want[0]
         keep = ~_known_interpreter_gaps(op, type_name, cases[op][1])
         inputs = [x[keep] for x in cases[op][1]]
         assert_complex_close(got[keep], want[keep], ULPS[op], inputs, f"{type_name} {op}")
@@ -211,7 +194,8 @@ def test_power_on_moderate_values(type_name):
     re, im = np.meshgrid(parts, parts, indexing="ij")
     z = make_complex(re.ravel(), im.ravel(), type_name)
     a, b = pairs(z)
-    ((got, want),) = run_cpu({"p": (_text("power", type_name, a.size, 2), [a, b])}).values()
+    (o,) = run_cases({"p": (nary("power", type_name, a.size, 2), [a, b])}, "cpu-kernels").values()
+    got, want = o.got[0], o.want[0]
     assert_complex_close(got, want, ULPS["power"], [a, b], f"{type_name} power")
 
 
@@ -225,7 +209,8 @@ def test_xla_special_cases(type_name):
         arity = len(rows[0][1])
         inputs = [np.array([r[1][i] for r in rows], TYPES[type_name][0]) for i in range(arity)]
         want = np.array([r[2] for r in rows], TYPES[type_name][0])
-        ((got, _),) = run_cpu({op: (_text(op, type_name, len(rows), arity), inputs)}).values()
+        (o,) = run_cases({op: (nary(op, type_name, len(rows), arity), inputs)}, "cpu-kernels").values()
+        got = o.got[0]
         assert_complex_close(got, want, 0, inputs, f"{type_name} {op} vs XLA")
 
 
@@ -281,7 +266,8 @@ def test_convert(src, dst):
     x = _values(src, 256, rng)
     if src in TYPES:
         x[:4] = [0, complex(0, -0.0), complex(np.nan, 0), complex(0, np.inf)]
-    ((got, want),) = run_cpu({"c": (_text("convert", src, x.size, 1, dst), [x])}).values()
+    (o,) = run_cases({"c": (nary("convert", src, x.size, 1, dst), [x])}, "cpu-kernels").values()
+    got, want = o.got[0], o.want[0]
     if dst == "pred":
         np.testing.assert_array_equal(got, want)
     else:
@@ -334,7 +320,7 @@ ENTRY e {{
 }}"""
 
 
-def _reduce_text(t: str, op: str, rows: int, cols: int) -> str:
+def _reducenary(t: str, op: str, rows: int, cols: int) -> str:
     init = "(0, 0)" if op == "add" else "(1, 0)"
     return REDUCE.format(t=t, op=op, rows=rows, cols=cols, init=init)
 
@@ -344,7 +330,7 @@ def _reduce_text(t: str, op: str, rows: int, cols: int) -> str:
 def test_reductions(type_name, op):
     """Row and column (vectorized column segment) sums and products of complex values."""
     rows, cols = (37, 300) if op == "add" else (9, 7)
-    module = parse_module(_reduce_text(type_name, op, rows, cols))
+    module = parse_module(_reducenary(type_name, op, rows, cols))
     scale = 3.0 if op == "add" else 0.6
     a = random_complex(type_name, rows * cols, np.random.default_rng(8), scale).reshape(rows, cols)
     got = Compiled([entry_spec(module)]).run("kernel", [a], chunks=3)
@@ -405,12 +391,12 @@ def test_complex_types_only_for_code_that_asks():
 def test_real_instructions_keep_their_lowerings():
     """The complex registry is consulted only for complex instructions: an f32 add gets the
     very lowering registered for it, a c64 add the complex one."""
-    module = parse_module(_text("add", "f32", 4, 2))
+    module = parse_module(nary("add", "f32", 4, 2))
     real_add = module.entry.root
     assert registry.lookup(real_add, "cpu") is registry.generic_lowering(Opcode.ADD)
-    cplx_add = parse_module(_text("add", "c64", 4, 2)).entry.root
+    cplx_add = parse_module(nary("add", "c64", 4, 2)).entry.root
     assert registry.lookup(cplx_add, "cpu") is not registry.generic_lowering(Opcode.ADD)
-    clamp = parse_module(_text("clamp", "c64", 4, 3)).entry.root
+    clamp = parse_module(nary("clamp", "c64", 4, 3)).entry.root
     with pytest.raises(UnsupportedError, match="complex lowering for 'clamp'"):
         registry.lookup(clamp, "cpu")
 
@@ -516,11 +502,11 @@ def test_samples_have_no_complex_fallback(name, suffix, tmp_path):
     if not path.exists():
         pytest.skip(f"{path} not generated")
     inputs = sample_arrays(name, "inputs")
-    cpu = compile_to_bundle(path, tmp_path / "cpu.bundle")
+    cpu = compile_bundle(path, tmp_path / "cpu.bundle")
     fallbacks = kernels_json(cpu)["fallbacks"]
     assert not fallbacks, fallbacks
     _check_outputs(name, load_cpu(cpu).run(inputs))
-    compile_cuda_bundle(load(path).module, str(tmp_path / "cuda.bundle"))
+    compile_bundle(path, tmp_path / "cuda.bundle", target="cuda")
     bundle = read_bundle(str(tmp_path / "cuda.bundle"))
     executable = CudaEmulatedExecutable(bundle)
     assert not executable.program.notes, executable.program.notes

@@ -7,18 +7,14 @@ import itertools
 import numpy as np
 import pytest
 
-from hloc.ir.parser import parse_module
-
-from .test_codegen_harness import (
+from .support.hlo import binary, unary
+from .support.run import compare_with_interpreter
+from .support.values import (
     F8_TYPES,
     FLOAT_TYPES,
     INT_TYPES,
-    Compiled,
-    assert_matches,
     edge_values,
-    entry_spec,
     random_values,
-    reference,
 )
 
 pytestmark = pytest.mark.cpu
@@ -33,47 +29,12 @@ def _pairs(type_name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([a, ra]).astype(e.dtype), np.concatenate([b, rb]).astype(e.dtype)
 
 
-def _run_many(modules: dict[str, str], inputs: dict[str, list], **tol) -> None:
-    parsed = {k: parse_module(t) for k, t in modules.items()}
-    specs = [entry_spec(m, name=f"k_{k}") for k, m in parsed.items()]
-    compiled = Compiled(specs)
-    for key, module in parsed.items():
-        got = compiled.run(f"k_{key}", inputs[key])
-        want = reference(module.entry, inputs[key])
-        for g, w in zip(got, want, strict=True):
-            assert_matches(g, w, what=key, **tol)
-
-
-def binary_text(op: str, t: str, n: int, out: str | None = None, attrs: str = "") -> str:
-    out = out or t
-    return f"""
-HloModule m
-ENTRY e {{
-  a = {t}[{n}] parameter(0)
-  b = {t}[{n}] parameter(1)
-  ROOT c = {out}[{n}] {op}(a, b){attrs}
-}}
-"""
-
-
-def unary_text(op: str, t: str, n: int, out: str | None = None, attrs: str = "") -> str:
-    out = out or t
-    return f"""
-HloModule m
-ENTRY e {{
-  a = {t}[{n}] parameter(0)
-  ROOT c = {out}[{n}] {op}(a){attrs}
-}}
-"""
-
-
 def _binary_case(op: str, types: list[str], **tol) -> None:
-    modules, inputs = {}, {}
+    cases = {}
     for t in types:
         a, b = _pairs(t)
-        modules[t] = binary_text(op, t, len(a))
-        inputs[t] = [a, b]
-    _run_many(modules, inputs, **tol)
+        cases[t] = (binary(op, t, len(a)), [a, b])
+    compare_with_interpreter(cases, "cpu-kernels", **tol)
 
 
 ARITH_TYPES = FLOAT_TYPES + F8_TYPES + INT_TYPES
@@ -101,13 +62,12 @@ def test_integer_power():
 
 
 def _unary_case(op: str, types: list[str], out: str | None = None, **tol) -> None:
-    modules, inputs = {}, {}
+    cases = {}
     rng = np.random.default_rng(1)
     for t in types:
         a = np.concatenate([edge_values(t), random_values(t, 300, rng)])
-        modules[t] = unary_text(op, t, len(a), out=out)
-        inputs[t] = [a]
-    _run_many(modules, inputs, **tol)
+        cases[t] = (unary(op, t, len(a), out=out), [a])
+    compare_with_interpreter(cases, "cpu-kernels", **tol)
 
 
 @pytest.mark.parametrize("op", ["negate", "abs", "sign"])
@@ -132,7 +92,7 @@ def test_is_finite():
 
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 def test_compare(direction):
-    modules, inputs = {}, {}
+    cases = {}
     for t in FLOAT_TYPES + ["f8e4m3fn", "f8e5m2fnuz"] + INT_TYPES + ["pred"]:
         a, b = _pairs(t)
         kinds = [""]
@@ -140,20 +100,19 @@ def test_compare(direction):
             kinds.append(", type=TOTALORDER")
         for kind in kinds:
             key = f"{t}{'_total' if kind else ''}"
-            modules[key] = binary_text("compare", t, len(a), out="pred",
-                                       attrs=f", direction={direction}{kind}")
-            inputs[key] = [a, b]
-    _run_many(modules, inputs)
+            cases[key] = (binary("compare", t, len(a), out="pred",
+                                       attrs=f", direction={direction}{kind}"), [a, b])
+    compare_with_interpreter(cases, "cpu-kernels")
 
 
 def test_select_and_clamp():
-    modules, inputs = {}, {}
+    cases = {}
     rng = np.random.default_rng(3)
     for t in FLOAT_TYPES + INT_TYPES + ["pred", "f8e4m3fn"]:
         a, b = _pairs(t)
         n = len(a)
         p = rng.random(n) < 0.5
-        modules[f"sel_{t}"] = f"""
+        cases[f"sel_{t}"] = (f"""
 HloModule m
 ENTRY e {{
   p = pred[{n}] parameter(0)
@@ -161,12 +120,11 @@ ENTRY e {{
   b = {t}[{n}] parameter(2)
   ROOT c = {t}[{n}] select(p, a, b)
 }}
-"""
-        inputs[f"sel_{t}"] = [p, a, b]
+""", [p, a, b])
         lo, hi = random_values(t, 1, rng)[0], random_values(t, 1, rng)[0]
         if t != "pred" and as_float(lo) > as_float(hi):
             lo, hi = hi, lo
-        modules[f"clamp_{t}"] = f"""
+        cases[f"clamp_{t}"] = (f"""
 HloModule m
 ENTRY e {{
   lo = {t}[] parameter(0)
@@ -174,9 +132,8 @@ ENTRY e {{
   hi = {t}[] parameter(2)
   ROOT c = {t}[{n}] clamp(lo, x, hi)
 }}
-"""
-        inputs[f"clamp_{t}"] = [np.asarray(lo), a, np.asarray(hi)]
-    _run_many(modules, inputs)
+""", [np.asarray(lo), a, np.asarray(hi)])
+    compare_with_interpreter(cases, "cpu-kernels")
 
 
 def as_float(x) -> float:
@@ -188,7 +145,7 @@ CONVERT_TYPES = FLOAT_TYPES + F8_TYPES + INT_TYPES + ["pred"]
 
 @pytest.mark.parametrize("src", CONVERT_TYPES)
 def test_convert(src):
-    modules, inputs = {}, {}
+    cases = {}
     rng = np.random.default_rng(4)
     a = np.concatenate([edge_values(src), random_values(src, 200, rng, scale=300.0)])
     if src in FLOAT_TYPES:
@@ -196,9 +153,8 @@ def test_convert(src):
             a = np.concatenate([a, np.array([2.0**31, -2.0**31, 2.0**63, 4e9, 255.5, -128.5,
                                               300.7, -1.5e19], np.float64).astype(a.dtype)])
     for dst in CONVERT_TYPES:
-        modules[dst] = unary_text("convert", src, len(a), out=dst)
-        inputs[dst] = [a]
-    _run_many(modules, inputs)
+        cases[dst] = (unary("convert", src, len(a), out=dst), [a])
+    compare_with_interpreter(cases, "cpu-kernels")
 
 
 SAME_WIDTH = {8: ["s8", "u8", "f8e4m3fn", "f8e5m2"], 16: ["s16", "u16", "f16", "bf16"],
@@ -206,39 +162,37 @@ SAME_WIDTH = {8: ["s8", "u8", "f8e4m3fn", "f8e5m2"], 16: ["s16", "u16", "f16", "
 
 
 def test_bitcast_convert_same_width():
-    modules, inputs = {}, {}
+    cases = {}
     for width, types in SAME_WIDTH.items():
         for src, dst in itertools.product(types, types):
             rng = np.random.default_rng(width)
             raw = rng.integers(0, 256, 64 * width // 8, dtype=np.uint8)
             src_dt = edge_values(src).dtype
             a = raw.view(src_dt) if src_dt.itemsize * 8 == width else raw[:64].view(src_dt)
-            modules[f"{src}_{dst}"] = unary_text("bitcast-convert", src, len(a), out=dst)
-            inputs[f"{src}_{dst}"] = [a]
-    _run_many(modules, inputs)
+            cases[f"{src}_{dst}"] = (unary("bitcast-convert", src, len(a), out=dst), [a])
+    compare_with_interpreter(cases, "cpu-kernels")
 
 
 def test_bitcast_convert_width_changes():
     n = 6
     wide = np.random.default_rng(5).integers(0, 2**31, n).astype(np.uint32)
     narrow = np.random.default_rng(6).integers(0, 256, (n, 4)).astype(np.uint8)
-    modules = {
-        "split": f"HloModule m\nENTRY e {{\n a = u32[{n}] parameter(0)\n"
-                 f" ROOT c = u8[{n},4] bitcast-convert(a)\n}}\n",
-        "join": f"HloModule m\nENTRY e {{\n a = u8[{n},4] parameter(0)\n"
-                f" ROOT c = f32[{n}] bitcast-convert(a)\n}}\n",
+    cases = {
+        "split": (f"HloModule m\nENTRY e {{\n a = u32[{n}] parameter(0)\n"
+                  f" ROOT c = u8[{n},4] bitcast-convert(a)\n}}\n", [wide]),
+        "join": (f"HloModule m\nENTRY e {{\n a = u8[{n},4] parameter(0)\n"
+                 f" ROOT c = f32[{n}] bitcast-convert(a)\n}}\n", [narrow]),
     }
-    _run_many(modules, {"split": [wide], "join": [narrow]})
+    compare_with_interpreter(cases, "cpu-kernels")
 
 
 @pytest.mark.parametrize("t", ["f32", "f64", "bf16", "f16", "f8e4m3fn"])
 def test_reduce_precision(t):
-    modules, inputs = {}, {}
+    cases = {}
     rng = np.random.default_rng(7)
     a = np.concatenate([edge_values(t), random_values(t, 200, rng, scale=1e4)])
     for e, m in [(8, 7), (5, 10), (5, 2), (4, 3), (11, 52), (8, 23), (3, 0)]:
         key = f"e{e}m{m}"
-        modules[key] = unary_text("reduce-precision", t, len(a),
-                                  attrs=f", exponent_bits={e}, mantissa_bits={m}")
-        inputs[key] = [a]
-    _run_many(modules, inputs)
+        cases[key] = (unary("reduce-precision", t, len(a),
+                                  attrs=f", exponent_bits={e}, mantissa_bits={m}"), [a])
+    compare_with_interpreter(cases, "cpu-kernels")

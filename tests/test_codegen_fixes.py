@@ -17,8 +17,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hloc.codegen.cpu import emit_kernels
-from hloc.codegen.cpu.harness import LoadedKernels
 from hloc.codegen.elemental import trig
 from hloc.codegen.target import host_target
 from hloc.frontend import load
@@ -29,8 +27,16 @@ from hloc.runtime.interpreter import evaluate
 from hloc.runtime.interpreter import registry as interp_registry
 
 from .conftest import SAMPLES, sample_arrays, sample_meta
-from .cuda_support import emulate_hlo
-from .test_codegen_harness import Compiled, computation_spec, entry_spec, reference
+from .support.hlo import unary
+from .support.kernels import (
+    Compiled,
+    LoadedKernels,
+    computation_spec,
+    emit_kernels,
+    entry_spec,
+    reference,
+)
+from .support.run import run_cases
 from .test_interp_samples import mismatch
 
 pytestmark = pytest.mark.cpu
@@ -38,17 +44,11 @@ pytestmark = pytest.mark.cpu
 TRIG = {"sine": np.sin, "cosine": np.cos, "tan": np.tan}
 MAX_ULP = {"sine": 2.0, "cosine": 2.0, "tan": 3.5}
 BACKENDS = ["cpu", "cuda"]
-
-
-def _unary(op: str, t: str, n: int) -> str:
-    return f"HloModule m\nENTRY e {{\n  x = {t}[{n}] parameter(0)\n  ROOT r = {t}[{n}] {op}(x)\n}}"
+RUNNERS = {"cpu": "cpu-kernels", "cuda": "cuda-emulated"}  # the kernel alone on the CPU
 
 
 def _run(text: str, inputs, backend: str) -> list[np.ndarray]:
-    if backend == "cuda":
-        return [np.asarray(a) for a in emulate_hlo(text, inputs)[0]]
-    module = parse_module(text)
-    return Compiled([entry_spec(module, "k")]).run("k", inputs)
+    return run_cases({"case": (text, inputs)}, RUNNERS[backend])["case"].got
 
 
 def _bits(a) -> np.ndarray:
@@ -120,7 +120,7 @@ def sweep() -> np.ndarray:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", sorted(TRIG))
 def test_trig_accuracy_whole_f32_range(op, backend, sweep):
-    got = _run(_unary(op, "f32", len(sweep)), [sweep], backend)[0]
+    got = _run(unary(op, "f32", len(sweep)), [sweep], backend)[0]
     max_ulp, max_rel = trig_errors(op, sweep, got)
     print(f"\n{backend:4s} {op:7s} points={len(sweep)} max_ulp={max_ulp:.2f} max_rel={max_rel:.2e}")
     assert max_ulp <= MAX_ULP[op] and max_rel <= 1e-6, (max_ulp, max_rel)
@@ -144,7 +144,7 @@ def trig_specials(t: str) -> np.ndarray:
 @pytest.mark.parametrize("op", sorted(TRIG))
 def test_trig_specials_match_interpreter(op, t, backend):
     x = trig_specials(t)
-    text = _unary(op, t, len(x))
+    text = unary(op, t, len(x))
     got = _run(text, [x], backend)[0].astype(np.float64)
     want = reference(parse_module(text).entry, [x])[0].astype(np.float64)
     assert (np.isnan(got) == np.isnan(want)).all(), (x, got, want)
@@ -159,7 +159,7 @@ def test_sin_loop_still_vectorizes():
     target = host_target()
     if "+avx512f" not in target.features:
         pytest.skip("the <16 x float> check needs AVX-512")
-    emitted = emit_kernels([entry_spec(parse_module(_unary("sine", "f32", 1 << 16)), "k")],
+    emitted = emit_kernels([entry_spec(parse_module(unary("sine", "f32", 1 << 16)), "k")],
                            target)
     ir_text = emitted.metadata.optimized_ir
     assert re.search(r"<16 x float>", ir_text)
@@ -175,7 +175,7 @@ def test_trig_speed_report():
     x = rng.uniform(-4, 4, n).astype(np.float32)
     times = {}
     for op in ["negate", "sine", "cosine", "tan"]:
-        emitted = emit_kernels([entry_spec(parse_module(_unary(op, "f32", n)), "k")],
+        emitted = emit_kernels([entry_spec(parse_module(unary(op, "f32", n)), "k")],
                                host_target())
         kernels = LoadedKernels(emitted)
         out = np.empty(n, np.float32)
@@ -321,8 +321,8 @@ def test_sample_fusions_as_cpu_kernels(name, monkeypatch):
 @pytest.mark.parametrize("name", FIXED_SAMPLES)
 def test_sample_on_cuda_emulator(name):
     _require(name, ".opt.pb")
-    from hloc.codegen.cuda.harness import load_emulated
+    from .support.bundles import load_emulated
 
     for suffix in (".pb", ".opt.pb"):
-        executable = load_emulated(load(SAMPLES / f"{name}{suffix}").module)
+        executable = load_emulated(SAMPLES / f"{name}{suffix}")
         _check_expected(name, executable.run(sample_arrays(name, "inputs")))

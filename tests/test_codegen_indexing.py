@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .test_codegen_harness import check_hlo
+from .support.kernels import check_hlo
 
 pytestmark = pytest.mark.cpu
 

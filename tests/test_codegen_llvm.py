@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from hloc.codegen import llvm
-from hloc.codegen.cpu import emit_kernels
 from hloc.codegen.target import cpu_target, host_target, normalize_features
 from hloc.errors import InputError
 from hloc.ir.parser import parse_module
 
-from .test_codegen_harness import Compiled, assert_matches, entry_spec, random_inputs, reference
+from .support.kernels import Compiled, emit_kernels, entry_spec, reference
+from .support.values import assert_matches, random_inputs
 
 pytestmark = pytest.mark.cpu
 

@@ -13,8 +13,9 @@ import pytest
 
 from hloc.ir.parser import parse_module
 
-from .test_codegen_elementwise import binary_text, unary_text
-from .test_codegen_harness import Compiled, assert_matches, edge_values, entry_spec, reference
+from .support.hlo import binary, unary
+from .support.kernels import Compiled, entry_spec, reference
+from .support.values import assert_matches, edge_values
 
 pytestmark = pytest.mark.cpu
 
@@ -70,8 +71,8 @@ BOUNDS = {op: 1e-6 for op in _REFERENCE}
 
 def _text(op: str, n: int) -> str:
     if op in ("atan2", "power"):
-        return binary_text(op, "f32", n)
-    return unary_text(op, "f32", n)
+        return binary(op, "f32", n)
+    return unary(op, "f32", n)
 
 
 def measure(op: str, seed: int = 0) -> tuple[float, float, int]:
@@ -105,10 +106,10 @@ def test_math_edge_values_vs_interpreter(op, t):
     if op in ("atan2", "power"):
         a = np.repeat(e, len(e))
         b = np.tile(e, len(e))
-        module = parse_module(binary_text(op, t, len(a)))
+        module = parse_module(binary(op, t, len(a)))
         inputs = [a, b]
     else:
-        module = parse_module(unary_text(op, t, len(e)))
+        module = parse_module(unary(op, t, len(e)))
         inputs = [e]
     spec = entry_spec(module, name="k")
     got = Compiled([spec]).run("k", inputs)[0]

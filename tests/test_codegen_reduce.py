@@ -8,7 +8,8 @@ import pytest
 from hloc.codegen.cpu import KernelSpec
 from hloc.ir.parser import parse_module
 
-from .test_codegen_harness import Compiled, assert_matches, check_hlo, random_inputs, reference
+from .support.kernels import Compiled, check_hlo, reference
+from .support.values import assert_matches, random_inputs
 
 pytestmark = pytest.mark.cpu
 

@@ -19,7 +19,8 @@ from hloc.frontend.load import load
 from hloc.ir import Opcode, dtypes
 
 from .conftest import SAMPLES
-from .test_codegen_harness import Compiled, assert_matches, random_values, reference
+from .support.kernels import Compiled, reference
+from .support.values import assert_matches, random_values
 
 pytestmark = pytest.mark.cpu
 

@@ -9,12 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from hloc.codegen.cpu import emit_kernels
-from hloc.codegen.cpu.harness import LoadedKernels
 from hloc.codegen.target import host_target
 from hloc.ir.parser import parse_module
 
-from .test_codegen_harness import entry_spec
+from .support.kernels import LoadedKernels, emit_kernels, entry_spec
 
 pytestmark = [pytest.mark.cpu, pytest.mark.slow]
 

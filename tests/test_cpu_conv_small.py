@@ -12,8 +12,11 @@ import pytest
 from hloc.codegen.cpu import conv as native_conv
 from hloc.codegen.cpu import thunk_kernels
 from tests.conftest import SAMPLES, sample_arrays, sample_names
-from tests.test_codegen_harness import assert_matches, check_hlo
-from tests.test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu, run_text
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.kernels import check_hlo
+from .support.run import compare_with_interpreter, run_cases
+from .support.values import assert_matches
 
 pytestmark = pytest.mark.cpu
 
@@ -134,9 +137,9 @@ def path(request, monkeypatch):
 @pytest.mark.parametrize("name", list(FORMS))
 def test_whole_pipeline(name, path, tmp_path):
     form = FORMS[name]
-    got, want = run_text(conv_text("f32", **form), _inputs("f32", form, seed=2), tmp_path)
-    assert_matches(got[0], want[0], rtol=1e-5, atol=1e-5, what=name)
-    meta = kernels_json(tmp_path / "m.bundle")
+    cases = {name: (conv_text("f32", **form), _inputs("f32", form, seed=2))}
+    outcome = compare_with_interpreter(cases, tmp=tmp_path, rtol=1e-5, atol=1e-5)[name]
+    meta = kernels_json(outcome.artifact)
     assert not meta["fallbacks"]
     assert bool(meta["kernels"]) == (path == "native"), meta["kernels"]
 
@@ -148,18 +151,18 @@ def test_runtime_path_other_blas_types(t, path, tmp_path):
     args = _inputs("f64", form, seed=6)
     if t == "c64":
         args = [(a + 1j * rng.standard_normal(a.shape)).astype(np.complex64) for a in args]
-    got, want = run_text(conv_text(t, **form), args, tmp_path)
+    o = run_cases({t: (conv_text(t, **form), args)}, tmp=tmp_path)[t]
     real = np.float32 if t == "c64" else np.float64  # compare complex as (re, im) pairs
-    assert_matches(got[0].view(real), want[0].view(real), rtol=1e-5, atol=1e-5)
+    assert_matches(o.got[0].view(real), o.want[0].view(real), rtol=1e-5, atol=1e-5)
 
 
 def test_large_convolutions_keep_the_runtime_path(tmp_path):
     form = dict(n=2, spatial=[32, 32], c=32, o=32, kernel=[3, 3], pad=[(1, 1), (1, 1)])
     text = conv_text("f32", **form)
     assert 2 * 32 * 32 * 32 * 32 * 9 > native_conv.NATIVE_MAX_MACS
-    got, want = run_text(text, _inputs("f32", form, seed=3), tmp_path)
-    assert_matches(got[0], want[0], rtol=1e-4, atol=1e-4)
-    assert not kernels_json(tmp_path / "m.bundle")["kernels"]
+    (outcome,) = compare_with_interpreter({"case": (text, _inputs("f32", form, seed=3))},
+                                          tmp=tmp_path, rtol=1e-4, atol=1e-4).values()
+    assert not kernels_json(outcome.artifact)["kernels"]
 
 
 def _samples_with(op: str) -> list[str]:
@@ -171,7 +174,7 @@ def _samples_with(op: str) -> list[str]:
 @pytest.mark.parametrize("suffix", [".pb", ".opt.pb"])
 @pytest.mark.parametrize("name", _samples_with("convolution"))
 def test_samples_match_xla(name, suffix, path, tmp_path):
-    bundle = compile_to_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
+    bundle = compile_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     fallbacks = kernels_json(bundle)["fallbacks"]
     assert not [f for f in fallbacks.values() if f["opcode"] == "convolution"], fallbacks
     got = load_cpu(bundle).run(sample_arrays(name, "inputs"))

@@ -6,7 +6,9 @@ import numpy as np
 
 from hloc.codegen.cpu.dedup import computation_key
 from hloc.ir.parser import parse_module
-from tests.test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu, reference
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.run import interpret
 
 # Two chains that differ only in names (the same kernel twice), and a third whose constant
 # differs (a different kernel).
@@ -33,7 +35,7 @@ ENTRY main {
 
 
 def test_identical_kernels_share_a_symbol(tmp_path):
-    path = compile_to_bundle(TEXT, tmp_path / "d.bundle", passes="cse,fusion,dce")
+    path = compile_bundle(TEXT, tmp_path / "d.bundle", passes="cse,fusion,dce")
     kernels = kernels_json(path)["kernels"]
     symbols = [k["symbol"] for k in kernels.values()]
     assert len(kernels) == 3
@@ -41,7 +43,7 @@ def test_identical_kernels_share_a_symbol(tmp_path):
     x = np.linspace(-3, 3, 64, dtype=np.float32)
     y = np.linspace(5, -1, 64, dtype=np.float32)
     got = load_cpu(path).run([x, y])
-    want = reference(TEXT, [x, y])
+    want = interpret(TEXT, [x, y])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
     assert not np.allclose(got[0], got[2])  # the different constant really is different

@@ -14,16 +14,11 @@ from hloc.codegen.target import X86_LEVELS, host_target
 from hloc.errors import InputError
 from hloc.runtime.cpu import checks, parallel
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
-from tests.test_cpu_runtime_helpers import (
-    assert_close,
-    compile_to_bundle,
-    kernels_json,
-    load_cpu,
-    members,
-    reference,
-    run_text,
-)
 from tests.test_interp_samples import mismatch
+
+from .support.bundles import compile_bundle, dumped, kernels_json, load_cpu, members
+from .support.run import interpret, run_cases
+from .support.values import assert_close
 
 pytestmark = pytest.mark.cpu
 
@@ -52,7 +47,7 @@ def test_missing_cpu_feature_is_refused_before_loading(tmp_path):
     def fake(manifest):
         manifest["target"]["cpu_features"] = manifest["target"]["cpu_features"] + [
             "hloc-imaginary-feature", "avx1024"]
-    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "f.bundle", edit_manifest=fake)
+    bundle = compile_bundle(ELEMENTWISE, tmp_path / "f.bundle", edit_manifest=fake)
     with pytest.raises(InputError) as err:
         load_cpu(bundle)
     message = str(err.value)
@@ -64,7 +59,7 @@ def test_missing_cpu_feature_is_refused_before_loading(tmp_path):
 def test_other_architecture_is_refused(tmp_path):
     def fake(manifest):
         manifest["target"]["triple"] = "aarch64-unknown-linux-gnu"
-    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "a.bundle", edit_manifest=fake)
+    bundle = compile_bundle(ELEMENTWISE, tmp_path / "a.bundle", edit_manifest=fake)
     with pytest.raises(InputError, match="aarch64"):
         load_cpu(bundle)
 
@@ -76,7 +71,7 @@ def test_unresolvable_symbol_is_refused():
 
 
 def test_manifest_records_target(tmp_path):
-    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "h.bundle")
+    bundle = compile_bundle(ELEMENTWISE, tmp_path / "h.bundle")
     from hloc.bundle import read_bundle
 
     target = read_bundle(bundle).manifest["target"]
@@ -91,13 +86,15 @@ def test_manifest_records_target(tmp_path):
 @pytest.mark.skipif(not host_target().is_x86, reason="x86-64 levels")
 @pytest.mark.parametrize("name", ["mlp", "reductions", "dtype_zoo"])
 def test_cross_compile_x86_64_v2(name, tmp_path):
-    bundle = compile_to_bundle(SAMPLES / f"{name}.pb", tmp_path / "v2.bundle", cpu="x86-64-v2")
+    # The assembly is a dump, not a bundle member (`hloc compile --dump-dir`).
+    bundle = compile_bundle(SAMPLES / f"{name}.pb", tmp_path / "v2.bundle", cpu="x86-64-v2",
+                            dump_dir=tmp_path / "dump")
     from hloc.bundle import read_bundle
 
     target = read_bundle(bundle).manifest["target"]
     assert target["cpu"] == "x86-64-v2"
     assert set(target["cpu_features"]) <= set(X86_LEVELS["x86-64-v2"])
-    asm = members(bundle)["module.s"].decode()
+    asm = dumped(tmp_path / "dump", "cpu.module.s").decode()
     # SSE only: no AVX (ymm) / AVX-512 (zmm, k-masks) registers or VEX-encoded instructions.
     assert not re.search(r"%[yz]mm\d|%k[1-7]\b|\bvmov|\bvfmadd", asm)
     assert re.search(r"%xmm\d", asm)
@@ -105,20 +102,20 @@ def test_cross_compile_x86_64_v2(name, tmp_path):
 
 
 def test_cpu_features_flag_lowers_vector_width(tmp_path):
-    bundle = compile_to_bundle(ELEMENTWISE, tmp_path / "f.bundle", cpu="x86-64-v4",
-                               features="-avx512f")
-    asm = members(bundle)["module.s"].decode()
+    bundle = compile_bundle(ELEMENTWISE, tmp_path / "f.bundle", cpu="x86-64-v4",
+                            cpu_features="-avx512f", dump_dir=tmp_path / "dump")
+    asm = dumped(tmp_path / "dump", "cpu.module.s").decode()
     assert "%zmm" not in asm
     x = np.linspace(-2, 2, 1024, dtype=np.float32)
     got = load_cpu(bundle).run([x, x])
-    assert_close(got, reference(ELEMENTWISE, [x, x]))
+    assert_close(got, interpret(ELEMENTWISE, [x, x]))
 
 
 # ---- bundle contents ----------------------------------------------------------------------------
 
 def test_bundle_is_deterministic(tmp_path):
-    a = members(compile_to_bundle(SAMPLES / "attention.pb", tmp_path / "a.bundle"))
-    b = members(compile_to_bundle(SAMPLES / "attention.pb", tmp_path / "b.bundle"))
+    a = members(compile_bundle(SAMPLES / "attention.pb", tmp_path / "a.bundle"))
+    b = members(compile_bundle(SAMPLES / "attention.pb", tmp_path / "b.bundle"))
     for name in ("cpu.o", "kernels.json", "module.ll", "module.opt.ll", "thunks.json"):
         assert a[name] == b[name], name
 
@@ -151,13 +148,13 @@ ENTRY e {
 
 
 def test_kernels_json_lists_kernels_composites_and_fallbacks(tmp_path):
-    mlp = kernels_json(compile_to_bundle(SAMPLES / "mlp.pb", tmp_path / "m.bundle"))
+    mlp = kernels_json(compile_bundle(SAMPLES / "mlp.pb", tmp_path / "m.bundle"))
     assert mlp["kernels"] and not mlp["fallbacks"]
-    big = kernels_json(compile_to_bundle(_BIG_LAYER, tmp_path / "b.bundle"))
+    big = kernels_json(compile_bundle(_BIG_LAYER, tmp_path / "b.bundle"))
     steps = [s["kind"] for c in big["composites"].values() for s in c["steps"]]
     assert "gemm" in steps and "kernel" in steps
     # stochastic-convert has no emitter lowering: a documented host fallback.
-    sc = kernels_json(compile_to_bundle(_STOCHASTIC, tmp_path / "s.bundle"))
+    sc = kernels_json(compile_bundle(_STOCHASTIC, tmp_path / "s.bundle"))
     assert [f["opcode"] for f in sc["fallbacks"].values()] == ["stochastic-convert"]
     assert all(f["reason"] for f in sc["fallbacks"].values())
 
@@ -178,13 +175,13 @@ def _ten_kernels() -> str:
 
 def test_ten_small_kernels_run_well_under_a_millisecond(tmp_path):
     text = _ten_kernels()
-    bundle = compile_to_bundle(text, tmp_path / "t.bundle", opt_level=0)  # no fusion
+    bundle = compile_bundle(text, tmp_path / "t.bundle", opt_level=0)  # no fusion
     exe = load_cpu(bundle)
     assert exe.describe()["steps"] == {"driver": 1}  # one native call runs all 11 kernels
     args = [np.linspace(-1, 1, 64, dtype=np.float32), np.full(64, 0.5, np.float32)]
-    assert_close(exe.run(args), reference(text, args))
+    assert_close(exe.run(args), interpret(text, args))
     outputs, rows = exe.run_profiled(args)  # profiling steps through the kernels one by one
-    assert_close(outputs, reference(text, args))
+    assert_close(outputs, interpret(text, args))
     assert len(rows) == 11 and {r.kind for r in rows} == {"kernel"}
     times = []
     for _ in range(300):
@@ -197,7 +194,7 @@ def test_ten_small_kernels_run_well_under_a_millisecond(tmp_path):
 # ---- profiling ------------------------------------------------------------------------------------
 
 def test_profile_rows_count_loop_iterations(tmp_path):
-    bundle = compile_to_bundle(SAMPLES / "scan_rnn.pb", tmp_path / "r.bundle")
+    bundle = compile_bundle(SAMPLES / "scan_rnn.pb", tmp_path / "r.bundle")
     exe = load_cpu(bundle)
     args = sample_arrays("scan_rnn", "inputs")
     outputs, rows = exe.run_profiled(args)
@@ -234,19 +231,19 @@ sum {
 
 
 def test_large_inputs_in_place_and_fresh_outputs(tmp_path):
-    exe = load_cpu(compile_to_bundle(BIG, tmp_path / "b.bundle"))
+    exe = load_cpu(compile_bundle(BIG, tmp_path / "b.bundle"))
     info = exe.describe()
     assert info["in_place_inputs"] and info["fresh_outputs"]
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
     first = exe.run([x, y])
     keep = [a.copy() for a in first]
-    assert_close(first, reference(BIG, [x, y]), rtol=1e-5, atol=1e-5)
+    assert_close(first, interpret(BIG, [x, y]), rtol=1e-5, atol=1e-5)
     # Non-contiguous arguments (copied in) and new arrays each call.
     x2 = np.asfortranarray(rng.standard_normal((512, 512)).astype(np.float32))
     y2 = rng.standard_normal((1024, 512)).astype(np.float32)[::2]
     second = exe.run([x2, y2])
-    assert_close(second, reference(BIG, [np.ascontiguousarray(x2), np.ascontiguousarray(y2)]),
+    assert_close(second, interpret(BIG, [np.ascontiguousarray(x2), np.ascontiguousarray(y2)]),
                  rtol=1e-5, atol=1e-5)
     assert_close(first, keep, rtol=0, atol=0)  # earlier results are not overwritten
     assert_close(exe.run([x, y]), keep, rtol=0, atol=0)
@@ -254,7 +251,7 @@ def test_large_inputs_in_place_and_fresh_outputs(tmp_path):
 
 
 def test_wrong_argument_shape_is_a_clear_error(tmp_path):
-    exe = load_cpu(compile_to_bundle(ELEMENTWISE, tmp_path / "e.bundle"))
+    exe = load_cpu(compile_bundle(ELEMENTWISE, tmp_path / "e.bundle"))
     with pytest.raises(InputError, match="shape"):
         exe.run([np.zeros(1023, np.float32), np.zeros(1024, np.float32)])
     with pytest.raises(InputError, match="2 arguments"):
@@ -288,7 +285,8 @@ def test_split_kernels_match_the_interpreter(tmp_path):
     rng = np.random.default_rng(1)
     args = [rng.standard_normal((1024, 1024)).astype(np.float32) * 0.1, np.int32(100),
             rng.standard_normal((8, 1024)).astype(np.float32)]
-    got, want = run_text(SPLIT, args, tmp_path, opt_level=0)
+    o = run_cases({"case": (SPLIT, args)}, tmp=tmp_path, opt_level=0)["case"]
+    got, want = o.got, o.want
     assert_close(got, want, rtol=2e-5, atol=1e-3)
 
 
@@ -360,11 +358,11 @@ ENTRY e {
 def test_native_driver_runs_loops_and_branches(flag, tmp_path):
     """A while loop whose body picks one of three branches by index (index 3 is out of range
     and runs the last branch), then a pred conditional: all in one native driver."""
-    bundle = compile_to_bundle(LOOPS, tmp_path / "l.bundle", passes="layout-assignment")
+    bundle = compile_bundle(LOOPS, tmp_path / "l.bundle", passes="layout-assignment")
     assert kernels_json(bundle)["drivers"]
     exe = load_cpu(bundle)
     assert exe.describe()["steps"] == {"driver": 1}
     args = [np.linspace(-1, 1, 8, dtype=np.float32), np.bool_(flag)]
-    want = reference(LOOPS, args)
+    want = interpret(LOOPS, args)
     assert_close(exe.run(args), want)
     assert_close(exe.run_profiled(args)[0], want)

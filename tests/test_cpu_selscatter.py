@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import SAMPLES, sample_arrays, sample_names
-from tests.test_codegen_harness import assert_matches, check_hlo
-from tests.test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu, run_text
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.kernels import check_hlo
+from .support.run import compare_with_interpreter
+from .support.values import assert_matches
 
 pytestmark = pytest.mark.cpu
 
@@ -103,9 +106,10 @@ def test_other_scatter_and_layout():
 def test_whole_pipeline_runs_natively(tmp_path):
     rng = np.random.default_rng(11)
     text = _module("f32", "2,9,11,2", "2,4,5,2", "size=1x3x3x1 stride=1x2x2x1")
-    got, want = run_text(text, _args("f32", [2, 9, 11, 2], [2, 4, 5, 2], rng), tmp_path)
-    assert_matches(got[0], want[0], rtol=1e-6, atol=1e-7)
-    meta = kernels_json(tmp_path / "m.bundle")
+    args = _args("f32", [2, 9, 11, 2], [2, 4, 5, 2], rng)
+    (outcome,) = compare_with_interpreter({"case": (text, args)}, tmp=tmp_path, rtol=1e-6,
+                                          atol=1e-7).values()
+    meta = kernels_json(outcome.artifact)
     assert not meta["fallbacks"], meta["fallbacks"]
     assert any("select-and-scatter" in k["segments"] for k in meta["kernels"].values())
 
@@ -119,7 +123,7 @@ def _samples_with(op: str) -> list[str]:
 @pytest.mark.parametrize("suffix", [".pb", ".opt.pb"])
 @pytest.mark.parametrize("name", _samples_with("select-and-scatter"))
 def test_samples_match_xla_without_host_fallback(name, suffix, tmp_path):
-    bundle = compile_to_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
+    bundle = compile_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     fallbacks = kernels_json(bundle)["fallbacks"]
     assert not [f for f in fallbacks.values() if f["opcode"] == "select-and-scatter"], fallbacks
     got = load_cpu(bundle).run(sample_arrays(name, "inputs"))

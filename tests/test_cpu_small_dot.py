@@ -17,14 +17,10 @@ import pytest
 
 from hloc.codegen.cpu import dot as small_dot
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
-from tests.test_cpu_runtime_helpers import (
-    compile_to_bundle,
-    kernels_json,
-    load_cpu,
-    members,
-    run_text,
-)
 from tests.test_interp_samples import mismatch
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu, members
+from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
 
@@ -146,16 +142,17 @@ EMPTY = [
 def test_small_gemm_kernel(lhs, rhs, out, dims, passes, tmp_path):
     rng = np.random.default_rng(0)
     args = [_random(lhs, rng), _random(rhs, rng)]
-    got, want = run_text(_module(lhs, rhs, out, dims), args, tmp_path, passes=passes)
+    o = run_cases({"case": (_module(lhs, rhs, out, dims), args)}, tmp=tmp_path, passes=passes)["case"]
+    got, want = o.got, o.want
     _assert_close(got[0], want[0], _parse(out)[0], f"{lhs} x {rhs}")
-    gemms = assert_native_dots(tmp_path / "m.bundle")
+    gemms = assert_native_dots(o.artifact)
     assert gemms or passes is None  # without the simplifier every dot is a Gemm thunk
 
 
 def test_integer_dot_wraps(tmp_path):
     big = np.full((2, 3), 2**30 + 7, np.int32)
-    got, want = run_text(_module("s32[2,3]{1,0}", "s32[3,2]{1,0}", "s32[2,2]{1,0}", LC1_RC0),
-                         [big, big.T.copy()], tmp_path)
+    o = run_cases({"case": (_module("s32[2,3]{1,0}", "s32[3,2]{1,0}", "s32[2,2]{1,0}", LC1_RC0), [big, big.T.copy()])}, tmp=tmp_path)["case"]
+    got, want = o.got, o.want
     expected = ((big.astype(np.int64) @ big.T.astype(np.int64)) & 0xFFFFFFFF).astype(np.uint32)
     np.testing.assert_array_equal(got[0].view(np.uint32), expected)
     np.testing.assert_array_equal(got[0], want[0])
@@ -165,7 +162,7 @@ def test_gemm_kernel_work_counts_multiply_adds(tmp_path):
     text = _module("f32[2,3,5]{2,1,0}", "f32[2,5,7]{2,1,0}", "f32[2,3,7]{2,1,0}",
                    "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
                    "rhs_contracting_dims={1}")
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    bundle = compile_bundle(text, tmp_path / "m.bundle")
     (name,) = assert_native_dots(bundle)
     assert kernels_json(bundle)["kernels"][name]["work"] == 2 * 3 * 7 * 5
 
@@ -177,9 +174,10 @@ def test_size_threshold(m, n, k, native, tmp_path):
     text = _module(f"f32[{m},{k}]{{1,0}}", f"f32[{k},{n}]{{1,0}}", f"f32[{m},{n}]{{1,0}}", LC1_RC0)
     rng = np.random.default_rng(3)
     args = [_random(f"f32[{m},{k}]", rng), _random(f"f32[{k},{n}]", rng)]
-    got, want = run_text(text, args, tmp_path)
+    o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
+    got, want = o.got, o.want
     _assert_close(got[0], want[0], "f32", f"{m}x{n}x{k}")
-    kernels = kernels_json(tmp_path / "m.bundle")["kernels"]
+    kernels = kernels_json(o.artifact)["kernels"]
     assert any("dot" in k["segments"] for k in kernels.values()) == native
 
 
@@ -201,9 +199,10 @@ ENTRY e {
 def test_fused_epilogue_is_one_kernel(tmp_path):
     rng = np.random.default_rng(4)
     args = [_random("f32[3,5]", rng), _random("f32[5,7]", rng), _random("f32[7]", rng)]
-    got, want = run_text(EPILOGUE, args, tmp_path)
+    o = run_cases({"case": (EPILOGUE, args)}, tmp=tmp_path)["case"]
+    got, want = o.got, o.want
     _assert_close(got[0], want[0], "f32", "epilogue")
-    bundle = tmp_path / "m.bundle"
+    bundle = o.artifact
     assert not assert_native_dots(bundle)  # the dot sits in the fusion's kernel
     assert " dot(" in members(bundle)["module.hlo"].decode()
     (kernel,) = kernels_json(bundle)["kernels"].values()
@@ -217,9 +216,10 @@ BIG_EPILOGUE = EPILOGUE.replace("f32[3,5]", "f32[64,128]").replace("f32[5,7]", "
 def test_big_dot_epilogue_stays_a_library_composite(tmp_path):
     rng = np.random.default_rng(7)
     args = [_random("f32[64,128]", rng), _random("f32[128,96]", rng), _random("f32[96]", rng)]
-    got, want = run_text(BIG_EPILOGUE, args, tmp_path)
+    o = run_cases({"case": (BIG_EPILOGUE, args)}, tmp=tmp_path)["case"]
+    got, want = o.got, o.want
     _assert_close(got[0], want[0], "f32", "big epilogue")
-    kernels = kernels_json(tmp_path / "m.bundle")
+    kernels = kernels_json(o.artifact)
     (composite,) = kernels["composites"].values()
     assert [s["kind"] for s in composite["steps"]] == ["gemm", "kernel"]
     assert not any("dot" in k["segments"] for k in kernels["kernels"].values())
@@ -301,12 +301,12 @@ def test_fused_dots(name, tmp_path):
     body, params, out = FUSIONS[name]
     rng = np.random.default_rng(5)
     args = [_random(p, rng) for p in params]
-    got, want = run_text(_fusion_module(body, params, out), args, tmp_path,
-                         passes="layout-assignment")
+    o = run_cases({"case": (_fusion_module(body, params, out), args)}, tmp=tmp_path, passes="layout-assignment")["case"]
+    got, want = o.got, o.want
     dtype = _parse(params[0])[0]
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         _assert_close(g, w, dtype, f"{name} out{k}")
-    bundle = tmp_path / "m.bundle"
+    bundle = o.artifact
     assert not assert_native_dots(bundle)
     assert list(kernels_json(bundle)["kernels"]) == ["f"]
 
@@ -349,10 +349,11 @@ def _loops_in_drivers(bundle) -> None:
 
 def test_loop_with_small_dot_runs_in_a_driver(tmp_path):
     x = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32)
-    got, want = run_text(LOOP, [x], tmp_path)
+    o = run_cases({"case": (LOOP, [x])}, tmp=tmp_path)["case"]
+    got, want = o.got, o.want
     _assert_close(got[0], want[0], "f32", "loop")
-    assert_native_dots(tmp_path / "m.bundle")
-    _loops_in_drivers(tmp_path / "m.bundle")
+    assert_native_dots(o.artifact)
+    _loops_in_drivers(o.artifact)
 
 
 SAMPLES_WITH_SMALL_DOTS = ["scan_rnn", "mlp", "nested_calls", "attention_grad"]
@@ -364,7 +365,7 @@ def test_sample_dots_are_native(name, suffix, tmp_path):
     path = SAMPLES / f"{name}{suffix}"
     if not path.exists():
         pytest.skip(f"{path.name} not generated")
-    bundle = compile_to_bundle(path, tmp_path / "s.bundle")
+    bundle = compile_bundle(path, tmp_path / "s.bundle")
     assert_native_dots(bundle)
     if name == "scan_rnn":
         _loops_in_drivers(bundle)

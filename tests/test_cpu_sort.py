@@ -7,13 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hloc.codegen.cpu import KernelSpec, emit_kernels
-from hloc.codegen.cpu.harness import LoadedKernels
+from hloc.codegen.cpu import KernelSpec
 from hloc.codegen.target import host_target
 from hloc.ir import Opcode, dtypes
 from hloc.ir.parser import parse_module
 from tests.conftest import SAMPLES, require_samples, sample_arrays
-from tests.test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu, reference
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.kernels import LoadedKernels, emit_kernels
+from .support.run import compare_with_interpreter, interpret
+from .support.values import assert_same_bits
 
 pytestmark = pytest.mark.cpu
 
@@ -56,28 +59,13 @@ def sort_text(types: list[str], dims: tuple[int, ...], dim: int, body: list[str]
 
 # ---- running -----------------------------------------------------------------------------------
 
-def bits(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a)
-    if a.dtype.kind in "biu":
-        return a
-    return a.view(f"u{a.dtype.itemsize}")
-
-
-def assert_same_bits(got, want, what="") -> None:
-    assert len(got) == len(want), what
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape)
-        np.testing.assert_array_equal(bits(g), bits(w), err_msg=f"{what} out{i}")
-
-
 def run_native(text: str, args, tmp_path, segment: str, count: int = 1) -> None:
-    """Compile for the CPU, check `count` kernels of `segment` were emitted (no host steps),
-    and compare the outputs bit for bit with the interpreter's."""
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
-    kernels = kernels_json(bundle)["kernels"].values()
+    """Compare with the interpreter bit for bit on the CPU, and check that `count` kernels of
+    `segment` were emitted (no host steps)."""
+    (outcome,) = compare_with_interpreter({segment: (text, args)}, tmp=tmp_path,
+                                          bits=True).values()
+    kernels = kernels_json(outcome.artifact)["kernels"].values()
     assert sum(segment in k["segments"] for k in kernels) == count
-    assert_same_bits(load_cpu(bundle).run(args), reference(text, args))
 
 
 def values(t: str, shape, rng, distinct: int | None = None) -> np.ndarray:
@@ -160,8 +148,8 @@ def test_edge_sizes(shape, dim, tmp_path):
     rng = np.random.default_rng(6)
     args = [values("f32", shape, rng, 4), values("s32", shape, rng)]
     text = sort_text(["f32", "s32"], shape, dim, compare_first(GT))
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
-    want = reference(text, args)
+    bundle = compile_bundle(text, tmp_path / "m.bundle")
+    want = interpret(text, args)
     if 0 in shape:  # sorting nothing is the identity
         assert_same_bits(want, args)
     assert_same_bits(load_cpu(bundle).run(args), want)
@@ -179,10 +167,10 @@ def test_many_rows_split_across_threads(tmp_path):
     rng = np.random.default_rng(8)
     x = values("f32", (100, 3000), rng, 50)
     text = sort_text(["f32"], x.shape, 1, compare_first(GT))
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    bundle = compile_bundle(text, tmp_path / "m.bundle")
     (kernel,) = kernels_json(bundle)["kernels"].values()
     assert kernel["parallel_extent"] == 100
-    assert_same_bits(load_cpu(bundle).run([x]), reference(text, [x]))
+    assert_same_bits(load_cpu(bundle).run([x]), interpret(text, [x]))
 
 
 def test_sort_in_place_in_the_runtime(tmp_path):
@@ -191,11 +179,11 @@ def test_sort_in_place_in_the_runtime(tmp_path):
             "\nENTRY %main (p: f32[8,300]) -> f32[8,300] {\n  %p = f32[8,300] parameter(0)\n"
             "  %n = f32[8,300] negate(%p)\n  %s = f32[8,300] sort(%n), dimensions={1}, "
             "is_stable=true, to_apply=%cmp\n  ROOT %r = f32[8,300] multiply(%s, %s)\n}\n")
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle")
+    bundle = compile_bundle(text, tmp_path / "m.bundle")
     sorts = [k for k in kernels_json(bundle)["kernels"].values() if "sort" in k["segments"]]
     assert sorts and sorts[0]["aliases"] == [[0, 0]]
     x = values("f32", (8, 300), np.random.default_rng(9), 30)
-    assert_same_bits(load_cpu(bundle).run([x]), reference(text, [x]))
+    assert_same_bits(load_cpu(bundle).run([x]), interpret(text, [x]))
 
 
 @pytest.mark.parametrize("n", [40, 20_000])
@@ -208,7 +196,7 @@ def test_in_place_kernel_in_chunks(n):
     loaded = LoadedKernels(emit_kernels([spec], target), target)
     rng = np.random.default_rng(10)
     args = [values("f32", (6, n), rng, 7), values("s32", (6, n), rng, 9)]
-    assert_same_bits(loaded.run(spec, args, chunks=4), reference(text, args))
+    assert_same_bits(loaded.run(spec, args, chunks=4), interpret(text, args))
 
 
 # ---- top-k -------------------------------------------------------------------------------------
@@ -273,7 +261,7 @@ def _sorts_top_k(instr) -> bool:
 @pytest.mark.parametrize("form", ["pb", "opt.pb"])
 def test_samples_match_xla_without_host_sorts(name, form, tmp_path):
     require_samples()
-    bundle = compile_to_bundle(str(SAMPLES / f"{name}.{form}"), tmp_path / "m.bundle")
+    bundle = compile_bundle(str(SAMPLES / f"{name}.{form}"), tmp_path / "m.bundle")
     exe = load_cpu(bundle)
     got, rows = exe.run_profiled(sample_arrays(name, "inputs"))
     by_name = {i.name: i for c in exe.module.computations for i in c.instructions}

@@ -27,7 +27,8 @@ from hloc.thunks.serialize import gpu_program_from_json as program_from_json
 from hloc.thunks.serialize import gpu_program_to_json as program_to_json
 
 from .conftest import SAMPLES, sample_arrays
-from .cuda_support import assert_close, emulate_hlo
+from .support.run import emulate_hlo
+from .support.values import assert_close
 from .test_cuda_samples import CASES, _bundle, _problems
 
 DOT = """HloModule m

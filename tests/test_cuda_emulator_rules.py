@@ -158,7 +158,7 @@ def test_sample_ptx_has_no_nan_canonicalizing_sign_ops(name, tmp_path):
 def test_cuda_remainder_is_exact_fmod(dtype, ty):
     """The emitter's integer fmod (elemental/fmod.py) against libm's, bit for bit: large
     quotients (where x - trunc(x/y)*y rounds), signed zeros, subnormals, inf and NaN."""
-    from .cuda_support import emulate_hlo
+    from .support.run import emulate_hlo
 
     tiny = np.finfo(dtype).smallest_subnormal
     x = np.array([1e30, -1e30, -0.0, 5.5, -5.5, 3 * tiny, 7.0, np.inf, 1.0, np.nan, 1e-30,

@@ -94,10 +94,12 @@ def test_cli_benchmark_on_cuda(tmp_path):
     if "mlp" not in NAMES:
         pytest.skip("no mlp sample")
     bundle = tmp_path / "mlp.bundle"
-    from hloc.codegen.cuda.harness import compile_to_bundle
     from hloc.frontend import load
 
-    compile_to_bundle(load(SAMPLES / "mlp.pb").module, str(bundle), archs=("sm_80", "sm_90"))
+    from .support.bundles import compile_bundle
+
+    compile_bundle(load(SAMPLES / "mlp.pb").module, bundle, target="cuda",
+                   cuda_archs=("sm_80", "sm_90"))
     report = tmp_path / "r.json"
     r = hlo_run(bundle, "--device", "cuda", "--inputs", SAMPLES / "mlp.inputs.npz",
                 "--expected", SAMPLES / "mlp.expected.npz", "--resident", "all-but-last:1",

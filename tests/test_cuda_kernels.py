@@ -6,7 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from .cuda_support import assert_close, emulate_hlo, random_array, variants
+from .support.bundles import variants
+from .support.run import emulate_hlo
+from .support.values import assert_close, random_array
 
 pytestmark = pytest.mark.cpu
 RNG = np.random.default_rng(7)

@@ -11,7 +11,6 @@ import pytest
 
 from hloc.buffers.assignment import Allocation, Slice
 from hloc.bundle import read_bundle
-from hloc.codegen.cuda.harness import compile_to_bundle
 from hloc.errors import InputError
 from hloc.ir.parser import parse_module
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
@@ -19,6 +18,7 @@ from hloc.runtime.interpreter import evaluate
 from hloc.runtime.residency import eligible_parameters, parse_spec
 from hloc.thunks.gpu import Upload
 
+from .support.bundles import compile_bundle
 from .test_cli import hlo_run, one_line_error
 
 DENSE = """HloModule dense
@@ -39,7 +39,7 @@ ENTRY e {
 @pytest.fixture(scope="module")
 def bundle_path(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("resident") / "dense.bundle"
-    compile_to_bundle(parse_module(DENSE), str(path))
+    compile_bundle(parse_module(DENSE), path, target="cuda")
     return str(path)
 
 

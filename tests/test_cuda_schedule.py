@@ -54,7 +54,7 @@ ENTRY e {
 
 
 def _program():
-    from hloc.buffers import plan
+    from hloc.plan import plan
 
     module = parse_module(MODULE)
     run_passes(module, CompileOptions(target="cuda"), None)
@@ -99,13 +99,14 @@ def test_emulator_refuses_a_changed_kernel(tmp_path):
     import json
 
     from hloc.bundle import read_bundle, write_bundle
-    from hloc.codegen.cuda.harness import compile_to_bundle
     from hloc.errors import InputError
     from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
 
+    from .support.bundles import compile_bundle
+
     path = tmp_path / "m.bundle"
-    manifest = compile_to_bundle(parse_module(MODULE), str(path))
-    bundle = read_bundle(str(path))
+    bundle = read_bundle(str(compile_bundle(parse_module(MODULE), path, target="cuda")))
+    manifest = bundle.manifest
     data = json.loads(bytes(bundle.members["gpu_thunks.json"]))
     name = data["kernels"][0]["name"]
     data["kernel_ir_sha256"][name] = "0" * 64
@@ -120,7 +121,7 @@ def test_emulator_refuses_a_changed_kernel(tmp_path):
 def test_profiled_run_reports_thunks(tmp_path):
     import numpy as np
 
-    from hloc.codegen.cuda.harness import load_emulated
+    from .support.bundles import load_emulated
 
     ex = load_emulated(parse_module(MODULE))
     args = [np.ones(256, np.float32), np.ones((64, 64), np.float32)]

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from hloc.bundle import read_bundle
-from hloc.codegen.cuda.harness import compile_to_bundle
 from hloc.errors import InputError
 from hloc.ir import Shape
 from hloc.ir.attrs import PrecisionConfig
@@ -22,6 +21,7 @@ from hloc.runtime.cuda import CudaDevice, CudaError
 from hloc.runtime.cuda_transfers import read_array, write_array
 from hloc.thunks.serialize import gpu_program_from_json
 
+from .support.bundles import compile_bundle
 from .test_cuda_resident import DENSE, _inputs
 
 
@@ -102,7 +102,7 @@ class FakeDriver:
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
     path = tmp_path_factory.mktemp("transfers") / "dense.bundle"
-    compile_to_bundle(parse_module(DENSE), str(path))
+    compile_bundle(parse_module(DENSE), path, target="cuda")
     return gpu_program_from_json(bytes(read_bundle(str(path)).members["gpu_thunks.json"]))[0]
 
 

@@ -11,9 +11,10 @@ import pytest
 from hloc.codegen.elemental.dft import twiddle_values
 from hloc.frontend import load
 from tests.conftest import SAMPLES, require_samples, sample_arrays, sample_meta
-from tests.cuda_support import emulate_hlo, variants
-from tests.test_cpu_runtime_helpers import compile_to_bundle, kernels_json, load_cpu, reference
 from tests.test_interp_samples import mismatch
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu, variants
+from .support.run import emulate_hlo, interpret
 
 pytestmark = pytest.mark.cpu
 
@@ -110,15 +111,15 @@ def _fft_kernels(bundle) -> list[dict]:
 def test_cpu_matches_interpreter(kind, ct, tmp_path):
     text = module_text(kind, ct, SHAPES)
     args = random_inputs(kind, ct, SHAPES)
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle", opt_level=3)
+    bundle = compile_bundle(text, tmp_path / "m.bundle", opt_level=3)
     assert len(_fft_kernels(bundle)) == len(SHAPES)
-    assert_close(load_cpu(bundle).run(args), reference(text, args), ct)
+    assert_close(load_cpu(bundle).run(args), interpret(text, args), ct)
 
 
 def test_cpu_work_counts_every_pass_term(tmp_path):
     # 1-D: batch * n outputs * n terms; 2-D: each point sums a row, then a column.
     shapes = [((3,), (8,)), ((2,), (4, 6))]
-    bundle = compile_to_bundle(module_text("FFT", "c64", shapes), tmp_path / "m.bundle", opt_level=3)
+    bundle = compile_bundle(module_text("FFT", "c64", shapes), tmp_path / "m.bundle", opt_level=3)
     works = sorted(k["work"] for k in _fft_kernels(bundle))
     assert works == sorted([3 * 8 * 8, 2 * 4 * 6 * (4 + 6)])
     extents = sorted(k["parallel_extent"] for k in _fft_kernels(bundle))
@@ -130,10 +131,10 @@ def test_cpu_empty_and_big_transforms(tmp_path):
     shapes = [((0,), (6,)), ((2,), (512,))]
     text = module_text("FFT", "c64", shapes)
     args = random_inputs("FFT", "c64", shapes)
-    bundle = compile_to_bundle(text, tmp_path / "m.bundle", opt_level=3)
+    bundle = compile_bundle(text, tmp_path / "m.bundle", opt_level=3)
     kernels = _fft_kernels(bundle)
     assert [k["parallel_extent"] for k in kernels] == [0]
-    assert_close(load_cpu(bundle).run(args), reference(text, args), "c64")
+    assert_close(load_cpu(bundle).run(args), interpret(text, args), "c64")
 
 
 # ---- CUDA (emulated) ---------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def _check_sample(name: str, outputs) -> None:
 def test_samples_cpu_native(name, suffix, tmp_path):
     require_samples()
     path = SAMPLES / f"{name}{suffix}"
-    bundle = compile_to_bundle(path, tmp_path / "m.bundle", opt_level=3)
+    bundle = compile_bundle(path, tmp_path / "m.bundle", opt_level=3)
     assert len(_fft_kernels(bundle)) == _count_ffts(path) > 0
     _check_sample(name, load_cpu(bundle).run(sample_arrays(name, "inputs")))
 
@@ -190,7 +191,7 @@ def test_default_level_keeps_the_library_fft(tmp_path):
     # path gives the same results.
     require_samples()
     path = SAMPLES / "fft.pb"
-    bundle = compile_to_bundle(path, tmp_path / "m.bundle", opt_level=2)
+    bundle = compile_bundle(path, tmp_path / "m.bundle", opt_level=2)
     assert not _fft_kernels(bundle)
     _check_sample("fft", load_cpu(bundle).run(sample_arrays("fft", "inputs")))
 
@@ -198,10 +199,10 @@ def test_default_level_keeps_the_library_fft(tmp_path):
 @pytest.mark.parametrize("name,suffix", SAMPLE_CASES)
 def test_samples_cuda_emulated(name, suffix):
     require_samples()
-    from hloc.codegen.cuda.harness import load_emulated
+    from .support.bundles import load_emulated
 
     path = SAMPLES / f"{name}{suffix}"
-    ex = load_emulated(load(path).module, archs=("sm_80",))
+    ex = load_emulated(path, cuda_archs=("sm_80",))
     assert variants(ex)["fft"] == _count_ffts(path) > 0
     assert not any("runs on the host" in n for n in ex.program.notes)
     _check_sample(name, ex.run(sample_arrays(name, "inputs")))

@@ -18,7 +18,6 @@ import pytest
 
 from hloc.bundle import read_bundle
 from hloc.codegen.cuda import ptxas
-from hloc.codegen.cuda.harness import compile_to_bundle
 from hloc.codegen.elemental import mathfn
 from hloc.codegen.elemental.registry import generic_lowering
 from hloc.codegen.target import CpuTarget, host_target
@@ -27,8 +26,10 @@ from hloc.ir.parser import parse_module
 from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, require_samples
-from .test_codegen_elementwise import binary_text, unary_text
-from .test_codegen_harness import Compiled, edge_values, entry_spec, reference
+from .support.bundles import compile_bundle
+from .support.hlo import binary, unary
+from .support.kernels import Compiled, entry_spec, reference
+from .support.values import edge_values
 
 pytestmark = pytest.mark.cpu
 
@@ -61,7 +62,7 @@ def neutral_target(ftz: bool = False) -> NeutralTarget:
 
 def run_f64(op: str, inputs, ftz: bool = False) -> np.ndarray:
     inputs = [np.asarray(a, np.float64) for a in inputs]
-    make = binary_text if len(inputs) == 2 else unary_text
+    make = binary if len(inputs) == 2 else unary
     module = parse_module(make(op, "f64", len(inputs[0])))
     return Compiled([entry_spec(module, "k")], target=neutral_target(ftz)).run("k", inputs)[0]
 
@@ -223,7 +224,7 @@ def test_edge_values_vs_interpreter_with_flush_to_zero(op):
     results follow the reference interpreter: mathfn.py reads denormals as XLA CPU does."""
     e = edge_values("f64")
     inputs = [np.repeat(e, len(e)), np.tile(e, len(e))] if op in ("atan2", "power") else [e]
-    module = parse_module((binary_text if len(inputs) == 2 else unary_text)(op, "f64", len(e) ** len(inputs)))
+    module = parse_module((binary if len(inputs) == 2 else unary)(op, "f64", len(e) ** len(inputs)))
     got = Compiled([entry_spec(module, "k")], target=neutral_target(ftz=True)).run("k", inputs)[0]
     want = reference(module.entry, inputs)[0].astype(LD)
     if op == "power":
@@ -279,7 +280,7 @@ def _all_math_module(n: int) -> str:
 
 def _cuda_bundle(module, tmp_path):
     path = tmp_path / "m.bundle"
-    compile_to_bundle(module, str(path), archs=("sm_80", "sm_90"))
+    compile_bundle(module, path, target="cuda", cuda_archs=("sm_80", "sm_90"))
     return read_bundle(str(path))
 
 

@@ -12,8 +12,8 @@ from hloc.ir.parser import parse_module
 from hloc.passes.dot_canonicalizer import is_canonical
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_fusion import golden
-from .test_pass_util import results_equal, run_passes
+from .support.golden import golden, results_equal
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 
@@ -32,20 +32,6 @@ ENTRY e {
 }
 """, "dot-canonicalizer", "CHECK: ROOT %d = s32[4,3]{1,0} dot(%a, %b)")
     assert "transpose" not in printed and "reshape" not in printed
-
-
-def test_transposed_lhs_gets_a_transpose():
-    golden("""
-HloModule tn
-ENTRY e {
-  a = s32[5,4] parameter(0)
-  b = s32[5,3] parameter(1)
-  ROOT d = s32[4,3] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-}
-""", "dot-canonicalizer", """
-        CHECK: %_ = s32[4,5]{1,0} transpose(%a), dimensions={1,0}
-        CHECK: ROOT %_ = s32[4,3]{1,0} dot(%_, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-    """)
 
 
 def test_batch_dims_move_first_and_collapse():
@@ -94,17 +80,6 @@ ENTRY e {
 }
 """, "dot-canonicalizer", "CHECK: operand_precision={highest,highest}",
         same=lambda x, y: np.allclose(x.array, y.array, rtol=1e-5, atol=1e-5))
-
-
-def test_mixed_precision_result_type_is_kept():
-    golden("""
-HloModule mixed
-ENTRY e {
-  a = s8[4,3] parameter(0)
-  b = s8[4,2] parameter(1)
-  ROOT d = s32[3,2] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-}
-""", "dot-canonicalizer", "CHECK: s32[3,2]{1,0} dot(%_, %b)")
 
 
 @st.composite

@@ -14,8 +14,8 @@ import pytest
 from hloc.ir.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_fusion import golden, parse_checks
-from .test_pass_util import bits_equal, filecheck, run_passes
+from .support.golden import bits_equal, filecheck, parse_checks
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 
@@ -104,17 +104,6 @@ ENTRY e {{
     """)
     assert "TOTALORDER" not in printed
     assert bits_equal(before.array, after.array)
-
-
-def test_float_compares_without_total_order_are_untouched():
-    golden("""
-HloModule plain
-ENTRY e {
-  a = f32[4] parameter(0)
-  b = f32[4] parameter(1)
-  ROOT c = pred[4] compare(a, b), direction=LT
-}
-""", "comparison-expander", "CHECK: ROOT %c = pred[4]{0} compare(%a, %b), direction=LT")
 
 
 # ---- batch-norm ------------------------------------------------------------------------------

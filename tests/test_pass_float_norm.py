@@ -12,30 +12,11 @@ from hloc.ir.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names
-from .test_pass_fusion import golden
-from .test_pass_util import bits_equal, run_passes
+from .support.golden import bits_equal, golden
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 BF16 = ml_dtypes.bfloat16
-
-
-def test_bf16_arithmetic_runs_in_f32_and_rounds_back():
-    golden("""
-HloModule bf
-ENTRY e {
-  a = bf16[16] parameter(0)
-  b = bf16[16] parameter(1)
-  m = bf16[16] multiply(a, b)
-  ROOT s = bf16[16] add(m, a)
-}
-""", "float-normalization", """
-        CHECK: %_ = f32[16]{0} convert(%a)
-        CHECK: %m = f32[16]{0} multiply(
-        CHECK: %_ = bf16[16]{0} convert(%m)
-        CHECK: %_ = f32[16]{0} convert(%_)
-        CHECK: %s = f32[16]{0} add(
-        CHECK: ROOT %_ = bf16[16]{0} convert(%s)
-    """)
 
 
 def test_each_operand_is_widened_once():
@@ -51,34 +32,6 @@ ENTRY e {
     assert printed.count("convert(%a)") == 1
 
 
-def test_f8_arithmetic_runs_in_f16():
-    golden("""
-HloModule f8
-ENTRY e {
-  a = f8e4m3fn[12] parameter(0)
-  b = f8e5m2[12] parameter(1)
-  m = f8e4m3fn[12] multiply(a, a)
-  s = f8e5m2[12] subtract(b, b)
-  ROOT t = (f8e4m3fn[12], f8e5m2[12]) tuple(m, s)
-}
-""", "float-normalization", """
-        CHECK-DAG: f16[12]{0} multiply(
-        CHECK-DAG: f8e4m3fn[12]{0} convert(
-        CHECK-DAG: f16[12]{0} subtract(
-        CHECK-DAG: f8e5m2[12]{0} convert(
-    """)
-
-
-def test_f8_can_compute_in_f32():
-    golden("""
-HloModule f8
-ENTRY e {
-  a = f8e4m3fn[12] parameter(0)
-  ROOT m = f8e4m3fn[12] multiply(a, a)
-}
-""", "float-normalization{f8-compute=f32}", "CHECK: f32[12]{0} multiply(")
-
-
 def test_f16_elementwise_stays_native_but_dots_widen():
     _, printed = golden("""
 HloModule h
@@ -92,16 +45,6 @@ ENTRY e {
         CHECK: f32[4,4]{1,0} dot(
         CHECK: ROOT %_ = f16[4,4]{1,0} convert(%d)
     """)
-
-
-def test_f16_everywhere_on_request():
-    golden("""
-HloModule h
-ENTRY e {
-  a = f16[4] parameter(0)
-  ROOT n = f16[4] tanh(a)
-}
-""", "float-normalization{f16=all}", "CHECK: %n = f32[4]{0} tanh(")
 
 
 def test_data_movement_and_reductions_stay_narrow():

@@ -9,51 +9,17 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 from hloc.ir import Opcode
 from hloc.ir.parser import parse_module
 from hloc.ir.printer import print_module
 from hloc.passes.fusion_cost import fusion_count, kernel_count
-from hloc.runtime.interpreter import evaluate
 
-from .test_pass_golden import random_value
-from .test_pass_util import filecheck, results_equal, run_passes
+from .support.golden import golden
+from .support.hlo import fused_ops, run_passes
 
 pytestmark = pytest.mark.pure
-
-
-def parse_checks(block: str) -> list[tuple[str, str]]:
-    """'CHECK: x' / 'CHECK-NOT: y' lines → filecheck's (kind, pattern) list."""
-    out = []
-    for line in block.strip().splitlines():
-        kind, _, pattern = line.strip().partition(": ")
-        out.append((kind, pattern))
-    return out
-
-
-def golden(text: str, spec: str, checks: str = "", *, seed: int = 0, args=None,
-           same=results_equal):
-    """Run `spec` on the module in `text`; check the printed result and that values survive."""
-    module = parse_module(text)
-    rng = np.random.default_rng(seed)
-    args = args if args is not None else [random_value(p.shape, rng)
-                                          for p in module.entry.parameters]
-    before = evaluate(module, args)
-    run_passes(module, spec)
-    printed = print_module(module)
-    if checks:
-        filecheck(printed, parse_checks(checks))
-    after = evaluate(module, args)
-    assert same(before, after), printed
-    return module, printed
-
-
-def fused_ops(module, fusion_name_pattern: str = "") -> list[list[str]]:
-    """Opcodes inside each fused computation (parameters left out)."""
-    return [[i.opcode.value for i in c.instructions if i.opcode != Opcode.PARAMETER]
-            for c in module.computations if c.is_fusion and fusion_name_pattern in c.name]
 
 
 CHAIN = """
@@ -84,22 +50,6 @@ def test_elementwise_chain_becomes_one_loop_fusion():
         CHECK: ROOT %_ = f32[8,4]{1,0} fusion(%x, %y), kind=kLoop, calls=%fused_computation
     """)
     assert fusion_count(module) == 1 and kernel_count(module) == 1
-
-
-def test_bias_broadcast_of_parameter_is_fused():
-    golden("""
-HloModule bias
-ENTRY e {
-  x = f32[5,3] parameter(0)
-  b = f32[3] parameter(1)
-  bb = f32[5,3] broadcast(b), dimensions={1}
-  ROOT s = f32[5,3] add(x, bb)
-}
-""", "fusion", """
-        CHECK: broadcast(%param_{{\\d}}), dimensions={1}
-        CHECK: ENTRY
-        CHECK: ROOT %_ = f32[5,3]{1,0} fusion(%{{x|b}}, %{{x|b}}), kind=kLoop
-    """)
 
 
 def test_expensive_producer_with_two_users_is_not_duplicated():
@@ -174,30 +124,6 @@ ENTRY e {
     assert fusion_count(module) == 1
 
 
-def test_reduce_absorbs_its_input_chain_as_input_fusion():
-    golden("""
-HloModule sumsq
-add_f32 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[8,16] parameter(0)
-  sq = f32[8,16] multiply(x, x)
-  zero = f32[] constant(0)
-  ROOT r = f32[8] reduce(sq, zero), dimensions={1}, to_apply=add_f32
-}
-""", "fusion", """
-        CHECK: %fused_computation
-        CHECK: multiply(
-        CHECK: constant(0)
-        CHECK: ROOT %_ = f32[8]{0} reduce(
-        CHECK: ENTRY
-        CHECK: ROOT %_ = f32[8]{0} fusion(%x), kind=kInput
-    """)
-
-
 DOT_EPILOGUE = """
 HloModule dense
 ENTRY e {
@@ -212,28 +138,6 @@ ENTRY e {
   ROOT r = f32[4,3] maximum(s, zb)
 }
 """
-
-
-def test_dot_with_bias_and_relu_becomes_output_fusion():
-    golden(DOT_EPILOGUE, "fusion", """
-        CHECK: %fused_computation
-        CHECK-DAG: dot(%param_{{\\d}}, %param_{{\\d}})
-        CHECK-DAG: add(
-        CHECK-DAG: ROOT %_ = f32[4,3]{1,0} maximum(
-        CHECK: ENTRY
-        CHECK-NOT: dot(
-        CHECK: fusion(%x, %w, %b), kind=kOutput
-    """)
-
-
-def test_output_fusion_can_be_disabled():
-    golden(DOT_EPILOGUE, "fusion{output=false}", """
-        CHECK: %fused_computation
-        CHECK-NOT: dot(
-        CHECK: ENTRY
-        CHECK: dot(%x, %w)
-        CHECK: kind=kLoop
-    """)
 
 
 def test_dot_with_a_second_user_stays_a_plain_dot():
@@ -267,24 +171,6 @@ ENTRY e {
   ROOT m = f32[8] divide(r, nb)
 }
 """
-
-
-def test_reduce_joins_its_elementwise_epilogue():
-    golden(REDUCE_EPILOGUE, "fusion", """
-        CHECK: %fused_computation
-        CHECK: reduce(
-        CHECK: ROOT %_ = f32[8]{0} divide(
-        CHECK: ENTRY
-        CHECK: ROOT %_ = f32[8]{0} fusion(%x), kind=kLoop
-    """)
-
-
-def test_reduce_epilogue_can_be_disabled():
-    golden(REDUCE_EPILOGUE, "fusion{reduce-epilogue=false}", """
-        CHECK: ENTRY
-        CHECK: reduce(%x
-        CHECK: fusion(
-    """)
 
 
 def test_reduce_below_a_broadcast_is_not_recomputed_per_element():
@@ -413,24 +299,6 @@ def test_fused_text_round_trips():
     again = print_module(parse_module(printed))
     assert again == printed
     assert re.search(r"fusion\(.*\), kind=kOutput, calls=%fused_computation", printed)
-
-
-def test_convolution_epilogue_is_an_output_fusion():
-    golden("""
-HloModule conv
-ENTRY e {
-  x = f32[2,9,3] parameter(0)
-  k = f32[3,3,4] parameter(1)
-  b = f32[4] parameter(2)
-  c = f32[2,7,4] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f
-  bb = f32[2,7,4] broadcast(b), dimensions={2}
-  ROOT s = f32[2,7,4] add(c, bb)
-}
-""", "fusion", """
-        CHECK: convolution(%param_{{\\d}}, %param_{{\\d}})
-        CHECK: ENTRY
-        CHECK: fusion(%x, %k, %b), kind=kOutput
-    """)
 
 
 def test_reduce_window_absorbs_cheap_producers_only():

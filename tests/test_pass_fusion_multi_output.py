@@ -7,7 +7,8 @@ import pytest
 from hloc.ir import Opcode
 from hloc.passes.fusion_cost import fusion_count, kernel_count
 
-from .test_pass_fusion import fused_ops, golden
+from .support.golden import golden
+from .support.hlo import fused_ops
 
 pytestmark = pytest.mark.pure
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hloc.ir import DotDimensionNumbers, Opcode
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_golden import random_value
-from .test_pass_util import Builder, module_of, reducer, results_equal, run_passes
+from .support.golden import random_value, results_equal
+from .support.hlo import Builder, module_of, reducer, run_passes
 
 pytestmark = pytest.mark.pure
 Op = Opcode

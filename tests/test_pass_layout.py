@@ -9,8 +9,8 @@ from hloc.ir import Layout, Opcode
 from hloc.ir.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_fusion import golden
-from .test_pass_util import results_equal, run_passes
+from .support.golden import golden, results_equal
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 

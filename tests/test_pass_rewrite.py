@@ -22,7 +22,8 @@ from hloc.passes.rewrite import (
 from hloc.passes.while_loop_simplifier import induction_variable, trip_count
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_util import Builder, module_of, results_equal, run_passes
+from .support.golden import results_equal
+from .support.hlo import Builder, module_of, run_passes
 
 pytestmark = pytest.mark.pure
 Op = Opcode

@@ -14,7 +14,8 @@ from hloc.runtime.interpreter import evaluate
 from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 from tests.test_interp_samples import mismatch
 
-from .test_pass_util import _ML_FLOATS, bits_equal, run_passes
+from .support.golden import ML_FLOATS, bits_equal
+from .support.hlo import run_passes
 
 pytestmark = pytest.mark.pure
 
@@ -29,7 +30,7 @@ def same_up_to_zero_sign(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-equal except that -0.0 may stand for +0.0 (the reduce rule's XLA-faithful case)."""
     if bits_equal(a, b):
         return True
-    if a.dtype.kind not in "fc" and a.dtype.name not in _ML_FLOATS:
+    if a.dtype.kind not in "fc" and a.dtype.name not in ML_FLOATS:
         return False
     za = np.asarray(a).astype(np.complex128 if a.dtype.kind == "c" else np.float64)
     zb = np.asarray(b).astype(za.dtype)

@@ -12,8 +12,9 @@ import pytest
 from hloc.ir import Opcode, Shape
 from hloc.runtime.interpreter import evaluate
 
+from .support.golden import results_equal
+from .support.hlo import Builder, module_of, run_passes
 from .test_pass_simplifier_hypothesis import BINARY, DIRECTIONS, SPECIAL, TYPES, UNARY
-from .test_pass_util import Builder, module_of, results_equal, run_passes
 
 pytestmark = pytest.mark.pure
 Op = Opcode

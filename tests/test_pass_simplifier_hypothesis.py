@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from hloc.ir import Opcode, Shape
 from hloc.runtime.interpreter import evaluate
 
-from .test_pass_util import Builder, module_of, results_equal, run_passes
+from .support.golden import results_equal
+from .support.hlo import Builder, module_of, run_passes
 
 pytestmark = pytest.mark.pure
 N = 6  # elements per array

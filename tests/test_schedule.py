@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 from hloc.analysis import AliasAnalysis, Dataflow
-from hloc.buffers import plan
 from hloc.ir.parser import parse_module
 from hloc.passes.copy_insertion import CopyInsertion
+from hloc.plan import plan
 from hloc.schedule import ALGORITHMS, schedule_module
 from hloc.schedule.memory_model import MemoryModel
 from hloc.schedule.sequential import candidate_orders
 from tests.conftest import SAMPLES, sample_names
-from tests.test_buffers_helpers import prepare
+
+from .support.buffers import prepare
 
 pytestmark = pytest.mark.pure
 

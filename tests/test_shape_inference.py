@@ -18,10 +18,7 @@ from hloc.ir import (
 )
 from hloc.ir.shape_inference import infer_shape
 
-try:  # tests/ may or may not be a package
-    from test_shape_inference_helpers import Builder, numpy_pad, scalar_computation
-except ModuleNotFoundError:
-    from tests.test_shape_inference_helpers import Builder, numpy_pad, scalar_computation
+from .support.shapes import Builder, numpy_pad, scalar_computation
 
 O = Opcode  # noqa: E741  (short alias, as in hloc.ir.opcodes)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

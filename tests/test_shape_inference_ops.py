@@ -11,10 +11,7 @@ from hloc.errors import VerifyError
 from hloc.ir import Opcode, Shape, TriangularSolveOptions, dtypes
 from hloc.ir.shape_inference import infer_shape, registered_opcodes
 
-try:  # tests/ may or may not be a package
-    from test_shape_inference_helpers import Builder, comparator, scalar_computation, sh
-except ModuleNotFoundError:
-    from tests.test_shape_inference_helpers import Builder, comparator, scalar_computation, sh
+from .support.shapes import Builder, comparator, scalar_computation, sh
 
 O = Opcode  # noqa: E741  (short alias, as in hloc.ir.opcodes)
 

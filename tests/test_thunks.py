@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from hloc.buffers import plan
 from hloc.errors import InputError
 from hloc.ir.parser import parse_module
+from hloc.plan import plan
 from hloc.thunks import (
     Conditional,
     Copy,
@@ -24,7 +24,8 @@ from hloc.thunks import (
     program_to_text,
 )
 from hloc.thunks.trip_count import known_trip_count
-from tests.test_buffers_helpers import check_plan, interpret, run_audited, same_bits
+
+from .support.buffers import check_plan, interpret, run_audited, same_bits
 
 pytestmark = pytest.mark.pure
 

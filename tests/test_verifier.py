@@ -12,24 +12,7 @@ from hloc.errors import VerifyError
 from hloc.ir import AliasEntry, Instruction, Layout, Literal, Module, ModuleConfig, Opcode
 from hloc.ir.verifier import verify
 
-try:  # tests/ may or may not be a package
-    from test_shape_inference_helpers import (
-        Builder,
-        comparator,
-        module_of,
-        scalar_computation,
-        sh,
-        single_op_module,
-    )
-except ModuleNotFoundError:
-    from tests.test_shape_inference_helpers import (
-        Builder,
-        comparator,
-        module_of,
-        scalar_computation,
-        sh,
-        single_op_module,
-    )
+from .support.shapes import Builder, comparator, module_of, scalar_computation, sh, single_op_module
 
 O = Opcode  # noqa: E741  (short alias, as in hloc.ir.opcodes)
 

@@ -8,7 +8,6 @@ import re
 
 import click
 
-from ..debug.thunk_list import thunk_list
 from ..errors import InputError
 from .common import guarded
 
@@ -38,6 +37,8 @@ def inspect_summary(bundle) -> dict:
     extra["signature"] = signature.signer if signature is not None else None
     if m.get("devices"):
         extra["devices"] = m["devices"]
+    from ..debug.thunk_list import thunk_list  # loads the module and program: only for --json
+
     extra["thunk_list"] = thunk_list(bundle)
     return {**extra,
         "format_version": m["format_version"],

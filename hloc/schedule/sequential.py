@@ -187,6 +187,6 @@ def store_schedule(module: Module, schedule: Schedule) -> dict[str, list[str]]:
 def schedule_module(module: Module, algorithm: str = "auto", alias: AliasAnalysis | None = None
                     ) -> dict[str, list[str]]:
     """Schedule every sequential computation by the memory model; stores and returns
-    module.schedule. (hloc.buffers.plan picks among candidate_schedules by assigning each.)"""
+    module.schedule. (hloc.plan.plan picks among candidate_schedules by assigning each.)"""
     candidates = candidate_schedules(module, algorithm, alias)
     return store_schedule(module, next(iter(candidates.values())))

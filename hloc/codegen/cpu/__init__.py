@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from .emit import EmittedKernels, KernelModuleInfo, build_llvm_module, emit_kernels
 from .spec import KernelInfo, KernelSpec, kernel_symbol
 
-__all__ = ["EmittedKernels", "KernelInfo", "KernelModuleInfo", "KernelSpec", "build_llvm_module",
-           "emit_kernels", "kernel_symbol"]
+__all__ = ["KernelInfo", "KernelSpec", "kernel_symbol"]

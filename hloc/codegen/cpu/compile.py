@@ -243,42 +243,6 @@ def _kernel_entries(groups, infos) -> tuple[dict, dict]:
     return dict(sorted(kernels.items())), dict(sorted(composites.items()))
 
 
-# ---- convenience for tests and tools ----------------------------------------------------------
-
-def build_cpu_bundle_contents(module: Module, options=None, *, assembly: bool = True
-                              ) -> tuple[dict, dict[str, bytes]]:
-    """Plan and compile an already-optimized `module` (HLO passes run) into a CPU bundle's
-    (manifest, members). `options` is a CompileOptions (cpu, cpu_features, opt_level)."""
-    import hashlib
-
-    from ... import __version__
-    from ...buffers import plan as plan_module
-    from ...bundle.manifest import entry_section
-    from ...frontend import module_to_proto
-    from ...ir.printer import print_module
-    from ..target import cpu_target
-
-    opt_level = getattr(options, "opt_level", 2)
-    target = cpu_target(getattr(options, "cpu", None), getattr(options, "cpu_features", None))
-    planned = plan_module(module, target="cpu")
-    artifacts = compile_cpu(module, planned, target, opt_level, assembly=assembly)
-    proto = module_to_proto(module).SerializeToString(deterministic=True)
-    members = {"module.pb": proto, "module.hlo": print_module(module).encode(),
-               **planned.members(), **artifacts.members}
-    flags = options.manifest_flags() if options is not None else ["--target=cpu", f"-O{opt_level}"]
-    manifest = {
-        "format_version": "1.0", "hloc_version": __version__,
-        "target": artifacts.target_manifest, "entry": entry_section(module),
-        "compiler": {"version": __version__, "flags": flags, "passes": [],
-                     "opt_level": opt_level},
-        "input": {"sha256": hashlib.sha256(proto).hexdigest(), "form": "HloModuleProto",
-                  "module_name": module.name},
-        "memory": planned.memory.as_dict(),
-        "notes": [f"host fallback: {name}: {why}" for name, why in sorted(artifacts.fallbacks.items())],
-    }
-    return manifest, members
-
-
 # ---- what an object file imports --------------------------------------------------------------
 
 def object_imports(obj: bytes) -> list[str]:

@@ -1,6 +1,6 @@
 """Helpers for the shape-inference and verifier tests: build HLO with hloc.ir directly.
 
-Kept importable (no tests here) so every test file builds modules the same way.
+Every test file builds modules the same way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared checks for the buffer-assignment tests (no tests here).
+"""Shared checks for the buffer-assignment tests.
 
 `check_plan(plan)` verifies the properties issue 5 asks for on an assignment:
 - every slice lies within its allocation;
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hloc.buffers import Plan, plan
 from hloc.frontend import load
 from hloc.ir.verifier import verify
 from hloc.passes import PassRunner, parse_spec
+from hloc.plan import Plan, plan
 from hloc.runtime.arena import run_program
 from hloc.runtime.interpreter import evaluate
 

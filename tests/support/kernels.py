@@ -1,0 +1,190 @@
+"""CPU kernels in tests, without a bundle: the entry computation of small modules emitted
+as kernels of the emitter's ABI (hloc/codegen/cpu/spec.py) into one object, JIT-loaded and
+called on numpy arrays. Compiling many cases into one object pays LLVM's fixed cost once.
+
+Arrays are logical (numpy row-major); they are laid out in each shape's layout before the
+call and read back after it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from llvmlite import ir
+
+from hloc.codegen import llvm
+from hloc.codegen.cpu.kernel import emit_kernel
+from hloc.codegen.cpu.spec import KernelInfo, KernelSpec
+from hloc.codegen.elemental.memory import major_to_minor
+from hloc.codegen.target import host_target
+from hloc.errors import InputError
+from hloc.ir import Computation, Module, Shape
+from hloc.ir.parser import parse_module
+from hloc.runtime.interpreter import evaluate_computation
+
+from .values import assert_matches, random_inputs
+
+# ---- emitting ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelModuleInfo:
+    """Metadata of an emitted kernel object: per-kernel facts plus the later compile stages."""
+
+    kernels: dict[str, KernelInfo]
+    target: dict
+    opt_level: int
+    optimized_ir: str = field(repr=False, default="")
+    assembly: str | None = field(repr=False, default=None)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "opt_level": self.opt_level,
+                "kernels": [k.to_json() for k in self.kernels.values()]}
+
+
+class EmittedKernels(NamedTuple):
+    llvm_ir: str
+    object_code: bytes
+    metadata: KernelModuleInfo
+
+
+def build_llvm_module(specs: list[KernelSpec], target, name: str = "hloc_kernels"):
+    """The unoptimized LLVM module (llvmlite.ir) for `specs` and each kernel's info."""
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"duplicate kernel names in {sorted(names)}")
+    module = ir.Module(name=name)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    infos = {s.name: emit_kernel(module, s, target) for s in specs}
+    return module, infos
+
+
+def emit_kernels(specs, target, opt_level: int = 2, *, assembly: bool = False) -> EmittedKernels:
+    """Emit, optimize and compile `specs` into one relocatable object for `target`."""
+    module, infos = build_llvm_module(list(specs), target)
+    text = str(module)
+    compiled = llvm.compile_ir(text, target, opt_level, assembly=assembly)
+    meta = KernelModuleInfo(infos, target.describe(), opt_level, compiled.optimized_ir,
+                            compiled.assembly)
+    return EmittedKernels(text, compiled.object_code, meta)
+
+
+# ---- loading and calling -----------------------------------------------------------------------
+
+KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+def to_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
+    """A contiguous array holding `array`'s elements in `shape`'s memory order."""
+    arr = np.asarray(array).astype(shape.np_dtype, copy=False).reshape(shape.dims)
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
+    return np.array(np.transpose(arr, major_to_minor(shape)), order="C")
+
+
+def from_physical(physical: np.ndarray, shape: Shape) -> np.ndarray:
+    order = major_to_minor(shape)
+    return np.array(np.transpose(physical, np.argsort(order).astype(int)), order="C")
+
+
+class LoadedKernels:
+    """An emitted kernel object loaded into this process."""
+
+    def __init__(self, emitted: EmittedKernels, target=None):
+        self.emitted = emitted
+        self.library = llvm.JitLibrary(emitted.object_code, target)
+        self._fns: dict[str, object] = {}
+
+    def function(self, name: str):
+        fn = self._fns.get(name)
+        if fn is None:
+            fn = KERNEL_TYPE(self.library.address(name))
+            self._fns[name] = fn
+        return fn
+
+    def call(self, name: str, buffers: list[np.ndarray], begin: int = 0,
+             end: int | None = None) -> None:
+        """Call kernel `name` on contiguous physical buffers (operands then outputs)."""
+        info = self.emitted.metadata.kernels[name]
+        end = info.parallel_extent if end is None else end
+        ptrs = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])
+        self.function(name)(ctypes.cast(ptrs, ctypes.c_void_p), begin, end)
+
+    def run(self, spec: KernelSpec, inputs: list[np.ndarray], *, chunks: int = 1,
+            initial_outputs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Run `spec` on logical arrays, returning logical outputs.
+
+        `chunks` > 1 splits the unit range into that many calls (as threads would);
+        aliased outputs start as copies of their operands (in-place kernels update them).
+        """
+        ops = [to_physical(a, s) for a, s in zip(inputs, spec.operand_shapes, strict=True)]
+        outs = [np.zeros([s.dims[d] for d in major_to_minor(s)], s.np_dtype)
+                for s in spec.output_shapes]
+        if initial_outputs is not None:
+            outs = [to_physical(a, s) for a, s in zip(initial_outputs, spec.output_shapes,
+                                                       strict=True)]
+        for out_index, operand_index in spec.aliases:
+            outs[out_index] = ops[operand_index]  # the same memory
+        extent = self.emitted.metadata.kernels[spec.name].parallel_extent
+        bounds = np.linspace(0, extent, chunks + 1).astype(np.int64)
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            self.call(spec.name, ops + outs, int(lo), int(hi))
+        return [from_physical(o, s) for o, s in zip(outs, spec.output_shapes, strict=True)]
+
+
+def run_specs(specs: list[KernelSpec], inputs: list[list[np.ndarray]], target=None,
+              opt_level: int = 2, chunks: int = 1) -> list[list[np.ndarray]]:
+    """Emit, load and run several kernels once each (convenience for tests)."""
+    target = target or host_target()
+    loaded = LoadedKernels(emit_kernels(specs, target, opt_level), target)
+    return [loaded.run(s, i, chunks=chunks) for s, i in zip(specs, inputs, strict=True)]
+
+
+# ---- one module's entry as a kernel -----------------------------------------------------------
+
+def entry_spec(module: Module, name: str = "kernel") -> KernelSpec:
+    """The whole entry computation as one kernel (it is treated like a fused computation)."""
+    return computation_spec(module.entry, name)
+
+
+def computation_spec(comp: Computation, name: str) -> KernelSpec:
+    params = comp.parameters
+    return KernelSpec(name, comp, (comp.name,), tuple(p.shape for p in params),
+                      tuple(s for _, s in comp.root.shape.leaves()))
+
+
+class Compiled:
+    """Kernels for some computations of one module, emitted into one object and loaded."""
+
+    def __init__(self, specs: list[KernelSpec], opt_level: int = 2, target=None):
+        self.specs = {s.name: s for s in specs}
+        self.target = target or host_target()
+        self.emitted = emit_kernels(specs, self.target, opt_level)
+        self.loaded = LoadedKernels(self.emitted, self.target)
+
+    def run(self, name: str, inputs, chunks: int = 1) -> list[np.ndarray]:
+        return self.loaded.run(self.specs[name], list(inputs), chunks=chunks)
+
+
+def reference(comp: Computation, inputs) -> list[np.ndarray]:
+    value = evaluate_computation(comp, [np.asarray(a) for a in inputs])
+    if isinstance(value, tuple):
+        from hloc.codegen.elemental.compose import flatten
+
+        return [np.asarray(v) for v in flatten(value)]
+    return [np.asarray(value)]
+
+
+def check_hlo(text: str, inputs=None, *, rtol: float = 0.0, atol: float = 0.0, seed: int = 0,
+              chunks: int = 1, opt_level: int = 2) -> list[np.ndarray]:
+    """Compile the entry of `text` as one kernel, run it, compare with the interpreter."""
+    module = parse_module(text)
+    spec = entry_spec(module)
+    inputs = random_inputs(module.entry, seed) if inputs is None else inputs
+    got = Compiled([spec], opt_level).run(spec.name, inputs, chunks=chunks)
+    want = reference(module.entry, inputs)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_matches(g, w, rtol=rtol, atol=atol, what=f"output {i}")
+    return got
