@@ -5,7 +5,8 @@ Grammar:
     item    := NAME options? | 'fixpoint' '(' spec ')' options?
     options := '{' NAME '=' VALUE (',' NAME '=' VALUE)* '}'
 Option names use dashes for the dataclass field's underscores; values are converted to the
-field's type (int, float, bool, str).
+field's type (int, float, bool, str), then checked by the pass's `validate` (a value below an
+option's minimum is an error, never silently clamped).
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ class _Parser:
             extra = set(opts) - {"max-iterations"}
             if extra:
                 raise self.error(f"fixpoint has no option '{sorted(extra)[0]}'")
-            return Fixpoint(tuple(inner), int(opts.get("max-iterations", 16)))
+            n = opts.get("max-iterations", "16")
+            if not n.isdigit() or int(n) < 1:
+                raise self.error(f"fixpoint max-iterations must be a positive integer, got {n!r}")
+            return Fixpoint(tuple(inner), int(n))
         cls = lookup_pass(name)
         if cls is None:
             raise self.error(f"unknown pass '{name}' (see `hloc passes`)")
@@ -112,7 +116,12 @@ def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
             known = ", ".join(sorted(fields)) or "none"
             raise error(f"pass '{cls.name}' has no option '{key}' (options: {known})")
         kwargs[f.name] = convert_option(cls.name, key, value, f, error)
-    return cls(**kwargs)
+    instance = cls(**kwargs)
+    try:
+        instance.validate()
+    except ValueError as e:
+        raise error(str(e)) from None
+    return instance
 
 
 def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
