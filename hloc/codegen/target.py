@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from llvmlite import ir
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .cuda.target import CudaTarget
 
 # Feature sets of the x86-64 micro-architecture levels (psABI). LLVM knows these names as CPUs,
 # but llvmlite cannot list the features a CPU name implies, and bundles must record them.
@@ -62,6 +66,10 @@ class CpuTarget:
         """A JSON-ready summary (for bundle manifests and dumps)."""
         return {"triple": self.triple, "cpu": self.cpu, "features": list(self.required_features),
                 "data_layout": self.data_layout, "vector_bits": self.vector_bits}
+
+
+# The machine a function is emitted for (EmitContext.target).
+Target: TypeAlias = "CpuTarget | CudaTarget"
 
 
 def normalize_features(text: str) -> str:

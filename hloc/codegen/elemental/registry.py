@@ -13,16 +13,12 @@ Real-typed instructions never look at the complex table, so their code is unchan
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, dtypes
+from .context import EmitContext, Generator
 
-Index = list[ir.Value]
-Generator = Callable[[Index], Any]
-Lowering = Callable[[Any, Instruction, list[Generator]], Generator]
+Lowering = Callable[[EmitContext, Instruction, list[Generator]], Generator]
 
 _LOWERINGS: dict[tuple[Opcode, str | None], Lowering] = {}
 _COMPLEX_LOWERINGS: dict[tuple[Opcode, str | None], Lowering] = {}
