@@ -46,7 +46,7 @@ from ..llvm_split import optimize_parallel
 from .dedup import kernel_key
 from .driver import emit_drivers, plan_drivers
 from .kernel import emit_kernel
-from .spec import KernelInfo
+from .kernel_spec import KernelInfo
 from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
 
 log = logging.getLogger("hloc.codegen.cpu")

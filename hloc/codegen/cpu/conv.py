@@ -38,7 +38,7 @@ from ..elemental.scalar import const
 from ..elemental.types import elem_type
 from ..elemental.windows import window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 from .thunk_kernels import native_kind
 
 # Output features accumulated per unit (the innermost, vectorized loop's trip count).

@@ -36,7 +36,7 @@ from ..elemental.registry import emits, generic_lowering
 from ..elemental.types import I32, ElemType, elem_type
 from .driver import DRIVER_MAX_WORK
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 # Dots of fewer multiply-adds (batch * m * n * k) are native loops. Measured against the
 # runtime's BLAS / AVX-512 GEMM path (2 cores, f32 and f64, plain, transposed and batched):

@@ -10,7 +10,7 @@ from llvmlite import ir
 from ...errors import InputError
 from .. import llvm
 from .kernel import emit_kernel
-from .spec import KernelInfo, KernelSpec
+from .kernel_spec import KernelInfo, KernelSpec
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from ..elemental.indexing import delinearize
 from ..elemental.memory import store_element
 from ..elemental.types import F64
 from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel_spec import KernelSpec
 from .sort import STACK_BYTES
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 # Native while a batch element's passes sum at most MAX_UNIT_TERMS terms and the whole

@@ -14,7 +14,7 @@ from ...ir import Shape
 from .. import llvm
 from ..elemental.memory import major_to_minor
 from .emit import EmittedKernels, emit_kernels
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 

@@ -22,7 +22,7 @@ from ..elemental.types import I64, PTR
 from ..roots import RootItem
 from ..roots import root_items as computation_root_items
 from ..target import enter_flush_to_zero, leave_flush_to_zero
-from .spec import KernelInfo, KernelSpec
+from .kernel_spec import KernelInfo, KernelSpec
 
 
 @dataclass

@@ -19,7 +19,7 @@ from ..elemental.compose import flatten
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from .kernel import KernelBuild, RootItem, Segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 BLOCK = 8192
 

@@ -21,7 +21,7 @@ from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import Reducer
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 BLOCK = 512
 

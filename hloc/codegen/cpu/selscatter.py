@@ -29,7 +29,7 @@ from ..elemental.indexing import delinearize
 from ..elemental.memory import load_element, store_element
 from ..elemental.windows import WindowSelector
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 
 def free_dimensions(instr: Instruction) -> list[int]:

@@ -25,8 +25,8 @@ from ..elemental.indexing import delinearize
 from ..elemental.memory import element_pointer, linear_offset, major_to_minor, to_storage
 from ..elemental.types import PTR, ElemType, elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel_spec import KernelSpec
 from .rowsort import RowOrder, computation_key, position, read_columns, row_sort_function
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 STACK_BYTES = 64 * 1024

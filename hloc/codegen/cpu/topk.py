@@ -24,9 +24,9 @@ from ..elemental.context import EmitContext
 from ..elemental.memory import element_pointer, from_storage, store_element
 from ..elemental.types import I1, I64, ElemType, elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel_spec import KernelSpec
 from .rowsort import RowOrder, computation_key, copy_bytes, while_loop
 from .sort import STACK_BYTES, Rows, StagedRows, check_row, raw_reader, raw_store, storage_bytes
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 SELECT_MAX = 64  # selection for k up to this, or up to n / SELECT_RATIO

@@ -1,9 +1,10 @@
 """Shape inference: the result shape every HLO opcode must have, per XLA's operation semantics.
 
 `infer_shape(instr)` dispatches on the opcode through a registry filled by one module per op
-family (elementwise, shape_ops, reductions, contractions, gather_scatter, control, misc,
-collectives). Results carry no layout; compare them with `common.same` (layout- and
-dynamism-insensitive, like XLA's ShapeUtil::Compatible).
+family (elementwise, shape_ops, reductions, contractions, gather_scatter, control, leaves:
+parameter, constant, iota, rng and element-type changes, collectives). Results carry no
+layout; compare them with `common.same` (layout- and dynamism-insensitive, like XLA's
+ShapeUtil::Compatible).
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
@@ -12,7 +13,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     control,
     elementwise,
     gather_scatter,
-    misc,
+    leaves,
     reductions,
     shape_ops,
 )
