@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 
 import click
@@ -152,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

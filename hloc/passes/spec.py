@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
 from .base import Pass, lookup_pass
@@ -106,9 +108,9 @@ class _Parser:
         return make_pass(cls, self.parse_options(), self.error)
 
 
-def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
+def make_pass(cls: type[Pass], raw: Mapping[str, Any], error) -> Pass:
     """Instantiate a pass from option strings (or JSON values), converting to the field types."""
-    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    fields = {f.name.replace("_", "-"): f for f in cls.options()}
     kwargs = {}
     for key, value in raw.items():
         f = fields.get(key) or fields.get(key.replace("_", "-"))
@@ -124,7 +126,7 @@ def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
     return instance
 
 
-def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
+def convert_option(pass_name: str, key: str, value: Any, f: dataclasses.Field, error) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     try:
         if kind == "bool":

@@ -23,7 +23,7 @@ def computation_key(comp: Computation, memo: dict[int, tuple] | None = None) -> 
     if cached is not None:
         return cached
     position: dict[int, int] = {}
-    items = []
+    items: list[tuple] = []
     for instr in comp.post_order():
         position[id(instr)] = len(items)
         items.append((instr.opcode, instr.shape, instr.attrs,

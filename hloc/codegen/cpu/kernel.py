@@ -109,7 +109,7 @@ def _aliased_buffers(spec: KernelSpec) -> set[int]:
     `_shared_outputs` cannot fold into one pointer."""
     n = len(spec.operand_shapes)
     shared = _shared_outputs(spec)
-    out = set()
+    out: set[int] = set()
     for out_index, operand_index in spec.aliases:
         if shared.get(out_index) != operand_index:
             out.update((operand_index, n + out_index))

@@ -48,10 +48,11 @@ def combine_simple(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
     if et.is_complex:
         return _combine_complex(ctx, op, et, a, x)
     if et.is_float:
-        table = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
-                 Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
-                 Opcode.MAXIMUM: lambda: fmax(ctx, a, x), Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
-        return table[op]()
+        float_ops = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
+                     Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
+                     Opcode.MAXIMUM: lambda: fmax(ctx, a, x),
+                     Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
+        return float_ops[op]()
     if et.kind == "pred":
         table = {Opcode.ADD: b.or_, Opcode.MULTIPLY: b.and_, Opcode.MAXIMUM: b.or_,
                  Opcode.MINIMUM: b.and_, Opcode.AND: b.and_, Opcode.OR: b.or_, Opcode.XOR: b.xor}
