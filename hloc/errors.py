@@ -24,6 +24,10 @@ class InputError(HlocError):
 class ParseError(InputError):
     """HLO text that does not parse; the message carries line:column."""
 
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+
 
 class VerifyError(InputError):
     """A module that breaks an HLO rule; names the computation, instruction and rule."""

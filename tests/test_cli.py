@@ -171,6 +171,7 @@ def test_compile_garbage(tmp_path):
 @pytest.mark.parametrize("args,fragment", [
     (["--passes", "nosuch"], "unknown pass 'nosuch'"),
     (["--passes", "dce{x=1}"], "no option 'x'"),
+    (["--passes", "fusion{max-ops=0}"], "option 'max-ops' of pass 'fusion' must be from 1 to"),
     (["--disable-pass", "zzz"], "unknown pass 'zzz'"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["-O1", "-O3"], "at most one"),

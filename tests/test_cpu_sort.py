@@ -236,6 +236,18 @@ def test_topk_total_order_edges(tmp_path):
         run_native(topk_text("f32", (5, 40), k, True), [x], tmp_path, "topk")
 
 
+@pytest.mark.parametrize("t", ["f8e4m3fnuz", "f8e5m2fnuz", "f8e5m2", "f4e2m1fn"])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_narrow_floats_every_bit_pattern(t, largest, tmp_path):
+    # XLA CPU widens <= 8-bit floats to f32 before keying: the fnuz NaN (0x80) ranks as -NaN,
+    # f8e5m2 NaN payloads tie, and f4's -0 ranks below +0.
+    dt = dtypes.to_numpy(dtypes.from_name(t))
+    count = 1 << dtypes.info(dtypes.from_name(t)).bits
+    x = np.random.default_rng(14).permutation(np.tile(np.arange(count, dtype=np.uint8), 2))
+    x = x.reshape(2, count).view(dt)
+    run_native(topk_text(t, (2, count), count, largest), [x], tmp_path, "topk")
+
+
 def test_topk_custom_call_with_comparator(tmp_path):
     # XLA CPU's TopK custom-call: the comparator orders (value, index) records.
     body = [f"  ROOT %r = pred[] compare(%a0, %b0), {GT}"]

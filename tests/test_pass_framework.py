@@ -44,10 +44,26 @@ def test_spec_roundtrip_and_aliases():
     ("dce,", "expected more input"),
     ("fixpoint(dce", "expected ')'"),
     ("dce dce", "unexpected 'dce'"),
+    ("fusion{max-ops=0}", "option 'max-ops' of pass 'fusion' must be from 1 to 2147483647, got 0"),
+    ("fusion{max-ops=-1}", "must be from 1 to 2147483647, got -1"),
+    ("fusion{duplicate=-2}", "option 'duplicate' of pass 'fusion' must be from 0 to"),
+    ("multi-output-fusion{max-sweeps=0}", "'max-sweeps' of pass 'multi-output-fusion' must be from 1 to"),
+    ("fixpoint(dce){max-iterations=0}", "max-iterations must be a positive integer up to 65536, got '0'"),
+    ("fixpoint(dce){max-iterations=x}", "max-iterations must be a positive integer up to 65536, got 'x'"),
 ])
 def test_spec_errors(spec, fragment):
     with pytest.raises(InputError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         parse_spec(spec)
+
+
+def test_pass_is_abstract_and_options_keep_one_default():
+    from hloc.passes.base import Pass
+    from hloc.passes.fusion import FusionPass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Pass()  # type: ignore[abstract]
+    assert parse_spec("fusion{max-ops=1,duplicate=0}")[0].spec() == "fusion{max-ops=1,duplicate=0}"
+    assert FusionPass().max_ops == 256 and spec_string(parse_spec("fusion")) == "fusion"
 
 
 def test_dce_and_inliner_preserve_semantics():
@@ -94,6 +110,8 @@ def test_json_pipeline(tmp_path: Path):
     ({"version": 1, "passes": [{"pass": "dce", "options": {"x": 1}}]}, "no option 'x'"),
     ({"version": 1, "passes": [{"fixpoint": ["dce"], "max-iterations": 0}]}, "positive integer"),
     ({"version": 1, "passes": [], "extra": 1}, "unknown key 'extra'"),
+    ({"version": 1, "passes": [{"pass": "fusion", "options": {"max-ops": 0}}]},
+     r"passes\[0\]: option 'max-ops' of pass 'fusion' must be from 1 to 2147483647, got 0"),
 ])
 def test_json_pipeline_errors(data, fragment):
     with pytest.raises(InputError, match=fragment):

@@ -142,10 +142,10 @@ def test_one_device_bundles_have_no_devices_section(tmp_path):
 
 def test_arena_executor_runs_collective_thunks_on_their_assigned_bytes():
     """Every value read from and written to its assigned bytes, one arena per device."""
-    from hloc.plan import plan as make_plan
     from hloc.collectives import DeviceGrid
     from hloc.compiler import run_passes
     from hloc.frontend import load as load_model
+    from hloc.plan import plan as make_plan
     from hloc.runtime.arena import run_program
     from hloc.runtime.spmd import run_device_threads
     from hloc.runtime.spmd_bundles import assemble_results, shard_arguments

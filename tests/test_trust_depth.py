@@ -93,7 +93,7 @@ def test_shapes_beyond_int64_are_refused(shape):
 
 
 @pytest.mark.parametrize("spec,fragment", [
-    ("fusion{max-ops=-1}", "must be from 0 to"),
+    ("fusion{max-ops=-1}", "must be from 1 to"),
     ("constant-folding{max-elements=99999999999999}", "must be from 0 to"),
     ("fixpoint(dce){max-iterations=abc}", "positive integer"),
     ("fixpoint(dce){max-iterations=0}", "positive integer"),
@@ -114,7 +114,7 @@ def test_deep_pipeline_files():
     inner.append("dce")
     with pytest.raises(InputError, match="nest more than"):
         parse_pipeline_json({"version": 1, "passes": doc}, "p.json")
-    with pytest.raises(InputError, match="must be from 0 to"):
+    with pytest.raises(InputError, match="must be from [01] to"):
         parse_pipeline_json({"version": 1, "passes": [{"pass": "fusion", "options": {"max-ops": -5}}]}, "p.json")
 
 

@@ -112,7 +112,7 @@ class AliasAnalysis:
         for value in self.dataflow.values:
             groups.setdefault(self._uf.find(value.id), []).append(value)
         self.buffers: list[HloBuffer] = []
-        self._buffer_of: list[HloBuffer] = [None] * len(self.dataflow.values)  # type: ignore
+        self._buffer_of: list[HloBuffer] = [None] * len(self.dataflow.values)
         for values in groups.values():
             buf = HloBuffer(len(self.buffers), values)
             self.buffers.append(buf)

@@ -12,8 +12,9 @@ import re
 # What the hloc runtime defines for generated code (hloc/runtime/limits.py).
 RUNTIME_SYMBOLS = frozenset({"hloc_stop_flag"})
 
-# C memory primitives that LLVM lowers llvm.memcpy/memset/memmove to.
-_MEMORY = frozenset({"memcpy", "memset", "memmove", "__bzero", "bzero"})
+# C memory primitives that LLVM lowers llvm.memcpy/memset/memmove to, and the heap calls of the
+# scratch buffers long sort rows use (codegen/cpu/sort.py: one malloc per kernel call, then free).
+_MEMORY = frozenset({"memcpy", "memset", "memmove", "__bzero", "bzero", "malloc", "free"})
 
 # libm, C99/C23 names; each also with an `f` (float) and `l` (long double) suffix.
 _LIBM_BASE = """

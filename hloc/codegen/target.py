@@ -3,14 +3,22 @@
 A `CpuTarget` is a frozen value: everything the kernel emitters and the object-code step need
 to know about the machine the code will run on. `host_target()` describes this machine;
 `cpu_target(cpu, features)` parses the `--cpu` / `--cpu-features` flags for cross-compiling.
+`enter_flush_to_zero` / `leave_flush_to_zero` emit the x86 denormal mode every native entry
+point (CPU kernels, the emulated CUDA launcher) runs under.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+from llvmlite import ir
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .cuda.target import CudaTarget
 
 # Feature sets of the x86-64 micro-architecture levels (psABI). LLVM knows these names as CPUs,
 # but llvmlite cannot list the features a CPU name implies, and bundles must record them.
@@ -94,6 +102,10 @@ class CpuTarget:
                 "data_layout": self.data_layout, "vector_bits": self.vector_bits}
 
 
+# The machine a function is emitted for (EmitContext.target).
+Target: TypeAlias = "CpuTarget | CudaTarget"
+
+
 def normalize_features(text: str, *, x86: bool = False) -> str:
     """'+a,-b,+a' → '+a,-b': validate each entry and sort them (the last setting wins).
 
@@ -173,3 +185,29 @@ def _implied_features(cpu: str, host: CpuTarget) -> str:
     if cpu == host.cpu:
         return host.features
     return ""
+
+
+# ---- x86 floating-point control -----------------------------------------------------------------
+
+# MXCSR bits FTZ (bit 15: denormal results flush to zero) and DAZ (bit 6: denormal inputs read as
+# zero). XLA CPU runs its kernels this way, so every native entry point sets both.
+MXCSR_FTZ_DAZ = 0x8040
+
+
+def enter_flush_to_zero(ctx) -> ir.Value:
+    """Emit: save the x86 MXCSR, then set FTZ|DAZ. Returns the slot holding the saved word.
+
+    `ctx` is an EmitContext whose builder sits in the function's entry block.
+    """
+    b, i32 = ctx.builder, ir.IntType(32)
+    saved = b.alloca(i32)
+    mode = b.alloca(i32)
+    ctx.call("llvm.x86.sse.stmxcsr", [saved], ret=ir.VoidType())
+    b.store(b.or_(b.load(saved, typ=i32), ir.Constant(i32, MXCSR_FTZ_DAZ)), mode)
+    ctx.call("llvm.x86.sse.ldmxcsr", [mode], ret=ir.VoidType())
+    return saved
+
+
+def leave_flush_to_zero(ctx, saved: ir.Value) -> None:
+    """Emit: restore the MXCSR word `enter_flush_to_zero` saved."""
+    ctx.call("llvm.x86.sse.ldmxcsr", [saved], ret=ir.VoidType())

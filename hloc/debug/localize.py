@@ -3,7 +3,7 @@
 Before each checkable thunk runs (see thunk_io.py) its inputs are copied out of the arena;
 after it ran (and after `--perturb`, which sits inside this probe) each output leaf is compared
 with the reference interpreter's result on those same inputs, under hlo-run's --rtol/--atol
-rule (hloc/runtime/compare.py, per-dtype defaults there). An error is therefore charged to
+rule (hloc/runtime/tolerance.py, per-dtype defaults there). An error is therefore charged to
 the thunk that made it: its successors see its wrong outputs as their inputs and agree with
 the reference on them. Thunks inside loops are checked at every iteration; the report names
 the iteration and the control-flow path. The run stops at the first divergence.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import dtypes
-from ..runtime.compare import compare_arrays
+from ..runtime.tolerance import compare_arrays
 from ..thunks.base import Thunk
 from .probe import Frame, Instrumented, Stop
 from .thunk_io import ThunkIO, thunk_io

@@ -278,8 +278,8 @@ class _Builder:
             if rec.name in self.comps:
                 raise cur.error(f"computation '{rec.name}' is defined twice", rec.pos)
             self.comps[rec.name] = self._computation(rec)
-        for instr, rec in self.pending:
-            instr.called = self._called(instr, rec)
+        for instr, instr_rec in self.pending:
+            instr.called = self._called(instr, instr_rec)
         entry = self._entry(recs)
         module = Module(name or f"module_{entry.name}")
         for comp in self._callees_first(recs):

@@ -88,7 +88,7 @@ def _layout(cur: Cursor, m: re.Match, rank: int) -> Layout:
     if sorted(m2m) != list(range(rank)):
         raise cur.error(f"layout {{{lm.group(1)}}} is not a permutation of the {rank} dimensions",
                         m.start(3))
-    tiles = ()
+    tiles: tuple[Tile, ...] = ()
     if lm.group(2):
         tiles = tuple(Tile(tuple(UNBOUNDED if v.strip() == "*" else int(v)
                                  for v in t.split(",") if v.strip()))
@@ -377,7 +377,7 @@ def _computation_layout(cur: Cursor):
 
 def _alias_list(cur: Cursor, with_output: bool) -> list:
     cur.expect_char("{")
-    out = []
+    out: list = []
     if cur.eat("}"):
         return out
     while True:

@@ -1,6 +1,6 @@
 """The algebraic simplifier: local rewrite rules applied to a fixpoint by the shared driver.
 
-The rules live in three tables (simplifier_rules_arith/shape/misc.py); this module only joins
+The rules live in three tables (simplifier_rules_arith/shape/slicing.py); this module only joins
 them into one and wraps the result as a pass.
 """
 
@@ -12,10 +12,11 @@ from ..ir import Module
 from .base import Pass, register_pass
 from .rewrite import RuleTable, rewrite_module
 from .simplifier_rules_arith import ARITH_RULES
-from .simplifier_rules_misc import MISC_RULES
 from .simplifier_rules_shape import SHAPE_RULES
+from .simplifier_rules_slicing import SLICING_RULES
 
-SIMPLIFIER_RULES = RuleTable.merge("algebraic-simplifier", ARITH_RULES, SHAPE_RULES, MISC_RULES)
+SIMPLIFIER_RULES = RuleTable.merge("algebraic-simplifier", ARITH_RULES, SHAPE_RULES,
+                                     SLICING_RULES)
 
 
 @register_pass(aliases=("simplify",))

@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 from ..ir import Module
 from ..registry import Registry
 
 
-class Pass:
+class Pass(ABC):
     """An HLO → HLO transformation.
 
-    Subclasses are dataclasses whose fields are the pass's options (typed, with defaults), set
-    `name` to the spec name, document what they assume and guarantee in the class docstring, and
-    implement `run(module) -> bool` returning whether anything changed.
+    Subclasses are dataclasses whose fields are the pass's options (typed, with defaults; see
+    `option` for a smallest allowed value), set `name` to the spec name, document what they
+    assume and guarantee in the class docstring, and implement `run(module) -> bool` returning
+    whether anything changed.
     """
 
     name: ClassVar[str] = ""
 
+    @abstractmethod
     def run(self, module: Module) -> bool:
-        raise NotImplementedError
+        """Transform `module` in place; return whether anything changed."""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first option out of range (spec strings and pipeline
+        files call this; a pass with checks across options overrides it and calls super)."""
+        for f in self.options():
+            least = f.metadata.get("minimum")
+            value = getattr(self, f.name)
+            if least is not None and value < least:
+                raise ValueError(f"option '{f.name.replace('_', '-')}' of pass '{self.name}' must "
+                                 f"be at least {least}, got {value}")
 
     @classmethod
     def summary(cls) -> str:
@@ -41,6 +54,11 @@ class Pass:
                 v = str(value).lower() if isinstance(value, bool) else value
                 opts.append(f"{f.name.replace('_', '-')}={v}")
         return self.name + ("{" + ",".join(opts) + "}" if opts else "")
+
+
+def option(default: Any, *, minimum: int | None = None) -> Any:
+    """A pass option field: its default and, for numbers, the smallest value `validate` accepts."""
+    return dataclasses.field(default=default, metadata={} if minimum is None else {"minimum": minimum})
 
 
 # One module per pass, imported on the first lookup (their @register_pass decorators fill PASSES).

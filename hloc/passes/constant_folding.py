@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import Instruction, Literal, Module, Opcode
-from .base import Pass, register_pass
+from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, constant, has_side_effects, rewrite_module
 
 log = logging.getLogger("hloc.passes.constant_folding")
@@ -83,7 +83,7 @@ class ConstantFolding(Pass):
     """
 
     name = "constant-folding"
-    max_elements: int = 65536
+    max_elements: int = option(65536, minimum=0)
 
     def run(self, module: Module) -> bool:
         return rewrite_module(module, fold_table(self.max_elements)).changed

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Computation, Module, Opcode
-from .base import Pass, register_pass
+from .base import Pass, option, register_pass
 from .fusion_build import fuse_cluster, restore_orders
 from .fusion_cluster import FusionLimits, grow
 from .fusion_cost import can_root_fusion, program_computations
@@ -39,16 +39,14 @@ class FusionPass(Pass):
     """
 
     name = "fusion"
-    max_ops: int = 256
+    max_ops: int = option(256, minimum=1)
     output: bool = True
     reduce_epilogue: bool = True
-    duplicate: int = 4
+    duplicate: int = option(4, minimum=0)
 
     def run(self, module: Module) -> bool:
-        limits = FusionLimits(max_ops=max(1, self.max_ops), output=self.output,
-                              reduce_epilogue=self.reduce_epilogue, duplicate=self.duplicate)
         changed = [comp for comp in program_computations(module)
-                   if _fuse_computation(comp, limits)]
+                   if _fuse_computation(comp, self)]
         if changed:
             restore_orders(module, changed)
         return bool(changed)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..ir import Instruction, Opcode
 from .fusion_cost import identity_indexed, is_expensive, producer_class, reuses_operand
@@ -27,14 +28,13 @@ from .fusion_cost import identity_indexed, is_expensive, producer_class, reuses_
 Op = Opcode
 
 
-@dataclass(frozen=True)
-class FusionLimits:
-    """The knobs of the fusion pass (see FusionPass)."""
+class FusionLimits(Protocol):
+    """The knobs of the fusion pass: FusionPass's options (their defaults live there)."""
 
-    max_ops: int = 256
-    output: bool = True
-    reduce_epilogue: bool = True
-    duplicate: int = 4
+    max_ops: int
+    output: bool
+    reduce_epilogue: bool
+    duplicate: int
 
 
 @dataclass

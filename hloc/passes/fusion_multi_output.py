@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Computation, Instruction, Module, Opcode
-from .base import Pass, register_pass
+from .base import Pass, option, register_pass
 from .fusion_build import fuse_cluster, merge_fusions, restore_orders
 from .fusion_cost import can_root_fusion, producer_class, program_computations
 
@@ -38,14 +38,14 @@ class MultiOutputFusion(Pass):
     """
 
     name = "multi-output-fusion"
-    max_ops: int = 256
-    max_sweeps: int = 8
+    max_ops: int = option(256, minimum=1)
+    max_sweeps: int = option(8, minimum=1)
 
     def run(self, module: Module) -> bool:
         changed = []
         for comp in program_computations(module):
             merged = False
-            for _ in range(max(1, self.max_sweeps)):
+            for _ in range(self.max_sweeps):
                 if not _sweep(comp, self.max_ops):
                     break
                 merged = True

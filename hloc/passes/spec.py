@@ -7,8 +7,9 @@ Grammar:
 Option names use dashes for the dataclass field's underscores; values are converted to the
 field's type (int, float, bool, str) and checked at parse time: integers between 0 and
 MAX_INT_OPTION (a field may narrow that with `metadata={"min": ..., "max": ...}`), floats
-finite. Fixpoints nest at most MAX_NESTING deep, so a hostile spec is refused, not a
-RecursionError.
+finite, then by the pass's `validate` (a value below an option's minimum is an error, never
+silently clamped). Fixpoints nest at most MAX_NESTING deep, so a hostile spec is refused,
+not a RecursionError.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
 from .base import Pass, lookup_pass
@@ -131,9 +134,9 @@ def check_iterations(value: object, error) -> int:
     return n
 
 
-def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
+def make_pass(cls: type[Pass], raw: Mapping[str, Any], error) -> Pass:
     """Instantiate a pass from option strings (or JSON values), converting to the field types."""
-    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    fields = {f.name.replace("_", "-"): f for f in cls.options()}
     kwargs = {}
     for key, value in raw.items():
         f = fields.get(key) or fields.get(key.replace("_", "-"))
@@ -142,7 +145,12 @@ def make_pass(cls: type[Pass], raw: dict[str, object], error) -> Pass:
             raise error(f"pass '{cls.name}' has no option '{key}' (options: {known})")
         kwargs[f.name] = check_bounds(cls.name, key, convert_option(cls.name, key, value, f, error),
                                       f, error)
-    return cls(**kwargs)
+    instance = cls(**kwargs)
+    try:
+        instance.validate()
+    except ValueError as e:
+        raise error(str(e)) from None
+    return instance
 
 
 def check_bounds(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
@@ -151,13 +159,14 @@ def check_bounds(pass_name: str, key: str, value: object, f: dataclasses.Field, 
     if isinstance(value, float) and not math.isfinite(value):
         raise error(f"option '{key}' of pass '{pass_name}' must be finite, got {value}")
     if isinstance(value, int) and not isinstance(value, bool):
-        lo, hi = f.metadata.get("min", 0), f.metadata.get("max", MAX_INT_OPTION)
+        lo = f.metadata.get("minimum", f.metadata.get("min", 0))  # passes.base.option(minimum=)
+        hi = f.metadata.get("max", MAX_INT_OPTION)
         if not lo <= value <= hi:
             raise error(f"option '{key}' of pass '{pass_name}' must be from {lo} to {hi}, got {value}")
     return value
 
 
-def convert_option(pass_name: str, key: str, value: object, f: dataclasses.Field, error):
+def convert_option(pass_name: str, key: str, value: Any, f: dataclasses.Field, error) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     try:
         if kind == "bool":

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import dtypes
-from .compare import DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe, summarize
+from .tolerance import DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe, summarize
 
 __all__ = [
     "DEFAULT_TOLERANCES", "OutputCheck", "Report", "Signature", "TensorSpec", "compare_arrays",

@@ -1,5 +1,5 @@
 """CPU kernels in tests, without a bundle: the entry computation of small modules emitted
-as kernels of the emitter's ABI (hloc/codegen/cpu/spec.py) into one object, JIT-loaded and
+as kernels of the emitter's ABI (hloc/codegen/cpu/kernel_spec.py) into one object, JIT-loaded and
 called on numpy arrays. Compiling many cases into one object pays LLVM's fixed cost once.
 
 Arrays are logical (numpy row-major); they are laid out in each shape's layout before the
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from hloc.codegen import llvm
 from hloc.codegen.cpu.kernel import emit_kernel
-from hloc.codegen.cpu.spec import KernelInfo, KernelSpec
+from hloc.codegen.cpu.kernel_spec import KernelInfo, KernelSpec
 from hloc.codegen.elemental.memory import major_to_minor
 from hloc.codegen.target import host_target
 from hloc.errors import InputError

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .spec import KernelInfo, KernelSpec, kernel_symbol
+from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
 
 __all__ = ["KernelInfo", "KernelSpec", "kernel_symbol"]

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from llvmlite import ir
 
@@ -50,7 +51,7 @@ from ..llvm_split import optimize_parallel
 from .dedup import kernel_key
 from .driver import emit_drivers, plan_drivers
 from .kernel import emit_kernel
-from .spec import KernelInfo
+from .kernel_spec import KernelInfo
 from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
 
 log = logging.getLogger("hloc.codegen.cpu")
@@ -135,16 +136,16 @@ def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> ll
     optimized = str(module)
     if not assembly:
         return llvm.CompiledCode(text, optimized, llvm.emit_object(module, target, opt_level))
-    result: dict[str, object] = {}
+    result: dict[str, Any] = {}
 
-    def assembly() -> None:
+    def emit_assembly() -> None:
         try:
             clone = binding.parse_assembly(optimized, context=binding.create_context())
             result["asm"] = llvm.emit_concurrently(clone, target, opt_level, assembly=True)
         except Exception as e:  # re-raised on the calling thread
             result["error"] = e
 
-    worker = threading.Thread(target=assembly, name="hloc-asm")
+    worker = threading.Thread(target=emit_assembly, name="hloc-asm")
     worker.start()
     obj = llvm.emit_concurrently(module, target, opt_level)
     worker.join()

@@ -31,14 +31,14 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, Shape
 from ..elemental.convert import convert_value
+from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import _dot_compute_type as dot_compute_type
 from ..elemental.scalar import const
 from ..elemental.types import elem_type
 from ..elemental.windows import window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 from .thunk_kernels import native_kind
 
 # Output features accumulated per unit (the innermost, vectorized loop's trip count).
@@ -135,7 +135,7 @@ class ConvolutionSegment(Segment):
             row, fb = b.udiv(unit, ctx.i64(n_features)), b.urem(unit, ctx.i64(n_features))
             index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
             dims = [self.shape.dims[d] for d in self.rows]
-            for d, v in zip(self.rows, delinearize(ctx, row, dims) if dims else [], strict=True):
+            for d, v in zip(self.rows, delinearize(b, row, dims, fold_unit_dims=False), strict=True):
                 index[d] = v
             emitter.unit(index, fb, kb.outputs[self.item.outputs[0]], self.shape)
 

@@ -13,7 +13,7 @@ Metadata and names are ignored: they do not change the generated code.
 from __future__ import annotations
 
 from ...ir import Computation
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 
 def computation_key(comp: Computation, memo: dict[int, tuple] | None = None) -> tuple:
@@ -23,7 +23,7 @@ def computation_key(comp: Computation, memo: dict[int, tuple] | None = None) -> 
     if cached is not None:
         return cached
     position: dict[int, int] = {}
-    items = []
+    items: list[tuple] = []
     for instr in comp.post_order():
         position[id(instr)] = len(items)
         items.append((instr.opcode, instr.shape, instr.attrs,

@@ -30,13 +30,13 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, PrimitiveType, Shape
 from ..elemental.convert import convert_value
+from ..elemental.indexing import delinearize
 from ..elemental.memory import linear_offset, row_major, store_element
 from ..elemental.registry import emits, generic_lowering
 from ..elemental.types import I32, ElemType, elem_type
 from .driver import DRIVER_MAX_WORK
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 # Dots of fewer multiply-adds (batch * m * n * k) are native loops. Measured against the
 # runtime's BLAS / AVX-512 GEMM path (2 cores, f32 and f64, plain, transposed and batched):
@@ -260,8 +260,8 @@ class TileEmitter:
         outer = b.udiv(rest, i64(t.row_blocks)) if t.row_blocks > 1 else rest
         index: list = [i64(0)] * self.form.out.rank
         if t.outer:
-            for d, v in zip(self.form.outer_dims, delinearize(ctx, outer, list(t.outer)),
-                            strict=True):
+            digits = delinearize(ctx.builder, outer, list(t.outer), fold_unit_dims=False)
+            for d, v in zip(self.form.outer_dims, digits, strict=True):
                 index[d] = v
         return index, b.mul(row_block, i64(t.rows)), b.mul(col_block, i64(t.cols))
 

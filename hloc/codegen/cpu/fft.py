@@ -22,12 +22,12 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode
 from ..elemental.dft import AxisPass, DftPlan, Parts, finish, line_sum, plan_of, to_parts
+from ..elemental.indexing import delinearize
 from ..elemental.memory import store_element
 from ..elemental.types import F64
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
+from .kernel_spec import KernelSpec
 from .sort import STACK_BYTES
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 # Native while a batch element's passes sum at most MAX_UNIT_TERMS terms and the whole
@@ -87,7 +87,7 @@ class FftSegment(Segment):
         out = self.item.outputs[0]
         out_shape, out_ptr = self.spec.output_shapes[out], kb.outputs[out]
         with ctx.loop(lo, hi, "fft.batch") as unit:
-            batch = delinearize(ctx, unit, list(plan.batch)) if plan.batch else []
+            batch = delinearize(ctx.builder, unit, list(plan.batch), fold_unit_dims=False)
 
             def load_operand(idx: list[ir.Value]) -> Parts:
                 return to_parts(ctx, read(batch + idx))

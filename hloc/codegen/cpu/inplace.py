@@ -19,8 +19,8 @@ from ..elemental.indexing import clamped_starts, index_to_i64
 from ..elemental.memory import load_element, store_element
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel_spec import KernelSpec
 from .loops import Nest
-from .spec import KernelSpec
 
 
 def _aliased_parameter(spec: KernelSpec, item: RootItem, k: int, operand) -> bool:

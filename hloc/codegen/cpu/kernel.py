@@ -19,10 +19,11 @@ from ...registry import Registry
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element
-from ..elemental.types import I32, I64, PTR
+from ..elemental.types import I64, PTR
 from ..roots import RootItem
 from ..roots import root_items as computation_root_items
-from .spec import KernelInfo, KernelSpec
+from ..target import enter_flush_to_zero, leave_flush_to_zero
+from .kernel_spec import KernelInfo, KernelSpec
 
 
 @dataclass
@@ -105,7 +106,7 @@ def _aliased_buffers(spec: KernelSpec) -> set[int]:
     `_shared_outputs` cannot fold into one pointer."""
     n = len(spec.operand_shapes)
     shared = _shared_outputs(spec)
-    out = set()
+    out: set[int] = set()
     for out_index, operand_index in spec.aliases:
         if shared.get(out_index) != operand_index:
             out.update((operand_index, n + out_index))
@@ -188,13 +189,14 @@ def _emit_wrapper(module, spec: KernelSpec, target, body: ir.Function) -> None:
     n = len(spec.operand_shapes) + len(spec.output_shapes)
     ptrs = [b.load(b.gep(buffers, [ctx.i64(i)], inbounds=True, source_etype=PTR), typ=PTR)
             for i in range(n)]
-    saved = _enter_flush_to_zero(ctx, target)
+    x86 = getattr(target, "is_x86", False)
+    saved = enter_flush_to_zero(ctx) if x86 else None
     b.call(body, ptrs + [begin, end])
-    _leave_flush_to_zero(ctx, target, saved)
+    if saved is not None:
+        leave_flush_to_zero(ctx, saved)
     b.ret_void()
 
 
-_MXCSR_FTZ_DAZ = 0x8040
 # Tells LLVM that denormal inputs and outputs may read/become ±0 (the kernels run with
 # FTZ/DAZ): without it LLVM rewrites bit tests into float compares that DAZ then breaks.
 DENORMAL_MODE = '"denormal-fp-math"="preserve-sign,preserve-sign"'
@@ -203,24 +205,6 @@ DENORMAL_MODE = '"denormal-fp-math"="preserve-sign,preserve-sign"'
 def add_denormal_mode(fn: ir.Function) -> None:
     # llvmlite only validates the names of enum attributes; string attributes go in as text.
     set.add(fn.attributes, DENORMAL_MODE)
-
-
-def _enter_flush_to_zero(ctx, target):
-    """Set FTZ|DAZ (x86 MXCSR) and return the saved control word slot."""
-    if not getattr(target, "is_x86", False):
-        return None
-    b = ctx.builder
-    saved = b.alloca(I32)
-    mode = b.alloca(I32)
-    ctx.call("llvm.x86.sse.stmxcsr", [saved], ret=ir.VoidType())
-    b.store(b.or_(b.load(saved, typ=I32), ir.Constant(I32, _MXCSR_FTZ_DAZ)), mode)
-    ctx.call("llvm.x86.sse.ldmxcsr", [mode], ret=ir.VoidType())
-    return saved
-
-
-def _leave_flush_to_zero(ctx, target, saved) -> None:
-    if saved is not None:
-        ctx.call("llvm.x86.sse.ldmxcsr", [saved], ret=ir.VoidType())
 
 
 def prod(values) -> int:

@@ -16,24 +16,12 @@ from llvmlite import ir
 
 from ...ir import Instruction, Opcode, Shape
 from ..elemental.compose import flatten
+from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from .kernel import KernelBuild, RootItem, Segment
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 BLOCK = 8192
-
-
-def delinearize(ctx, linear: ir.Value, dims: list[int]) -> list[ir.Value]:
-    """Row-major multi-index (over `dims`) of a linear position."""
-    b = ctx.builder
-    out = []
-    for k in range(len(dims) - 1, -1, -1):
-        if k == 0:
-            out.append(linear)
-            break
-        out.append(b.urem(linear, ctx.i64(dims[k])))
-        linear = b.udiv(linear, ctx.i64(dims[k]))
-    return list(reversed(out))
 
 
 class Nest:
@@ -62,7 +50,7 @@ class Nest:
             start = b.mul(blk, ctx.i64(self.block), flags=["nsw"])
             stop = ctx.call("llvm.smin.i64", [b.add(start, ctx.i64(self.block)), stop])
         outer_dims = [self.shape.dims[d] for d in self.order[:-1]]
-        outer = delinearize(ctx, row, outer_dims) if outer_dims else []
+        outer = delinearize(b, row, outer_dims, fold_unit_dims=False)
         return outer, start, stop
 
     def emit(self, ctx, lo: ir.Value, hi: ir.Value, body: Callable[[list[ir.Value]], None]):

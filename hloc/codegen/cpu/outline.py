@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
 from ...ir.computation import dfs_post_order
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 CONTRACTIONS = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
 

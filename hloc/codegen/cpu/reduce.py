@@ -16,12 +16,12 @@ import math
 from llvmlite import ir
 
 from ...ir import Opcode
+from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import Reducer
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 BLOCK = 512
 
@@ -72,8 +72,8 @@ class ColumnReduceSegment(Segment):
                                               ctx.i64(self.in_shape.dims[self.col])])
             index: list[ir.Value] = [ctx.i64(0)] * self.in_shape.rank
             outer_dims = [self.in_shape.dims[d] for d in self.outer]
-            for d, v in zip(self.outer, delinearize(ctx, row, outer_dims) if self.outer else [],
-                            strict=True):
+            outer = delinearize(ctx.builder, row, outer_dims, fold_unit_dims=False)
+            for d, v in zip(self.outer, outer, strict=True):
                 index[d] = v
             self._init(kb, reducer, inits, slots, start, stop)
             self._sweep(kb, reducer, inputs, slots, index, start, stop)

@@ -25,11 +25,11 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, Shape
 from ..elemental.compose import emit_scalar_computation
+from ..elemental.indexing import delinearize
 from ..elemental.memory import load_element, store_element
 from ..elemental.windows import WindowSelector
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
 
 
 def free_dimensions(instr: Instruction) -> list[int]:
@@ -70,8 +70,8 @@ class SelectScatterSegment(Segment):
         selector = WindowSelector(ctx, instr, operand_gen)
         with ctx.loop(lo, hi, "unit") as unit:
             index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
-            fixed = delinearize(ctx, unit, [self.shape.dims[d] for d in self.free]) \
-                if self.free else []
+            free_dims = [self.shape.dims[d] for d in self.free]
+            fixed = delinearize(ctx.builder, unit, free_dims, fold_unit_dims=False)
             for d, v in zip(self.free, fixed, strict=True):
                 index[d] = v
             self._fill(ctx, out, list(index), init_gen([]))

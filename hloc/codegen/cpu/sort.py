@@ -21,12 +21,12 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, Shape
 from ..elemental.comparator import emit_before
 from ..elemental.context import EmitContext
+from ..elemental.indexing import delinearize
 from ..elemental.memory import element_pointer, linear_offset, major_to_minor, to_storage
 from ..elemental.types import PTR, ElemType, elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
-from .loops import delinearize
+from .kernel_spec import KernelSpec
 from .rowsort import RowOrder, computation_key, position, read_columns, row_sort_function
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 STACK_BYTES = 64 * 1024
@@ -114,8 +114,8 @@ class Rows:
     def index(self, ctx: EmitContext, row: ir.Value) -> list[ir.Value]:
         """The row's multi-index; position `dim` is to be filled in."""
         index = [ctx.i64(0)] * self.rank
-        for d, v in zip(self.others, delinearize(ctx, row, self._dims) if self.others else [],
-                        strict=True):
+        others = delinearize(ctx.builder, row, self._dims, fold_unit_dims=False)
+        for d, v in zip(self.others, others, strict=True):
             index[d] = v
         return index
 

@@ -18,9 +18,9 @@ from ...ir import Instruction, Module, Opcode
 from ...registry import Registry
 from ..elemental.dft import plan_of
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
+from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
 from .loops import element_work
 from .outline import CONTRACTIONS, Composite, outline
-from .spec import KernelInfo, KernelSpec, kernel_symbol
 
 SCRATCH_ALIGN = 64
 

@@ -7,9 +7,10 @@ the entries behind it move one slot with memmove. On random rows few elements en
 k sort the whole row (rowsort.py) and write its first k.
 
 Orders (as the reference interpreter): `topk` compares XLA's total order of the element type
-(floats: -NaN < -inf < .. < -0 < +0 < .. < inf < NaN, on the storage bits), largest or
-smallest first; the custom-call applies its comparator to (value, index) records like a
-stable sort, or the total order, largest first, without one.
+(floats: -NaN < -inf < .. < -0 < +0 < .. < inf < NaN, on the storage bits; floats of 8 bits
+or fewer widened to f32 first, as XLA CPU does), largest or smallest first; the custom-call
+applies its comparator to (value, index) records like a stable sort, or the total order,
+largest first, without one.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from llvmlite import ir
 
 from ...ir import Instruction, Opcode
 from ..elemental.comparator import emit_before
+from ..elemental.compare import total_order_key, total_order_of_bits
 from ..elemental.context import EmitContext
 from ..elemental.memory import element_pointer, from_storage, store_element
 from ..elemental.types import I1, I64, ElemType, elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel_spec import KernelSpec
 from .rowsort import RowOrder, computation_key, copy_bytes, while_loop
 from .sort import STACK_BYTES, Rows, StagedRows, check_row, raw_reader, raw_store, storage_bytes
-from .spec import KernelSpec
 from .thunk_kernels import native_kind
 
 SELECT_MAX = 64  # selection for k up to this, or up to n / SELECT_RATIO
@@ -42,9 +44,6 @@ def total_order(et: ElemType, largest: bool) -> RowOrder:
     """XLA's total order on storage bits (the interpreter's topk keys)."""
     def before(ctx: EmitContext, x, xi, y, yi) -> ir.Value:
         b = ctx.builder
-        if et.is_float and et.bits == 4:  # compared as values there: -0 == +0, no NaNs
-            vx, vy = from_storage(ctx, et, x[0]), from_storage(ctx, et, y[0])
-            return b.fcmp_ordered(">" if largest else "<", vx, vy)
         kx, ky = _key(ctx, et, x[0]), _key(ctx, et, y[0])
         cmp = b.icmp_signed if et.is_float or et.is_signed else b.icmp_unsigned
         return cmp(">" if largest else "<", kx, ky)
@@ -54,13 +53,13 @@ def total_order(et: ElemType, largest: bool) -> RowOrder:
 
 def _key(ctx: EmitContext, et: ElemType, bits: ir.Value) -> ir.Value:
     """An integer ordering like the element (signed for floats and ints)."""
-    b = ctx.builder
     if not et.is_float:
         return from_storage(ctx, et, bits)
-    ity = ir.IntType(et.bits)
-    v = bits if isinstance(bits.type, ir.IntType) else b.bitcast(bits, ity)
-    flipped = b.xor(v, ir.Constant(ity, (1 << (et.bits - 1)) - 1))
-    return b.select(b.icmp_signed("<", v, ir.Constant(ity, 0)), flipped, v)
+    if et.bits <= 8:  # XLA CPU widens these to f32 first: the fnuz NaN orders as -NaN
+        return total_order_key(ctx, from_storage(ctx, et, bits))
+    if not isinstance(bits.type, ir.IntType):
+        bits = ctx.builder.bitcast(bits, ir.IntType(et.bits))
+    return total_order_of_bits(ctx.builder, bits)
 
 
 def comparator_order(et: ElemType, instr: Instruction) -> RowOrder:

@@ -291,20 +291,21 @@ def blas_call(instr: Instruction, operand_slices, output_slices) -> BlasCall | N
         return None
     if len(operand_slices) != len(instr.operands) or len(output_slices) != 1:
         return None  # tuple-shaped operands or results
-    compute = _blas_types(*dot.operands, dot)
+    lhs_op, rhs_op = dot.operands
+    compute = _blas_types(lhs_op, rhs_op, dot)
     if compute is None:
         return None
     try:
         (lhs_p, lhs), (rhs_p, rhs) = (_operand_strides(o, instr) for o in dot.operands)
-        call = _strided_call(DotShape.of(dot), lhs, rhs, strides(instr.shape))
+        form = _strided_call(DotShape.of(dot), lhs, rhs, strides(instr.shape))
     except _NoBlas:
         return None
     # The call's A is the HLO rhs when it computes out^T = rhs^T lhs^T ("swapped").
-    first, second = (1, 0) if call["swapped"] else (0, 1)
+    first, second = (1, 0) if form["swapped"] else (0, 1)
     slices, names = (operand_slices[lhs_p], operand_slices[rhs_p]), [
         o.shape.dtype.name for o in dot.operands]
     call = BlasCall(slices[first], slices[second], output_slices[0], a_type=names[first],
-                    b_type=names[second], c_type=dot.shape.dtype.name, compute=compute, **call)
+                    b_type=names[second], c_type=dot.shape.dtype.name, compute=compute, **form)
     too_big = (call.m, call.n, call.k, call.lda, call.ldb, call.ldc, call.batch)
     return call if max(too_big) <= _INT_MAX else None
 

@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from ...ir import Shape
 from ..elemental.compose import flatten
+from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from .kernel import KernelBuild, dims, variant
 from .parts import Part, PlanContext
@@ -39,19 +40,10 @@ def plan_loop(pc: PlanContext, items: tuple[int, ...]) -> Part:
 
 def physical_index(kb: KernelBuild, shape: Shape, linear: ir.Value) -> list[ir.Value]:
     """The logical multi-index of element `linear` in `shape`'s memory order."""
-    b = kb.b
     order = major_to_minor(shape)
     index: list[ir.Value] = [kb.i64(0)] * shape.rank
-    for pos in range(len(order) - 1, -1, -1):
-        d = order[pos]
-        size = shape.dims[d]
-        if pos == 0:
-            index[d] = linear
-        elif size == 1:
-            index[d] = kb.i64(0)
-        else:
-            index[d] = b.urem(linear, kb.i64(size))
-            linear = b.udiv(linear, kb.i64(size))
+    for d, v in zip(order, delinearize(kb.b, linear, [shape.dims[d] for d in order]), strict=True):
+        index[d] = v
     return index
 
 

@@ -17,6 +17,7 @@ from ...ir import Computation, Instruction, Opcode, Shape
 from ...registry import Registry
 from ..elemental.registry import involves_complex
 from .kernel import LaunchDims, RootItem, kernel_computation, leaf_shapes, root_items
+from .target import CudaTarget
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class PlanContext:
     instr: Instruction
     comp: Computation
     items: list[RootItem]
-    target: object
+    target: CudaTarget
     operand_slices: tuple[Slice, ...] = ()
     output_slices: tuple[Slice, ...] = ()
     operand_shapes: list[Shape] = field(default_factory=list)

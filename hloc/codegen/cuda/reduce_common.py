@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from ...ir import Instruction, Shape
 from ..elemental import complex_ir
+from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor
 from ..elemental.reduction import Reducer
 from ..elemental.types import I1, I8, I32, ElemType, elem_type
@@ -63,19 +64,7 @@ class ReduceShape:
 
 def split_index(kb: KernelBuild, linear: ir.Value, shape: Shape, dims) -> dict[int, ir.Value]:
     """Values of `dims` (major to minor) for position `linear` in their row-major space."""
-    b = kb.b
-    out: dict[int, ir.Value] = {}
-    for pos in range(len(dims) - 1, -1, -1):
-        d = dims[pos]
-        size = shape.dims[d]
-        if pos == 0:
-            out[d] = linear
-        elif size == 1:
-            out[d] = kb.i64(0)
-        else:
-            out[d] = b.urem(linear, kb.i64(size))
-            linear = b.udiv(linear, kb.i64(size))
-    return out
+    return dict(zip(dims, delinearize(kb.b, linear, [shape.dims[d] for d in dims]), strict=True))
 
 
 @dataclass

@@ -11,8 +11,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import Opcode
+from ..elemental.compare import total_order_key
 from ..elemental.memory import store_element
-from ..elemental.types import F64, I32, I64, elem_type
+from ..elemental.types import I64, elem_type
 from .kernel import KernelBuild, variant
 from .loop import loop_launch
 from .parts import Part, PlanContext, plans
@@ -29,13 +30,7 @@ def plan_topk(pc: PlanContext, k: int) -> list[Part] | None:
 
 def order_key(kb: KernelBuild, et, v: ir.Value) -> ir.Value:
     """An integer that orders like the total order (compare signed, unsigned for uints)."""
-    b = kb.b
-    if not et.is_float:
-        return v
-    ity = I64 if v.type == F64 else I32
-    bits = b.bitcast(v, ity)
-    flipped = b.xor(bits, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
-    return b.select(b.icmp_signed("<", bits, ir.Constant(ity, 0)), flipped, bits)
+    return total_order_key(kb.ctx, v) if et.is_float else v
 
 
 def _beats(kb: KernelBuild, et, largest: bool, a, ai, c, ci) -> ir.Value:

@@ -28,13 +28,20 @@ def _default_type(et) -> str:
 
 
 def total_order_key(ctx, x: ir.Value) -> ir.Value:
-    """Signed integers ordering floats totally: -NaN < -inf < ... < -0 < +0 < ... < NaN."""
-    b = ctx.builder
-    ity = int_bits_of_float(x)
-    bits = b.bitcast(x, ity)
-    flip = ir.Constant(ity, (1 << (ity.width - 1)) - 1)
-    negative = b.icmp_signed("<", bits, ir.Constant(ity, 0))
-    return b.select(negative, b.xor(bits, flip), bits)
+    """Signed integers ordering floats totally: -NaN < -inf < ... < -0 < +0 < ... < NaN.
+
+    `x` is a register value (f32 or f64: narrow floats arrive widened to f32, as XLA CPU keys
+    them, so the fnuz types' NaN orders as -NaN).
+    """
+    return total_order_of_bits(ctx.builder, ctx.builder.bitcast(x, int_bits_of_float(x)))
+
+
+def total_order_of_bits(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """The total-order key of a float's bits read as an integer: sign-magnitude → two's
+    complement, flipping every non-sign bit of the negative ones."""
+    ity = bits.type
+    flipped = b.xor(bits, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
+    return b.select(b.icmp_signed("<", bits, ir.Constant(ity, 0)), flipped, bits)
 
 
 def compare_values(ctx, direction: str, ctype: str, et, x, y) -> ir.Value:

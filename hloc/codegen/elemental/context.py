@@ -7,18 +7,25 @@ the entry block and counted loops. Kernel emitters (cpu/, cuda/) create one per 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from llvmlite import ir
 
+from ..target import Target
 from .types import I64
+
+# The emitter protocol. A lowering is `fn(ctx: EmitContext, instr, operands: list[Generator])
+# -> Generator`; a generator maps a multi-index (one i64 value per dimension) to the element's
+# scalar value (a tuple of values for a tuple-shaped instruction).
+Index = list[ir.Value]
+Generator = Callable[[Index], ir.Value]
 
 
 class EmitContext:
     """State for emitting one LLVM function with elemental generators."""
 
-    def __init__(self, module: ir.Module, builder: ir.IRBuilder, target, *, prefix: str = "k",
-                 native_half: bool = False):
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder, target: Target | None, *,
+                 prefix: str = "k", native_half: bool = False):
         self.module = module
         self.builder = builder
         self.target = target

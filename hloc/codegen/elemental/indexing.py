@@ -8,6 +8,7 @@ dynamic-slice (start indices clamped into bounds, as XLA does), dynamic-update-s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from llvmlite import ir
 
@@ -22,6 +23,29 @@ from .types import I64, elem_type
 
 def _nsw(b, op, x, y):
     return getattr(b, op)(x, y, flags=["nsw"])
+
+
+def delinearize(b: ir.IRBuilder, linear: ir.Value, sizes: Sequence[int | ir.Value], *,
+                fold_unit_dims: bool = True) -> list[ir.Value]:
+    """The row-major multi-index of position `linear` in an array of `sizes` (major to minor).
+
+    Sizes are ints or values known only at run time (of linear's type). The outermost digit is
+    what is left of `linear` (its size is not read). A dimension of size 1 is the constant 0
+    with no arithmetic, unless `fold_unit_dims` is False (the CPU emitters: they emit urem/udiv
+    by 1, which LLVM folds, and keep doing so that their IR stays unchanged).
+    """
+    out: list[ir.Value] = [ir.Constant(linear.type, 0)] * len(sizes)
+    for k in range(len(sizes) - 1, 0, -1):
+        size = sizes[k]
+        if not isinstance(size, ir.Value):
+            if size == 1 and fold_unit_dims:
+                continue
+            size = ir.Constant(linear.type, int(size))
+        out[k] = b.urem(linear, size)
+        linear = b.udiv(linear, size)
+    if sizes:
+        out[0] = linear
+    return out
 
 
 @emits(Opcode.BROADCAST)
@@ -89,9 +113,12 @@ def reshape_index(ctx, src_dims, dst_dims, dst_index: list[ir.Value]) -> list[ir
         for d in gd:
             linear = dst_index[d] if linear is None else \
                 _nsw(b, "add", _nsw(b, "mul", linear, ctx.i64(dst_dims[d])), dst_index[d])
-        for d in reversed(gs):
-            out[d] = b.urem(linear, ctx.i64(src_dims[d])) if d != gs[0] else linear
-            linear = b.udiv(linear, ctx.i64(src_dims[d]))
+        digits = delinearize(b, linear, [src_dims[d] for d in gs])
+        for d, v in zip(gs, digits, strict=True):
+            out[d] = v
+        # The quotient past the outermost dimension is never read: this unused udiv only keeps
+        # the emitted IR (and so every bundle) byte-identical to before delinearize was shared.
+        b.udiv(digits[0], ctx.i64(src_dims[gs[0]]))
     return out
 
 

@@ -20,6 +20,7 @@ from ...ir.computation import scalar_binary_root
 from .complex_arith import multiply
 from .complex_values import Cx
 from .compose import emit_scalar_computation, flatten, operand_index
+from .context import EmitContext, Generator, Index
 from .convert import convert_value
 from .memory import major_to_minor
 from .registry import emits
@@ -42,16 +43,18 @@ def _flagged(instr: ir.Instruction) -> ir.Instruction:
     return instr
 
 
-def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
+def combine_simple(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
+                   x: ir.Value) -> ir.Value:
     """a (op) x without rounding narrow floats (the caller rounds once at the end)."""
     b = ctx.builder
     if et.is_complex:
         return _combine_complex(ctx, op, et, a, x)
     if et.is_float:
-        table = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
-                 Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
-                 Opcode.MAXIMUM: lambda: fmax(ctx, a, x), Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
-        return table[op]()
+        float_ops = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
+                     Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
+                     Opcode.MAXIMUM: lambda: fmax(ctx, a, x),
+                     Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
+        return float_ops[op]()
     if et.kind == "pred":
         table = {Opcode.ADD: b.or_, Opcode.MULTIPLY: b.and_, Opcode.MAXIMUM: b.or_,
                  Opcode.MINIMUM: b.and_, Opcode.AND: b.and_, Opcode.OR: b.or_, Opcode.XOR: b.xor}
@@ -65,7 +68,8 @@ def combine_simple(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> i
     return table[op](a, x)
 
 
-def _combine_complex(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) -> ir.Value:
+def _combine_complex(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
+                     x: ir.Value) -> ir.Value:
     """Complex sums add part-wise (reassociable, so they vectorize like float sums)."""
     cx = Cx(ctx, et)
     if op == Opcode.MULTIPLY:
@@ -79,7 +83,7 @@ def _combine_complex(ctx, op: Opcode, et: ElemType, a: ir.Value, x: ir.Value) ->
 class Reducer:
     """How accumulators combine with new values; accumulators may be in a wider type."""
 
-    def __init__(self, ctx, comp: Computation, ets: list[ElemType]):
+    def __init__(self, ctx: EmitContext, comp: Computation, ets: list[ElemType]):
         self.ctx, self.comp, self.ets = ctx, comp, ets
         self.op = simple_reducer(comp) if len(ets) == 1 else None
 
@@ -95,8 +99,10 @@ class Reducer:
         return [finish(self.ctx, et, a) for et, a in zip(self.ets, accs, strict=True)]
 
 
-def accumulate_loops(ctx, bounds: list[tuple[ir.Value, ir.Value]], init: list[ir.Value],
-                     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]):
+def accumulate_loops(ctx: EmitContext, bounds: list[tuple[ir.Value, ir.Value]],
+                     init: list[ir.Value],
+                     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
+                     ) -> list[ir.Value]:
     """Nested loops (outermost first) carrying accumulators in stack slots (SROA makes phis)."""
     b = ctx.builder
     slots = []
@@ -113,7 +119,7 @@ def accumulate_loops(ctx, bounds: list[tuple[ir.Value, ir.Value]], init: list[ir
 
 
 @emits(Opcode.REDUCE)
-def reduce(ctx, instr: Instruction, gens):
+def reduce(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Generator:
     n = len(gens) // 2
     inputs, inits = gens[:n], gens[n:]
     in_shape = instr.operands[0].shape
@@ -123,7 +129,7 @@ def reduce(ctx, instr: Instruction, gens):
     ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:n]]
     reducer = Reducer(ctx, instr.called[0], ets)
 
-    def generate(index):
+    def generate(index: Index) -> ir.Value:
         full: list[ir.Value] = [ctx.i64(0)] * in_shape.rank
         for d, v in zip(kept, index, strict=True):
             full[d] = v
@@ -143,7 +149,7 @@ def reduce(ctx, instr: Instruction, gens):
 
 
 @emits(Opcode.REDUCE_WINDOW)
-def reduce_window(ctx, instr: Instruction, gens):
+def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Generator:
     n = len(gens) // 2
     inputs, inits = gens[:n], gens[n:]
     in_shape = instr.operands[0].shape
@@ -152,7 +158,7 @@ def reduce_window(ctx, instr: Instruction, gens):
     reducer = Reducer(ctx, instr.called[0], ets)
     b = ctx.builder
 
-    def generate(index):
+    def generate(index: Index) -> ir.Value:
         def body(ivs, accs):
             valid = ir.Constant(ir.IntType(1), 1)
             pos = []
@@ -181,16 +187,16 @@ def reduce_window(ctx, instr: Instruction, gens):
     return generate
 
 
-def _clamp(ctx, v, size: int):
+def _clamp(ctx: EmitContext, v: ir.Value, size: int) -> ir.Value:
     v = ctx.call("llvm.smax.i64", [v, ctx.i64(0)])
     return ctx.call("llvm.smin.i64", [v, ctx.i64(max(0, size - 1))])
 
 
 @emits(Opcode.MAP)
-def map_(ctx, instr: Instruction, gens):
+def map_(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Generator:
     comp = instr.called[0]
 
-    def generate(index):
+    def generate(index: Index) -> ir.Value:
         values = [g(operand_index(instr, i, index)) for i, g in enumerate(gens)]
         return flatten(emit_scalar_computation(ctx, comp, values))[0]
 
@@ -212,7 +218,7 @@ def _dot_compute_type(ets: list[ElemType]) -> ElemType:
     return elem_type(PrimitiveType.S64)
 
 
-def _dot_operand_indices(ctx, index, lhs_rank: int, rhs_rank: int, dims):
+def _dot_operand_indices(ctx: EmitContext, index: Index, lhs_rank: int, rhs_rank: int, dims):
     """Split an output index (batch, lhs free, rhs free) into operand indices."""
     lb, rb, lf, rf = dims
     li: list[ir.Value] = [ctx.i64(0)] * lhs_rank
@@ -227,14 +233,14 @@ def _dot_operand_indices(ctx, index, lhs_rank: int, rhs_rank: int, dims):
     return li, ri
 
 
-def _product(ctx, et: ElemType, x: ir.Value, y: ir.Value) -> ir.Value:
+def _product(ctx: EmitContext, et: ElemType, x: ir.Value, y: ir.Value) -> ir.Value:
     if et.is_complex:
         return combine_simple(ctx, Opcode.MULTIPLY, et, x, y)
     return ctx.builder.fmul(x, y) if et.is_float else ctx.builder.mul(x, y)
 
 
 @emits(Opcode.DOT)
-def dot(ctx, instr: Instruction, gens):
+def dot(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Generator:
     """out[batch, lhs-free, rhs-free] = sum over contracting dims (a loop per element)."""
     lhs_gen, rhs_gen = gens
     dn = instr.attrs.dot_dnums
@@ -249,7 +255,7 @@ def dot(ctx, instr: Instruction, gens):
     cet = _dot_compute_type([l_et, r_et, out_et])
     b = ctx.builder
 
-    def generate(index):
+    def generate(index: Index) -> ir.Value:
         li, ri = _dot_operand_indices(ctx, index, lhs.rank, rhs.rank, (lb, rb, lf, rf))
 
         def body(ivs, accs):

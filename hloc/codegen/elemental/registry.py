@@ -16,17 +16,13 @@ CPU dot, the CUDA convolution and select-and-scatter) on its first lookup for th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, dtypes
 from ...registry import Registry
+from .context import EmitContext, Generator
 
-Index = list[ir.Value]
-Generator = Callable[[Index], Any]
-Lowering = Callable[[Any, Instruction, list[Generator]], Generator]
+Lowering = Callable[[EmitContext, Instruction, list[Generator]], Generator]
 
 # The lowering modules, imported on the first lookup, and per target the modules of its overrides.
 _MODULES = tuple(f"hloc.codegen.elemental.{name}" for name in (

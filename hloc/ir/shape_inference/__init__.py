@@ -2,7 +2,7 @@
 
 `infer_shape(instr)` dispatches on the opcode through a registry (registry.SPECS) filled by
 one module per op family (elementwise, shape_ops, reductions, contractions, gather_scatter,
-control, misc, collectives), imported on first use. Results carry no layout; compare them with `common.same` (layout- and
+control, leaves, collectives), imported on first use. Results carry no layout; compare them with `common.same` (layout- and
 dynamism-insensitive, like XLA's ShapeUtil::Compatible).
 """
 

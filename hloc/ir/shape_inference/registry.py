@@ -62,7 +62,7 @@ class OpSpec:
 SPECS: Registry[Opcode, OpSpec] = Registry("shape rule", modules=tuple(
     f"hloc.ir.shape_inference.{name}" for name in (
         "elementwise", "shape_ops", "reductions", "contractions", "gather_scatter", "control",
-        "misc", "collectives")))
+        "leaves", "collectives")))
 
 
 def arity(n: int | tuple[int, int | None], parity: str = "") -> Arity:

@@ -2,7 +2,7 @@
 
 - A kernel: one call `fn(pointers, begin, end)` through a functools.partial (no Python frame
   of ours), or its units split across the thread pool when it has enough work. The pointer
-  array (operand leaves then output leaves, the ABI in hloc/codegen/cpu/spec.py) is built
+  array (operand leaves then output leaves, the ABI in hloc/codegen/cpu/kernel_spec.py) is built
   once at load time; Memory re-points its slots when a large parameter or output is bound
   elsewhere for a run.
 - A composite (a fusion around a dot/convolution, hloc/codegen/cpu/outline.py): its prologue

@@ -18,6 +18,7 @@ import numpy as np
 from ...ir import Computation, Instruction, Opcode
 from ...ir.opcodes import ELEMENTWISE
 from . import registry
+from .compare import total_order_key
 from .reduce import apply_scalar, is_liftable
 from .registry import impl
 
@@ -159,21 +160,12 @@ def _post_order(root: Instruction) -> list[Instruction]:
 
 # ---- keys ------------------------------------------------------------------------------------
 
-def total_order_bits(x: np.ndarray) -> np.ndarray | None:
-    """int64 keys ordering floats as XLA's TOTALORDER: -NaN < -inf < .. < -0 < +0 < .. < NaN."""
-    width = x.dtype.itemsize * 8
-    if "float4" in x.dtype.name or width not in (8, 16, 32, 64):
-        return None
-    bits = np.ascontiguousarray(x).view(np.dtype(f"i{x.dtype.itemsize}")).astype(np.int64)
-    return np.where(bits < 0, bits ^ ((1 << (width - 1)) - 1), bits)
-
-
 def _key_array(x: np.ndarray, key: SortKey) -> np.ndarray | None:
     kind = x.dtype.kind
     is_float = kind == "f" or (kind == "V" and "float" in x.dtype.name)
     if is_float and key.compare_type == "TOTALORDER":
-        k = total_order_bits(x)
-        return None if k is None else (~k if key.descending else k)
+        k = total_order_key(x)
+        return ~k if key.descending else k
     if is_float:
         k = x.astype(np.float64) + 0.0  # FLOAT compares -0 == +0; NaN makes it no order at all
         if np.isnan(k).any():
@@ -275,12 +267,8 @@ def sort(ctx, instr, ops):
 def top_k_perm(x: np.ndarray, k: int, largest: bool) -> np.ndarray:
     """Indices of the top k along the last axis in XLA's total order; ties keep index order."""
     is_float = x.dtype.kind == "f" or (x.dtype.kind == "V" and "float" in x.dtype.name)
-    bits = total_order_bits(x) if is_float else x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
-    if bits is None:
-        wide = x.astype(np.float64)
-        key = -wide if largest else wide
-    else:
-        key = ~bits if largest else bits
+    bits = total_order_key(x) if is_float else x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
+    key = ~bits if largest else bits
     return np.argsort(key, axis=-1, kind="stable")[..., :k]
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...elemental.context import EmitContext
+from ...elemental.indexing import delinearize
 from ...elemental.types import I32, I64, PTR
+from ...target import enter_flush_to_zero, leave_flush_to_zero
 from .transform import DENORMALS, DONE, EmulatedKernel
 
 OK, DIVERGED, EXITED_AT_SYNC = 0, 1, 2
-_MXCSR_FTZ_DAZ = 0x8040
 
 
 def launch_name(kernel: str) -> str:
@@ -37,27 +38,25 @@ def emit_launch(module: ir.Module, info: EmulatedKernel, x86: bool) -> None:
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx = EmitContext(module, b, None, prefix=info.step)
     d = [b.load(b.gep(dims, [ctx.i64(i)], source_etype=I32), typ=I32) for i in range(6)]
-    saved = _enter_ftz(ctx) if x86 else None
+    saved = enter_flush_to_zero(ctx) if x86 else None
     status = ctx.alloca(I32)
     b.store(ir.Constant(I32, OK), status)
     step = module.globals[info.step]
     common = (d, frames, shared, exchange, args, info.frame_bytes)
     with ctx.loop(begin, end, "block") as block:
-        ctaid = _delinearize(b, block, d[0], d[1])
+        ctaid = _delinearize(b, block, d[0:3])
         if info.sync_points == 0:
             _run_once(ctx, step, ctaid, common)
         else:
             _run_phases(ctx, step, ctaid, states, status, common)
     if saved is not None:
-        ctx.call("llvm.x86.sse.ldmxcsr", [saved], ret=ir.VoidType())
+        leave_flush_to_zero(ctx, saved)
     b.ret(b.load(status, typ=I32))
 
 
-def _delinearize(b, linear64, nx, ny) -> list[ir.Value]:
-    v = b.trunc(linear64, I32)
-    x = b.urem(v, nx)
-    rest = b.udiv(v, nx)
-    return [x, b.urem(rest, ny), b.udiv(rest, ny)]
+def _delinearize(b, linear64, grid: list[ir.Value]) -> list[ir.Value]:
+    """(x, y, z) of a linear block or thread number in a grid of run-time sizes (x, y, z)."""
+    return delinearize(b, b.trunc(linear64, I32), grid[::-1])[::-1]
 
 
 def _call_step(ctx, step, frame, state, tid, ctaid, common) -> ir.Value:
@@ -74,7 +73,7 @@ def _run_once(ctx, step, ctaid, common) -> None:
     b = ctx.builder
     d, frames = common[0], common[1]
     with ctx.loop(0, _thread_count(b, d), "thread") as t:
-        tid = _delinearize(b, t, d[3], d[4])
+        tid = _delinearize(b, t, d[3:6])
         _call_step(ctx, step, frames, ir.Constant(I32, 0), tid, ctaid, common)
 
 
@@ -96,7 +95,7 @@ def _run_phases(ctx, step, ctaid, states, status, common) -> None:
         state = b.load(state_ptr, typ=I32)
         with b.if_then(b.icmp_signed("!=", state, ir.Constant(I32, DONE))):
             frame = b.gep(frames, [b.mul(t, ctx.i64(frame_bytes))], source_etype=ir.IntType(8))
-            tid = _delinearize(b, t, d[3], d[4])
+            tid = _delinearize(b, t, d[3:6])
             r = _call_step(ctx, step, frame, state, tid, ctaid, common)
             b.store(r, state_ptr)
             _tally(ctx, r, waiting, finished, point, status)
@@ -125,13 +124,3 @@ def _tally(ctx, r, waiting, finished, point, status) -> None:
             b.store(b.select(fresh, r, p), point)
             with b.if_then(b.and_(b.not_(fresh), b.icmp_signed("!=", p, r))):
                 b.store(ir.Constant(I32, DIVERGED), status)
-
-
-def _enter_ftz(ctx):
-    b = ctx.builder
-    saved = ctx.alloca(I32)
-    mode = ctx.alloca(I32)
-    ctx.call("llvm.x86.sse.stmxcsr", [saved], ret=ir.VoidType())
-    b.store(b.or_(b.load(saved, typ=I32), ir.Constant(I32, _MXCSR_FTZ_DAZ)), mode)
-    ctx.call("llvm.x86.sse.ldmxcsr", [mode], ret=ir.VoidType())
-    return saved

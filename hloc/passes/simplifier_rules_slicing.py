@@ -10,8 +10,8 @@ from ..ir import Instruction, Opcode, Shape, SliceDim
 from .rewrite import P, RuleTable, new, splat_value
 
 Op = Opcode
-MISC_RULES = RuleTable("simplifier-misc")
-rule = MISC_RULES.rule
+SLICING_RULES = RuleTable("simplifier-slicing")
+rule = SLICING_RULES.rule
 
 
 # ---- dynamic-slice / dynamic-update-slice ----------------------------------------------------
