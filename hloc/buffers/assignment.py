@@ -127,9 +127,10 @@ def assign_buffers(module: Module, alias: AliasAnalysis, liveness: Liveness,
     kinds = [_kind(b, entry) for b in alias.buffers]
     fixed = _fixed_order(alias, kinds)
     best: _Packing | None = None
+    tried: dict = {"units": {}, "packings": set()}
     for absorb, hosting in _VARIANTS:
         limit = budget if best is None else best.heap.size
-        packing = _pack(alias, liveness, kinds, fixed, absorb, hosting, limit)
+        packing = _pack(alias, liveness, kinds, fixed, absorb, hosting, limit, tried)
         if packing is not None and (limit is None or packing.heap.size < limit):
             best = packing
     return None if best is None else _build(module, alias, liveness, kinds, fixed, best)
@@ -151,9 +152,11 @@ class _Packing:
 
 
 def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: list[HloBuffer],
-          absorb: bool, hosting, budget: int | None) -> _Packing | None:
-    """One packing variant, or None if it cannot beat `budget` temp bytes."""
-    reuse = StorageUnits(alias, liveness, kinds, absorb_outputs=absorb)
+          absorb: bool, hosting, budget: int | None, tried: dict) -> _Packing | None:
+    """One packing variant, or None if it cannot beat `budget` temp bytes or repeats one in
+    `tried["packings"]` (variants often coincide: no output absorbs anything, or both
+    hosting strategies choose alike); `tried` records this one."""
+    reuse = _storage_units(alias, liveness, kinds, absorb, tried)
     units = reuse.units()
     items = {key: HeapItem(key, liveness.buffer_start[bids[0]],
                            max(liveness.buffer_end[b] for b in bids),
@@ -167,10 +170,27 @@ def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: lis
                          liveness.buffer_end[buf.id])
                         for i, buf in enumerate(fixed) if kinds[buf.id] == "output"])
     hosted.update(hosting({k: it for k, it in items.items() if k not in hosted}, hosts))
+    key = (tuple(map(tuple, units.values())), tuple(sorted(hosted.items())))
+    if key in tried["packings"]:
+        return None
+    tried["packings"].add(key)
     temp_items = [it for key, it in items.items() if key not in hosted]
     if budget is not None and lower_bound(temp_items) >= budget:
         return None
     return _Packing(units, hosted, simulate(temp_items), temp_items)
+
+
+def _storage_units(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], absorb: bool,
+                   tried: dict) -> StorageUnits:
+    """Operand reuse with or without absorption into outputs (memoized in `tried["units"]`);
+    without, the units with absorption serve again when they absorbed nothing."""
+    memo = tried["units"]
+    if absorb not in memo:
+        with_absorption = memo.get(True)
+        memo[absorb] = (with_absorption if with_absorption is not None
+                        and not with_absorption.absorbed
+                        else StorageUnits(alias, liveness, kinds, absorb_outputs=absorb))
+    return memo[absorb]
 
 
 def _build(module: Module, alias: AliasAnalysis, liveness: Liveness, kinds: list[str],

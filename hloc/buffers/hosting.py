@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .heap import HeapItem, Placer
+from .heap import HeapItem, IntervalIndex, Placer
 
 # Bounds the work per temporary when a module has many outputs.
 _MAX_TRIES = 8
@@ -82,10 +82,11 @@ def host_peaks(items: dict[int, HeapItem], hosts: list[Host]) -> dict[int, tuple
     for it in live_items:
         live[it.start:it.end + 1] += it.size
     placed: dict[int, tuple[int, int]] = {}
+    index = IntervalIndex(live_items)
     for _ in range(_MAX_ROUNDS):
         tick = int(np.argmax(live))
-        here = sorted((it for it in live_items if it.start <= tick <= it.end
-                       and it.key not in placed), key=lambda it: (-it.size, it.start, it.key))
+        here = sorted((it for it in index.overlapping(tick, tick) if it.key not in placed),
+                      key=lambda it: (-it.size, it.start, it.key))
         moved = next(((it, w) for it in here if (w := _try_host(it, hosts)) is not None), None)
         if moved is None:  # nothing live at the peak fits an output: the bound stays
             break
