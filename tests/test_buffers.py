@@ -12,7 +12,6 @@ from hloc.analysis.storage import DependencyOrder
 from hloc.buffers import ALIGNMENT, HeapItem, plan, simulate
 from hloc.buffers.heap import alignment, lower_bound
 from hloc.buffers.hosting import host_greedy, host_peaks, make_hosts
-from hloc.buffers.heap import lower_bound
 from hloc.frontend.gen import hlo_pb2
 from hloc.ir.parser import parse_module
 from hloc.ir.printer import print_module
@@ -50,7 +49,7 @@ def test_small_blocks_are_aligned_to_their_size_only():
     assert alignment(4) == 4 and alignment(24) == 32 and alignment(100) == ALIGNMENT
     assert result.size <= 100 + 24 + 4 * 4 + 1 + 8 + 3  # what alignment padding may add
     spans = sorted((offs[it.key], offs[it.key] + it.size) for it in items)
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
 def test_hosting_in_outputs_respects_their_window_and_size():
@@ -65,7 +64,7 @@ def test_hosting_in_outputs_respects_their_window_and_size():
         for tick in range(4):
             spans = sorted((off, off + items[k].size) for k, (_, off) in hosted.items()
                            if items[k].start <= tick <= items[k].end)
-            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= 1000
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)) and spans[-1][1] <= 1000
         left = [it for k, it in items.items() if k not in hosted]
         assert lower_bound(left) == 1200  # one 600-byte temporary moved out of the peak
 
