@@ -1,5 +1,7 @@
 """Scheduling + buffer assignment time at growing module sizes (issue 5: 20k instructions in
-under 5 s, near-linear growth).
+under 5 s, near-linear growth), and temp bytes against XLA's buffer assignment (issue 16) for
+every sample and benchmark case, compiled as `hloc compile` does (-O2, CPU). XLA's numbers are
+recorded in samples/NAME.json and benchmarks/cases/xla_memory.json (benchmarks/xla_memory.py).
 
 Times `hloc.plan.plan` (copy insertion, scheduling, alias analysis, liveness, buffer
 assignment, thunk emission and CUDA stream assignment) on two module shapes: the synthetic
@@ -9,7 +11,9 @@ state in place and read it elsewhere (copy insertion and loop liveness at work).
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from synthetic import build
 
@@ -68,7 +72,44 @@ def build_loops(num_instructions: int) -> Module:
     return m
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def recorded_xla_temp() -> dict[str, tuple[Path, int]]:
+    """name -> (model path, XLA temp bytes) for every sample and case with a number."""
+    out = {}
+    for meta_path in sorted((ROOT / "samples").glob("*.json")):
+        pb, temp = meta_path.with_suffix(".pb"), json.loads(meta_path.read_text()).get("xla_temp_bytes")
+        if pb.exists() and temp is not None:
+            out[meta_path.stem] = (pb, temp)
+    table = ROOT / "benchmarks" / "cases" / "xla_memory.json"
+    if table.exists():
+        for name, mem in json.loads(table.read_text())["cases"].items():
+            out[f"case/{name}"] = (table.parent / f"{name}.pb", mem["temp_bytes"])
+    return out
+
+
+def memory_table() -> None:
+    """hloc's temp bytes against XLA's, per module; the worst ratio last."""
+    from hloc.frontend import load
+    from hloc.passes import PassRunner
+    from hloc.passes.pipelines import default_pipeline
+
+    print("== temp bytes: hloc (-O2 cpu) vs XLA CPU buffer assignment ==")
+    print(f"{'module':>26} {'hloc':>10} {'xla':>10} {'ratio':>6}")
+    worst = 0.0
+    for name, (path, xla) in recorded_xla_temp().items():
+        module = load(str(path)).module
+        PassRunner(default_pipeline("cpu", 2)).run(module)
+        ours = plan(module).memory.temp_bytes
+        ratio = (ours + 1) / (xla + 1)
+        worst = max(worst, ratio)
+        print(f"{name:>26} {ours:>10} {xla:>10} {ratio:>6.2f}")
+    print(f"worst ratio {worst:.2f} (goal: <= 1.00)")
+
+
 def main() -> None:
+    memory_table()
     print("== hloc.plan.plan: copy insertion, schedule, assignment, thunks, streams ==")
     print(f"{'module':>8} {'instructions':>12} {'seconds':>8} {'us/instr':>9} {'temp bytes':>11}")
     for kind, builder in (("mlp", build), ("loops", build_loops)):

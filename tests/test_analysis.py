@@ -200,6 +200,49 @@ ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], f32[4], f32[4], pred[4], f32[2,2]
     assert not can_share_operand(t, 0)  # not elementwise
 
 
+def test_can_share_operand_through_row_major_reshape():
+    # A loop fusion that reshapes its operand (row-major to row-major) keeps every element at
+    # its linear position, so it may write over the operand; a transpose may not, nor a
+    # reshape out of a column-major layout.
+    m = parse_module("""
+HloModule m
+
+%fsh (x: f32[8,4,16], y: f32[8,4]) -> f32[32,16] {
+  %x = f32[8,4,16]{2,1,0} parameter(0)
+  %y = f32[8,4]{1,0} parameter(1)
+  %b = f32[8,4,16]{2,1,0} broadcast(%y), dimensions={0,1}
+  %d = f32[8,4,16]{2,1,0} divide(%x, %b)
+  ROOT %r = f32[32,16]{1,0} reshape(%d)
+}
+
+%ftr (x: f32[8,4,16]) -> f32[4,8,16] {
+  %x = f32[8,4,16]{2,1,0} parameter(0)
+  ROOT %t = f32[4,8,16]{2,1,0} transpose(%x), dimensions={1,0,2}
+}
+
+%fcm (x: f32[8,64]) -> f32[512] {
+  %x = f32[8,64]{0,1} parameter(0)
+  %e = f32[8,64]{0,1} exponential(%x)
+  ROOT %r = f32[512]{0} reshape(%e)
+}
+
+ENTRY %main (a: f32[8,4,16], b: f32[8,4], c: f32[8,64]) -> (f32[32,16], f32[4,8,16], f32[512]) {
+  %a = f32[8,4,16]{2,1,0} parameter(0)
+  %b = f32[8,4]{1,0} parameter(1)
+  %c = f32[8,64]{0,1} parameter(2)
+  %sh = f32[32,16]{1,0} fusion(%a, %b), kind=kLoop, calls=%fsh
+  %tr = f32[4,8,16]{2,1,0} fusion(%a), kind=kLoop, calls=%ftr
+  %cm = f32[512]{0} fusion(%c), kind=kLoop, calls=%fcm
+  ROOT %o = (f32[32,16], f32[4,8,16], f32[512]) tuple(%sh, %tr, %cm)
+}
+""")
+    sh, tr, cm = (_get(m, n) for n in ("sh", "tr", "cm"))
+    assert can_share_operand(sh, 0)
+    assert not can_share_operand(sh, 1)  # broadcast: a different size anyway
+    assert not can_share_operand(tr, 0)
+    assert not can_share_operand(cm, 0)
+
+
 def _schedule_in_order(module):
     graph = CallGraph(module)
     return {c: c.post_order() for c in graph.sequential}

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from hloc.analysis.storage import DependencyOrder
 from hloc.buffers import ALIGNMENT, HeapItem, simulate
-from hloc.buffers.heap import lower_bound
+from hloc.buffers.heap import alignment, lower_bound
+from hloc.buffers.hosting import host_greedy, host_peaks, make_hosts
 from hloc.frontend.gen import hlo_pb2
 from hloc.ir.parser import parse_module
 from hloc.ir.printer import print_module
@@ -36,6 +37,38 @@ def test_best_fit_reuses_the_tightest_gap():
     assert (offs[3], offs[4]) == (0, 64)
     assert result.size == 256
     assert all(o % ALIGNMENT == 0 for o in offs.values())
+
+
+def test_small_blocks_are_aligned_to_their_size_only():
+    # Four scalars live at once take 16 bytes, not 4 x 64; a 24-byte block takes a 32-byte
+    # alignment, a 100-byte one the full ALIGNMENT.
+    items = [HeapItem(k, 0, 9, 4) for k in range(4)]
+    items += [HeapItem(4, 0, 9, 24), HeapItem(5, 0, 9, 100), HeapItem(6, 0, 9, 1)]
+    result = simulate(items)
+    offs = result.offsets
+    for it in items:
+        assert offs[it.key] % alignment(it.size) == 0
+    assert alignment(4) == 4 and alignment(24) == 32 and alignment(100) == ALIGNMENT
+    assert result.size <= 100 + 24 + 4 * 4 + 1 + 8 + 3  # what alignment padding may add
+    spans = sorted((offs[it.key], offs[it.key] + it.size) for it in items)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_hosting_in_outputs_respects_their_window_and_size():
+    # A 1000-byte output written at tick 10 can hold temporaries that end before tick 10, at
+    # most 1000 bytes of them at once; both strategies host the peak's temporaries there.
+    items = {0: HeapItem(0, 0, 1, 1000), 1: HeapItem(1, 2, 3, 600), 2: HeapItem(2, 2, 3, 600),
+             3: HeapItem(3, 2, 3, 600), 4: HeapItem(4, 5, 11, 64)}
+    for strategy in (host_greedy, host_peaks):
+        hosted = strategy(items, make_hosts([(7, 1000, 10, 12)]))
+        assert 4 not in hosted  # still live when the output is written
+        assert {index for index, _ in hosted.values()} == {7}
+        for tick in range(4):
+            spans = sorted((off, off + items[k].size) for k, (_, off) in hosted.items()
+                           if items[k].start <= tick <= items[k].end)
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)) and spans[-1][1] <= 1000
+        left = [it for k, it in items.items() if k not in hosted]
+        assert lower_bound(left) == 1200  # one 600-byte temporary moved out of the peak
 
 
 def test_keeps_the_smaller_of_the_two_orders():

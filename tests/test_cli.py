@@ -84,6 +84,12 @@ def test_output_and_report(bundle, tmp_path):
     report = json.loads(rep.read_text())
     assert report["benchmark"]["n"] == 3
     assert report["benchmark"]["min_s"] <= report["benchmark"]["median_s"] <= report["benchmark"]["max_s"]
+    # Memory: the bundle's arena sizes and the process's peak RSS, also shown with --benchmark.
+    memory = report["memory"]
+    manifest = json.loads(hloc("inspect", bundle, "--json").output)["memory"]
+    assert {k: memory[k] for k in manifest} == manifest
+    assert memory["peak_rss_bytes"] > memory["temp_bytes"] + memory["argument_bytes"] > 0
+    assert f"memory: temp_bytes={memory['temp_bytes']} " in r.output
 
 
 def test_profile_and_reference(bundle):

@@ -8,7 +8,8 @@ Two different facts:
 - *shareable operands* (`can_share_operand`): the output may reuse a dying operand's bytes
   because every output element is computed from the operand element at the same physical
   address only (elementwise ops with identical layouts, and loop fusions that are elementwise
-  in that operand). Buffer assignment uses this to reuse memory.
+  in that operand, possibly through reshapes between row-major shapes, which keep every
+  element at its linear position). Buffer assignment uses this to reuse memory.
 """
 
 from __future__ import annotations
@@ -96,7 +97,13 @@ def can_share_operand(user: Instruction, operand_number: int, output_index: Shap
     operand = user.operands[operand_number]
     output = user.shape.subshape(output_index) if user.shape.is_tuple else user.shape
     if not _same_array(output, operand.shape):
-        return False
+        # A loop fusion that only reshapes the operand on the way (dims differ) may still
+        # keep every element in place; its parameter walk decides.
+        return (user.opcode == Opcode.FUSION and not user.shape.is_tuple
+                and user.attrs.fusion_kind in (None, "kLoop")
+                and _same_linear(output, operand.shape)
+                and output.byte_size == operand.shape.byte_size
+                and _elementwise_in_parameter(user.called[0], operand_number))
     if user.opcode == Opcode.SORT:
         # A sort permutes each operand into the output of the same position.
         return output_index == ((operand_number,) if user.shape.is_tuple else ())
@@ -109,13 +116,28 @@ def can_share_operand(user: Instruction, operand_number: int, output_index: Shap
     return False
 
 
+def _linear(shape: Shape) -> bool:
+    """A dense row-major array: element k (in row-major order) lies at byte k * element size,
+    whatever the dims, so a reshape between two such shapes moves no element."""
+    layout = shape.layout
+    return shape.is_array and not any(shape.dynamic_dims) and (
+        layout is None or (layout.is_row_major and not layout.tiles
+                           and not layout.element_size_in_bits))
+
+
+def _same_linear(a: Shape, b: Shape) -> bool:
+    return _linear(a) and _linear(b) and a.num_elements == b.num_elements
+
+
 def _full_map(user: Instruction) -> bool:
     return tuple(user.dimensions) == tuple(range(user.shape.rank))
 
 
 def _elementwise_in_parameter(fused: Computation, number: int) -> bool:
     """Every path from fused parameter `number` to the root goes through elementwise ops of the
-    root's shape (so element i of the output reads only element i of the parameter)."""
+    root's shape (so element i of the output reads only element i of the parameter), or
+    through elementwise ops and reshapes among row-major shapes of the root's element count
+    (element k in row-major order then reads only the parameter's element k)."""
     root = fused.root
     if root.opcode == Opcode.TUPLE:
         return False
@@ -123,14 +145,30 @@ def _elementwise_in_parameter(fused: Computation, number: int) -> bool:
               if p.opcode == Opcode.PARAMETER and p.attrs.parameter_number == number]
     if len(params) != 1:
         return False
-    stack, seen = [params[0]], set()
+    path = _forward_closure(params[0])
+    if root not in path:
+        return False
+    inner = [i for i in path if i is not params[0]]
+    if any(i.opcode not in _LINEAR_OPS and i.opcode not in ELEMENTWISE for i in inner):
+        return False
+    if any(i.opcode == Opcode.MAP for i in inner):
+        return False
+    if all(i.opcode in ELEMENTWISE and _same_indexing(i.shape, root.shape) for i in inner):
+        return True
+    return all(_same_linear(i.shape, root.shape) for i in path)
+
+
+# Ops that keep every element at its row-major position between row-major shapes.
+_LINEAR_OPS = frozenset({Opcode.RESHAPE, Opcode.BITCAST})
+
+
+def _forward_closure(start: Instruction) -> list[Instruction]:
+    """`start` and every instruction that uses it, transitively (in visit order)."""
+    stack, seen = [start], {}
     while stack:
         instr = stack.pop()
         if instr in seen:
             continue
-        seen.add(instr)
-        if instr is not params[0] and (instr.opcode not in ELEMENTWISE or instr.opcode == Opcode.MAP
-                                       or not _same_indexing(instr.shape, root.shape)):
-            return False
+        seen[instr] = None
         stack.extend(instr.users)
-    return root in seen
+    return list(seen)

@@ -15,7 +15,8 @@ from ..analysis import AliasAnalysis, HloBuffer, HloValue, Liveness, leaves
 from ..analysis.storage import is_read_only
 from ..ir import Instruction, Module, Opcode, ShapeIndex
 from .check import SharingError, check_buffers
-from .heap import HeapItem, HeapResult, Placer, lower_bound, simulate
+from .heap import HeapItem, HeapResult, lower_bound, simulate
+from .hosting import host_greedy, host_peaks, make_hosts
 from .reuse import StorageUnits
 
 
@@ -116,6 +117,8 @@ def assign_buffers(module: Module, alias: AliasAnalysis, liveness: Liveness,
                    budget: int | None = None) -> BufferAssignment | None:
     """Allocate every buffer of a scheduled, copy-inserted module.
 
+    Several packings are tried (operand reuse into outputs on or off, greedy or peak-driven
+    hosting of temporaries in outputs) and the smallest temp heap is kept, the first on ties.
     With a `budget`, gives up (returns None) as soon as a lower bound shows the temp
     allocation could not be smaller than `budget` bytes: comparing schedules then skips the
     packing of hopeless ones."""
@@ -123,7 +126,37 @@ def assign_buffers(module: Module, alias: AliasAnalysis, liveness: Liveness,
     entry = module.entry
     kinds = [_kind(b, entry) for b in alias.buffers]
     fixed = _fixed_order(alias, kinds)
-    reuse = StorageUnits(alias, liveness, kinds)
+    best: _Packing | None = None
+    tried: dict = {"units": {}, "packings": set()}
+    for absorb, hosting in _VARIANTS:
+        limit = budget if best is None else best.heap.size
+        packing = _pack(alias, liveness, kinds, fixed, absorb, hosting, limit, tried)
+        if packing is not None and (limit is None or packing.heap.size < limit):
+            best = packing
+    return None if best is None else _build(module, alias, liveness, kinds, fixed, best)
+
+
+# (absorb dying operands into outputs, hosting strategy), in order of preference on ties.
+_VARIANTS = ((True, host_greedy), (True, host_peaks), (False, host_greedy), (False, host_peaks))
+
+
+@dataclass
+class _Packing:
+    """Storage units and where each lives: (allocation index, offset) for those hosted in a
+    fixed allocation, else an offset in the temp heap."""
+
+    units: dict[int, list[int]]
+    hosted: dict[int, tuple[int, int]]
+    heap: HeapResult
+    temp_items: list[HeapItem]
+
+
+def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: list[HloBuffer],
+          absorb: bool, hosting, budget: int | None, tried: dict) -> _Packing | None:
+    """One packing variant, or None if it cannot beat `budget` temp bytes or repeats one in
+    `tried["packings"]` (variants often coincide: no output absorbs anything, or both
+    hosting strategies choose alike); `tried` records this one."""
+    reuse = _storage_units(alias, liveness, kinds, absorb, tried)
     units = reuse.units()
     items = {key: HeapItem(key, liveness.buffer_start[bids[0]],
                            max(liveness.buffer_end[b] for b in bids),
@@ -132,30 +165,57 @@ def assign_buffers(module: Module, alias: AliasAnalysis, liveness: Liveness,
         return None
     position = {buf.id: i for i, buf in enumerate(fixed)}
     hosted = {key: (position[out], 0) for out, key in reuse.absorbed.items()}
-    hosted.update(_pack_into_outputs(
-        {k: it for k, it in items.items() if k not in hosted}, fixed, kinds, liveness,
-        {out: items[key].start for out, key in reuse.absorbed.items()}))
+    taken_from = {out: items[key].start for out, key in reuse.absorbed.items()}
+    hosts = make_hosts([(i, buf.size, taken_from.get(buf.id, liveness.buffer_start[buf.id]),
+                         liveness.buffer_end[buf.id])
+                        for i, buf in enumerate(fixed) if kinds[buf.id] == "output"])
+    hosted.update(hosting({k: it for k, it in items.items() if k not in hosted}, hosts))
+    key = (tuple(map(tuple, units.values())), tuple(sorted(hosted.items())))
+    if key in tried["packings"]:
+        return None
+    tried["packings"].add(key)
     temp_items = [it for key, it in items.items() if key not in hosted]
-    heap = simulate(temp_items)
-    places = dict(hosted)
-    places.update((key, (len(fixed), off)) for key, off in heap.offsets.items())
+    if budget is not None and lower_bound(temp_items) >= budget:
+        return None
+    return _Packing(units, hosted, simulate(temp_items), temp_items)
+
+
+def _storage_units(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], absorb: bool,
+                   tried: dict) -> StorageUnits:
+    """Operand reuse with or without absorption into outputs (memoized in `tried["units"]`);
+    without, the units with absorption serve again when they absorbed nothing."""
+    memo = tried["units"]
+    if absorb not in memo:
+        with_absorption = memo.get(True)
+        memo[absorb] = (with_absorption if with_absorption is not None
+                        and not with_absorption.absorbed
+                        else StorageUnits(alias, liveness, kinds, absorb_outputs=absorb))
+    return memo[absorb]
+
+
+def _build(module: Module, alias: AliasAnalysis, liveness: Liveness, kinds: list[str],
+           fixed: list[HloBuffer], packing: _Packing) -> BufferAssignment:
+    """The allocations and value slices of a chosen packing."""
+    entry = module.entry
+    places = dict(packing.hosted)
+    places.update((key, (len(fixed), off)) for key, off in packing.heap.offsets.items())
     value_slices: list[Slice | None] = [None] * len(alias.dataflow.values)
     assigned: dict[int, list[tuple[int, int, int]]] = {i: [] for i in range(len(fixed) + 1)}
     for index, buf in enumerate(fixed):
         for v in buf.values:
             value_slices[v.id] = Slice(index, 0, v.size)
             assigned[index].append((v.id, 0, v.size))
-    for key, bids in units.items():
+    for key, bids in packing.units.items():
         index, offset = places[key]
         for v in (v for b in bids for v in alias.buffers[b].values):
             value_slices[v.id] = Slice(index, offset, v.size)
             assigned[index].append((v.id, offset, v.size))
     allocations = [_fixed_allocation(i, buf, kinds[buf.id], entry, tuple(sorted(assigned[i])))
                    for i, buf in enumerate(fixed)]
-    allocations.append(Allocation(len(fixed), heap.size, "temp",
+    allocations.append(Allocation(len(fixed), packing.heap.size, "temp",
                                   assigned=tuple(sorted(assigned[len(fixed)]))))
-    return BufferAssignment(module, alias, liveness, allocations, value_slices, heap,
-                            lower_bound(temp_items), units)
+    return BufferAssignment(module, alias, liveness, allocations, value_slices, packing.heap,
+                            lower_bound(packing.temp_items), packing.units)
 
 
 def _temp_bound(items: dict[int, HeapItem], fixed: list[HloBuffer], kinds: list[str]) -> int:
@@ -163,42 +223,6 @@ def _temp_bound(items: dict[int, HeapItem], fixed: list[HloBuffer], kinds: list[
     output allocation could hold."""
     room = sum(buf.size for buf in fixed if kinds[buf.id] == "output")
     return lower_bound(list(items.values())) - room
-
-
-def _pack_into_outputs(items: dict[int, HeapItem], fixed: list[HloBuffer], kinds: list[str],
-                       liveness: Liveness, taken_from: dict[int, int]) -> dict[int, tuple[int, int]]:
-    """Put temporaries that die before an output is defined into that output's allocation
-    (as XLA does): it is free until then. Largest temporaries first, smallest fitting output
-    first. `taken_from`: output buffer id -> tick from which an absorbed operand already
-    occupies its allocation. Returns {item key: (allocation index, offset)}."""
-    hosts = []
-    for index, buf in enumerate(fixed):
-        if kinds[buf.id] == "output":
-            start = taken_from.get(buf.id, liveness.buffer_start[buf.id])
-            placer = Placer()
-            placer.place(HeapItem(-1, start, liveness.buffer_end[buf.id], buf.size))
-            hosts.append((buf.size, start, index, placer))
-    hosts.sort(key=lambda h: (h[0], h[2]))
-    placed: dict[int, tuple[int, int]] = {}
-    for item in sorted(items.values(), key=lambda it: (-it.size, it.start, it.key)):
-        if item.size == 0:
-            continue
-        tries = 0
-        for size, start, index, placer in hosts:
-            if size < item.size or start <= item.end:
-                continue
-            offset = placer.place(item, capacity=size)
-            if offset is not None:
-                placed[item.key] = (index, offset)
-                break
-            tries += 1
-            if tries >= _MAX_TRIES:
-                break
-    return placed
-
-
-# Bounds the work per temporary when a module has many outputs.
-_MAX_TRIES = 8
 
 
 def _fixed_order(alias: AliasAnalysis, kinds: list[str]) -> list[HloBuffer]:

@@ -18,8 +18,10 @@ class StorageUnits:
     """Temp buffers grouped into units (keyed by their first buffer id, in definition order),
     and `absorbed`: output buffer id -> the unit stored in its allocation before it."""
 
-    def __init__(self, alias: AliasAnalysis, liveness: Liveness, kinds: list[str]):
+    def __init__(self, alias: AliasAnalysis, liveness: Liveness, kinds: list[str],
+                 absorb_outputs: bool = True):
         self.alias = alias
+        self.absorb_outputs = absorb_outputs
         self.liveness = liveness
         self.kinds = kinds
         temps = [b.id for b in alias.buffers if kinds[b.id] == "temp"]
@@ -39,7 +41,8 @@ class StorageUnits:
         if self.liveness.buffer_start[out] != tick:
             return
         fresh_temp = self.kinds[out] == "temp" and self.members.get(out) == [out]
-        fresh_output = self.kinds[out] == "output" and out not in self.absorbed
+        fresh_output = (self.absorb_outputs and self.kinds[out] == "output"
+                        and out not in self.absorbed)
         if not (fresh_temp or fresh_output):
             return
         unit = self._dying_operand(instr, value, out, tick)

@@ -204,7 +204,27 @@ def _checks(exe, args, outputs, result: dict, o, profile, bench) -> list[str]:
         click.echo(profile)
     if bench:
         failed += _report_benchmark(bench, o.baseline, o.max_regression, result)
+    result["memory"] = _memory(exe.bundle.manifest)
+    if profile or bench:
+        click.echo("memory: " + " ".join(f"{k}={v}" for k, v in result["memory"].items()))
     return failed
+
+
+_MEMORY_KEYS = ("temp_bytes", "argument_bytes", "output_bytes", "constant_bytes")
+
+
+def _memory(manifest: dict) -> dict[str, int]:
+    """The bundle's arena sizes (its buffer assignment) and this process's peak resident set
+    so far: what a run of the bundle costs in memory."""
+    import resource
+    import sys
+
+    sizes = manifest.get("memory") or {}
+    out = {k: int(sizes.get(k, 0)) for k in _MEMORY_KEYS}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    out["peak_rss_bytes"] = int(peak if sys.platform == "darwin" else peak * 1024)
+    return out
 
 
 def _snapshot_arguments(bundle) -> list[np.ndarray] | None:

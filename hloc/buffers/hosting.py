@@ -1,0 +1,96 @@
+"""Hosting temporaries in entry-output allocations before those outputs are written.
+
+An output's allocation is free from the start of the program until the output (or the
+operand it absorbed) is first defined; XLA packs temporaries into it, and so does hloc. Two
+ways to choose which temporaries go there (buffer assignment keeps whichever gives the
+smaller temp heap):
+- "greedy": largest temporaries first, each into the smallest output it fits in;
+- "peaks": repeatedly take the tick where the most temp bytes are live and move the largest
+  temporary live there into an output, so the heap's lower bound drops where it binds; the
+  remaining temporaries then go the greedy way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .heap import HeapItem, IntervalIndex, Placer
+
+# Bounds the work per temporary when a module has many outputs.
+_MAX_TRIES = 8
+# Bounds the peak-driven rounds (each costs a pass over the timeline).
+_MAX_ROUNDS = 256
+
+
+@dataclass
+class Host:
+    """An output allocation, free for temporaries that end before tick `start`."""
+
+    size: int
+    start: int
+    index: int  # allocation index
+    placer: Placer
+
+
+def make_hosts(outputs: list[tuple[int, int, int, int]]) -> list[Host]:
+    """Hosts from (allocation index, size, first busy tick, last busy tick), smallest first."""
+    hosts = []
+    for index, size, start, end in outputs:
+        placer = Placer()
+        placer.place(HeapItem(-1, start, end, size))  # the output itself, from `start` on
+        hosts.append(Host(size, start, index, placer))
+    return sorted(hosts, key=lambda h: (h.size, h.index))
+
+
+def _try_host(item: HeapItem, hosts: list[Host]) -> tuple[int, int] | None:
+    """Reserve room for `item` in the smallest output it fits in: (allocation, offset)."""
+    tries = 0
+    for host in hosts:
+        if host.size < item.size or host.start <= item.end:
+            continue
+        offset = host.placer.place(item, capacity=host.size)
+        if offset is not None:
+            return host.index, offset
+        tries += 1
+        if tries >= _MAX_TRIES:
+            return None
+    return None
+
+
+def host_greedy(items: dict[int, HeapItem], hosts: list[Host],
+                placed: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+    """Largest temporaries first (then earliest): {item key: (allocation index, offset)}."""
+    placed = {} if placed is None else placed
+    for item in sorted(items.values(), key=lambda it: (-it.size, it.start, it.key)):
+        if item.size == 0 or item.key in placed:
+            continue
+        where = _try_host(item, hosts)
+        if where is not None:
+            placed[item.key] = where
+    return placed
+
+
+def host_peaks(items: dict[int, HeapItem], hosts: list[Host]) -> dict[int, tuple[int, int]]:
+    """Lower the peak of live temp bytes first, then host the rest greedily."""
+    live_items = [it for it in items.values() if it.size]
+    if not live_items or not hosts:
+        return {}
+    ticks = max(it.end for it in live_items) + 2
+    live = np.zeros(ticks, dtype=np.int64)
+    for it in live_items:
+        live[it.start:it.end + 1] += it.size
+    placed: dict[int, tuple[int, int]] = {}
+    index = IntervalIndex(live_items)
+    for _ in range(_MAX_ROUNDS):
+        tick = int(np.argmax(live))
+        here = sorted((it for it in index.overlapping(tick, tick) if it.key not in placed),
+                      key=lambda it: (-it.size, it.start, it.key))
+        moved = next(((it, w) for it in here if (w := _try_host(it, hosts)) is not None), None)
+        if moved is None:  # nothing live at the peak fits an output: the bound stays
+            break
+        item, where = moved
+        placed[item.key] = where
+        live[item.start:item.end + 1] -= item.size
+    return host_greedy(items, hosts, placed)
