@@ -7,7 +7,7 @@ import time
 from synthetic import build
 
 from hloc.frontend import load_bytes, module_to_proto
-from hloc.ir.printer import print_module
+from hloc.ir.text.printer import print_module
 from hloc.ir.verifier import verify
 
 SIZES = (2500, 5000, 10000, 20000)

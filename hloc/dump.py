@@ -71,7 +71,7 @@ class DumpManager:
         """Dump an HLO module in every requested format."""
         from .frontend import module_to_proto
         from .ir.dot_graph import module_to_dot
-        from .ir.printer import print_module
+        from .ir.text.printer import print_module
 
         meta = {"stage": stage, "pass": pass_name, "changed": changed,
                 "seconds": None if seconds is None else round(seconds, 6)}

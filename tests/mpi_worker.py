@@ -14,7 +14,7 @@ import numpy as np
 from hloc.bundle import read_bundle
 from hloc.collectives.mpi import MpiCommunicator, import_mpi
 from hloc.collectives.reducers import Reducer, reducer_of
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.ranks import RankExecutable
 
 IDS = [3, 1, 0, 2]  # rank i runs global device IDS[i]: groups are in device ids, not ranks

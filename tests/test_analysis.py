@@ -17,7 +17,7 @@ from hloc.analysis import (
 from hloc.analysis.storage import DependencyOrder, is_read_only_storage, storage_root
 from hloc.errors import UnsupportedError
 from hloc.ir import Opcode
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 pytestmark = pytest.mark.pure
 

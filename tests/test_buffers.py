@@ -13,8 +13,8 @@ from hloc.buffers import ALIGNMENT, HeapItem, simulate
 from hloc.buffers.heap import alignment, lower_bound
 from hloc.buffers.hosting import host_greedy, host_peaks, make_hosts
 from hloc.frontend.gen import hlo_pb2
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_module
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_module
 from hloc.passes import lookup_pass
 from hloc.passes.copy_insertion import CopyInsertion
 from hloc.plan import plan

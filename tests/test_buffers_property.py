@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.ir.verifier import verify
 from hloc.passes.copy_insertion import CopyInsertion
 

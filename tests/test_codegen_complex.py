@@ -20,8 +20,8 @@ from hloc.codegen.elemental import registry
 from hloc.codegen.elemental.types import elem_type
 from hloc.errors import UnsupportedError
 from hloc.ir import Opcode, PrimitiveType
-from hloc.ir.parser import parse_module
-from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.ir.text.parser import parse_module
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays, sample_meta
 from .support.bundles import compile_bundle, kernels_json, load_cpu

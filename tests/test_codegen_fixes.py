@@ -21,7 +21,7 @@ from hloc.codegen.elemental import trig
 from hloc.codegen.target import host_target
 from hloc.frontend import load
 from hloc.ir import Opcode
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.passes.call_inliner import CallInliner
 from hloc.runtime.interpreter import evaluate
 from hloc.runtime.interpreter import registry as interp_registry

@@ -10,7 +10,7 @@ import pytest
 from hloc.codegen import llvm
 from hloc.codegen.target import cpu_target, host_target, normalize_features
 from hloc.errors import InputError
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .support.kernels import Compiled, emit_kernels, entry_spec, reference
 from .support.values import assert_matches, random_inputs

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .support.hlo import binary, unary
 from .support.kernels import Compiled, entry_spec, reference

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hloc.codegen.cpu import KernelSpec
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .support.kernels import Compiled, check_hlo, reference
 from .support.values import assert_matches, random_inputs

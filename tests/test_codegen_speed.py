@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hloc.codegen.target import host_target
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .support.kernels import LoadedKernels, emit_kernels, entry_spec
 

@@ -21,9 +21,9 @@ from hloc.collectives import (
 )
 from hloc.collectives import semantics as sem
 from hloc.errors import InputError
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_module
 from hloc.ir.replica_groups import IotaReplicaGroups, MeshAxisRef, MeshReplicaGroups
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_module
 
 _AR = """HloModule m, num_partitions=4
 

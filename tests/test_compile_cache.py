@@ -211,7 +211,7 @@ def test_import_budget(tmp_path):
     assert not under(imported_by("compile", "--help", env=env),
                      "numpy", "llvmlite", "google", "jsonschema", "hloc.ir", "hloc.compiler")
     miss = imported_by("compile", MLP, "-o", tmp_path / "a.bundle", env=env)
-    assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.parser")
+    assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.text.parser")
     hit = imported_by("compile", MLP, "-o", tmp_path / "b.bundle", env=env)
     assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen.cpu", "hloc.schedule",
                      "hloc.runtime", "jsonschema")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hloc.codegen.cpu.dedup import computation_key
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu
 from .support.run import interpret

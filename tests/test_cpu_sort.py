@@ -10,7 +10,7 @@ import pytest
 from hloc.codegen.cpu import KernelSpec
 from hloc.codegen.target import host_target
 from hloc.ir import Opcode, dtypes
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from tests.conftest import SAMPLES, require_samples, sample_arrays
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu

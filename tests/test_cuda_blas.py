@@ -2,7 +2,7 @@
 
 Gemm thunks of plain dots carry a column-major BLAS descriptor (hloc.thunks.gpu.BlasCall). On
 `cuda-emulated` the descriptor runs through numpy's OpenBLAS with cuBLAS' contract
-(hloc.runtime.host_blas), so its ops, leading dimensions and batch strides are checked
+(hloc.runtime.cuda.host_blas), so its ops, leading dimensions and batch strides are checked
 against the reference interpreter (layout cases) and against XLA's outputs (every sample).
 The libcublas loader and the cuBLAS argument marshalling are tested with fakes.
 """
@@ -19,9 +19,10 @@ import pytest
 from hloc.errors import InputError
 from hloc.frontend import load
 from hloc.ir import Opcode, dtypes
-from hloc.runtime import cuda_blas, host_blas
-from hloc.runtime.cuda import CudaError
-from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.runtime.cuda import cublas as cuda_blas
+from hloc.runtime.cuda import host_blas
+from hloc.runtime.cuda.driver import CudaError
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 from hloc.thunks import gpu as gt
 from hloc.thunks.serialize import gpu_program_from_json as program_from_json
 from hloc.thunks.serialize import gpu_program_to_json as program_to_json

@@ -25,7 +25,7 @@ def _needs_gpu():
 
 
 def _exe(name, tmp_path, monkeypatch, gemm: str = ""):
-    from hloc.runtime.cuda import CudaExecutable
+    from hloc.runtime.cuda.driver import CudaExecutable
 
     monkeypatch.setenv("HLOC_CUDA_GEMM", gemm)
     return CudaExecutable(_bundle(name, tmp_path, archs=("sm_80", "sm_90")))
@@ -60,7 +60,7 @@ def test_pinned_staging_and_resident_params(name, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_cublas_default_and_kernel_fallback_match_xla(name, tmp_path, monkeypatch):
-    from hloc.runtime.cuda_blas import load_cublas
+    from hloc.runtime.cuda.cublas import load_cublas
 
     try:
         load_cublas()

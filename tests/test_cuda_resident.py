@@ -12,10 +12,10 @@ import pytest
 from hloc.buffers.assignment import Allocation, Slice
 from hloc.bundle import read_bundle
 from hloc.errors import InputError
-from hloc.ir.parser import parse_module
-from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.ir.text.parser import parse_module
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
+from hloc.runtime.cuda.residency import eligible_parameters, parse_spec
 from hloc.runtime.interpreter import evaluate
-from hloc.runtime.residency import eligible_parameters, parse_spec
 from hloc.thunks.gpu import Upload
 
 from .support.bundles import compile_bundle

@@ -11,7 +11,7 @@ import pytest
 
 from hloc.bundle import read_bundle
 from hloc.codegen.cuda import ptxas
-from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 from .support.bundles import compile_bundle
@@ -96,7 +96,7 @@ def _cuda_device_available() -> bool:
 def test_sample_on_gpu(name, tmp_path):
     if not _cuda_device_available():
         pytest.skip("needs cuda-bindings and an NVIDIA GPU")
-    from hloc.runtime.cuda import CudaExecutable
+    from hloc.runtime.cuda.driver import CudaExecutable
 
     bundle = _bundle(name, tmp_path, archs=("sm_80", "sm_90"))
     outputs = CudaExecutable(bundle).run(sample_arrays(name, "inputs"))

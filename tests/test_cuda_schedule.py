@@ -8,7 +8,7 @@ import pytest
 from hloc.codegen.cuda.build import build_gpu_program, emit_recipe, ir_digest
 from hloc.codegen.cuda.target import cuda_target
 from hloc.compiler import CompileOptions, run_passes
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.thunks import gpu as gt
 from hloc.thunks.serialize import gpu_program_from_json as program_from_json
 from hloc.thunks.serialize import gpu_program_to_json as program_to_json
@@ -100,7 +100,7 @@ def test_emulator_refuses_a_changed_kernel(tmp_path):
 
     from hloc.bundle import read_bundle, write_bundle
     from hloc.errors import InputError
-    from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+    from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
     from .support.bundles import compile_bundle
 

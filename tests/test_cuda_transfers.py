@@ -15,10 +15,10 @@ from hloc.bundle import read_bundle
 from hloc.errors import InputError
 from hloc.ir import Shape
 from hloc.ir.attrs import PrecisionConfig
-from hloc.ir.parser import parse_module
-from hloc.runtime import cuda_blas
-from hloc.runtime.cuda import CudaDevice, CudaError
-from hloc.runtime.cuda_transfers import read_array, write_array
+from hloc.ir.text.parser import parse_module
+from hloc.runtime.cuda import cublas as cuda_blas
+from hloc.runtime.cuda.driver import CudaDevice, CudaError
+from hloc.runtime.cuda.transfers import read_array, write_array
 from hloc.thunks.serialize import gpu_program_from_json
 
 from .support.bundles import compile_bundle
@@ -151,7 +151,7 @@ def test_uploads_and_downloads_go_through_pinned_staging(program):
 @pytest.mark.parametrize("text,dtype", [("f32[3,4]{0,1}", np.float64), ("s32[2,3,4]{1,2,0}",
                                                                         np.int32)])
 def test_write_and_read_arrays_in_device_layout(text, dtype):
-    from hloc.runtime.cuda_program import from_device_bytes, to_device_bytes
+    from hloc.runtime.cuda.program import from_device_bytes, to_device_bytes
 
     shape: Shape = parse_module(f"HloModule m\nENTRY e {{\n  ROOT p = {text} parameter(0)\n}}\n"
                                 ).entry.root.shape

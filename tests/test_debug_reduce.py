@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from hloc.cli.main import cli as hloc_cli
 from hloc.debug.reduce import Budget, Reducer, parse_checked
 from hloc.ir import Opcode
-from hloc.ir.printer import print_module
+from hloc.ir.text.printer import print_module
 
 from .conftest import SAMPLES, require_samples
 

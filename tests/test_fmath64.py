@@ -22,8 +22,8 @@ from hloc.codegen.elemental import mathfn
 from hloc.codegen.elemental.registry import generic_lowering
 from hloc.codegen.target import CpuTarget, host_target
 from hloc.frontend import load
-from hloc.ir.parser import parse_module
-from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+from hloc.ir.text.parser import parse_module
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, require_samples
 from .support.bundles import compile_bundle

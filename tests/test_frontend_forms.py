@@ -135,9 +135,9 @@ def test_text_form_detected_by_content(tmp_path, monkeypatch):
     name = _smallest_sample()
     text = (SAMPLES / f"{name}.hlo").read_text()
     calls = []
-    fake = types.ModuleType("hloc.ir.parser")
+    fake = types.ModuleType("hloc.ir.text.parser")
     fake.parse_module = lambda t, path=None: calls.append((t, path)) or "parsed"
-    monkeypatch.setitem(sys.modules, "hloc.ir.parser", fake)
+    monkeypatch.setitem(sys.modules, "hloc.ir.text.parser", fake)
     path = tmp_path / "model.pb"  # extension says proto, content says text
     path.write_text("// a comment\n/* block */\n" + text)
     loaded = load(path)
@@ -366,9 +366,9 @@ def test_save_pb_is_atomic_and_deterministic(tmp_path):
 def test_save_text_uses_printer(tmp_path, monkeypatch):
     name = _smallest_sample()
     module = load(SAMPLES / f"{name}.pb").module
-    fake = types.ModuleType("hloc.ir.printer")
+    fake = types.ModuleType("hloc.ir.text.printer")
     fake.print_module = lambda m: f"HloModule {m.name}\n"
-    monkeypatch.setitem(sys.modules, "hloc.ir.printer", fake)
+    monkeypatch.setitem(sys.modules, "hloc.ir.text.printer", fake)
     save(module, tmp_path / "m.hlo", "hlo")
     assert (tmp_path / "m.hlo").read_text() == f"HloModule {module.name}\n"
 

@@ -14,10 +14,10 @@ import json
 
 import pytest
 
-from hloc.plan import plan
 from hloc.frontend import load
 from hloc.passes import PassRunner
 from hloc.passes.pipelines import default_pipeline
+from hloc.plan import plan
 from tests.conftest import ROOT, SAMPLES, sample_meta, sample_names
 
 pytestmark = pytest.mark.pure

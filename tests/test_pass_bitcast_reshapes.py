@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hloc.ir import Opcode
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.passes import lookup_pass
 from hloc.runtime.interpreter import evaluate
 

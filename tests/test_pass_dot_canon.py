@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hloc.ir import Opcode
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.passes.dot_canonicalizer import is_canonical
 from hloc.runtime.interpreter import evaluate
 

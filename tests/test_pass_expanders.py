@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from .support.golden import bits_equal, filecheck, parse_checks
@@ -33,7 +33,7 @@ def _expand(text: str, spec: str, args, checks: str = ""):
     module = parse_module(text)
     before = evaluate(module, args)
     run_passes(module, spec)
-    from hloc.ir.printer import print_module
+    from hloc.ir.text.printer import print_module
 
     printed = print_module(module)
     if checks:

@@ -8,7 +8,7 @@ import pytest
 
 from hloc.errors import InputError
 from hloc.frontend import load
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names

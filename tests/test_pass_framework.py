@@ -58,7 +58,7 @@ def test_spec_errors(spec, fragment):
 
 def test_pass_is_abstract_and_options_keep_one_default():
     from hloc.passes.base import Pass
-    from hloc.passes.fusion import FusionPass
+    from hloc.passes.fusion.fusion import FusionPass
 
     with pytest.raises(TypeError, match="abstract"):
         Pass()  # type: ignore[abstract]

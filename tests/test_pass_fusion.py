@@ -12,9 +12,9 @@ import re
 import pytest
 
 from hloc.ir import Opcode
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_module
-from hloc.passes.fusion_cost import fusion_count, kernel_count
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_module
+from hloc.passes.fusion.cost import fusion_count, kernel_count
 
 from .support.golden import golden
 from .support.hlo import fused_ops, run_passes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hloc.ir import Opcode
-from hloc.passes.fusion_cost import fusion_count, kernel_count
+from hloc.passes.fusion.cost import fusion_count, kernel_count
 
 from .support.golden import golden
 from .support.hlo import fused_ops

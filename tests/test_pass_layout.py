@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hloc.ir import Layout, Opcode
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from .support.golden import golden, results_equal

@@ -8,7 +8,7 @@ import pytest
 
 from hloc.errors import UnsupportedError
 from hloc.ir import Opcode, Shape
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.passes import lookup_pass, parse_spec
 from hloc.passes.rewrite import (
     P,

@@ -14,7 +14,7 @@ import pytest
 
 from hloc.frontend import load
 from hloc.passes import PassRunner
-from hloc.passes.fusion_cost import fusion_count, kernel_count
+from hloc.passes.fusion.cost import fusion_count, kernel_count
 from hloc.passes.pipelines import default_pipeline
 from hloc.runtime.interpreter import evaluate
 

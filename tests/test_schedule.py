@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hloc.analysis import AliasAnalysis, Dataflow
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.passes.copy_insertion import CopyInsertion
 from hloc.plan import plan
 from hloc.schedule import ALGORITHMS, schedule_module

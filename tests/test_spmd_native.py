@@ -94,7 +94,7 @@ ENTRY e {
 
 
 def test_async_pairs_broadcast_and_replica_id_match_the_interpreter(tmp_path):
-    from hloc.ir.parser import parse_module
+    from hloc.ir.text.parser import parse_module
     from hloc.runtime.spmd import run_devices
 
     source = tmp_path / "async.hlo"

@@ -12,7 +12,7 @@ import pytest
 
 from hloc.errors import InputError
 from hloc.frontend import load
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.spmd import run_spmd
 
 SPMD = Path(__file__).resolve().parent.parent / "samples" / "spmd"

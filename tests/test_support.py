@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hloc.cli.main import cli as hloc_cli
 from hloc.ir import PrimitiveType, dtypes
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 
 from .conftest import SAMPLES
 from .support.bundles import compile_bundle

@@ -14,8 +14,8 @@ import pytest
 
 from hloc.errors import ParseError
 from hloc.ir import Literal, PrimitiveType, Shape, dtypes
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_instruction, shape_text
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_instruction, shape_text
 
 
 def constant(shape_text: str, value_text: str):

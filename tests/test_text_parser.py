@@ -20,8 +20,8 @@ from hloc.ir.attrs import (
     SliceDim,
     WindowDimension,
 )
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_instruction, print_module
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_instruction, print_module
 
 from .conftest import SAMPLES
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_module, shape_text
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_module, shape_text
 
 from .conftest import SAMPLES, require_samples
 

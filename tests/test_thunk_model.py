@@ -207,7 +207,7 @@ def test_every_kind_has_a_builder_in_every_runtime():
     from hloc.codegen.cuda.build import CONVERTERS
     from hloc.runtime.arena import RUNNERS as ARENA
     from hloc.runtime.cpu.program import BUILDERS
-    from hloc.runtime.cuda_program import RUNNERS as GPU
+    from hloc.runtime.cuda.program import RUNNERS as GPU
 
     for table in (BUILDERS, ARENA, CONVERTERS):
         assert table.keys() >= set(THUNK_KINDS), table

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hloc.errors import InputError
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.plan import plan
 from hloc.thunks import (
     Conditional,

@@ -57,7 +57,7 @@ def test_call_depth_at_the_limit_loads_and_one_more_is_refused():
 
 def test_proto_form_is_refused_too():
     from hloc.frontend.proto_export import module_to_proto
-    from hloc.ir.parser import parse_module
+    from hloc.ir.text.parser import parse_module
 
     module = parse_module(nested_calls(MAX_CALL_DEPTH + 1))  # the parser itself has no limit
     with pytest.raises(InputError, match="nest"):
@@ -74,8 +74,8 @@ def test_verify_and_compile_agree_on_1000_nested_calls(tmp_path):
 
 def test_compile_and_run_twice_as_deep_as_the_limit_without_inlining():
     """The still-recursive walks (thunk programs, printers, interpreter) have room to spare."""
-    from hloc.ir.parser import parse_module
-    from hloc.ir.printer import print_module
+    from hloc.ir.text.parser import parse_module
+    from hloc.ir.text.printer import print_module
     from hloc.runtime.interpreter import evaluate
 
     module = parse_module(nested_calls(2 * MAX_CALL_DEPTH))

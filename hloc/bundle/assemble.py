@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..frontend import literal_to_bytes, module_to_proto
 from ..ir import Literal, Module
-from ..ir.printer import print_module
+from ..ir.text.printer import print_module
 from .devices import devices_section
 from .format import FORMAT_VERSION, version_text
 from .manifest import entry_section

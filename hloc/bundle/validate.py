@@ -14,7 +14,7 @@ and raises InputError("member NAME: problem", path=bundle) at the first problem:
 - parameter, output, constant and upload/download slices are exactly their HLO shape's byte
   size, and every thunk named after an instruction with array results writes slices of those
   results' sizes (kernel outputs, gemm / copy / memset destinations);
-- GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda_blas.check_call);
+- GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda.cublas.check_call);
 - CPU members (cpu.o, kernels.json): see validate_cpu.py; GPU code images (PTX, cubin):
   see validate_gpu.py.
 
@@ -161,7 +161,7 @@ class ProgramCheck:
                             f"({shape.byte_size if shape.is_array else '?'} bytes)")
 
     def _blas(self, owner, call) -> None:
-        from ..runtime.cuda_blas import check_call
+        from ..runtime.cuda.cublas import check_call
 
         try:
             check_call(call, getattr(owner, "name", "?"))

@@ -159,7 +159,7 @@ def opt(model, passes, O0, O1, O2, O3, target, output, time_passes, debug):
     """Run HLO passes on MODEL and print (or write) the result."""
     from ..compiler import CompileOptions, run_passes
     from ..frontend import load, save
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
     from ..ir.verifier import verify
 
     setup_logging(debug_enabled(debug))

@@ -31,7 +31,7 @@ def reduce_cmd(model, script, output, max_tests, time_limit, script_timeout, deb
     from ..debug.predicates import run_script
     from ..debug.reduce import Budget, Reducer, parse_checked
     from ..frontend import load
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
     from ..ir.verifier import verify
     from ..util.fs import atomic_write
 

@@ -123,7 +123,7 @@ def _load(bundle_path: str, o, keys):
 
 def _set_resident(exe, spec: str) -> None:
     """--resident SPEC: only GPU executables keep parameters on a device."""
-    from ..runtime.residency import parse_spec
+    from ..runtime.cuda.residency import parse_spec
 
     if not hasattr(exe, "set_resident"):
         raise InputError(f"--resident needs --device cuda or cuda-emulated (not {exe.device})")

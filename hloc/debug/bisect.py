@@ -106,7 +106,7 @@ def bisect(trace: Trace, predicate: Predicate, completion: Callable[[int], str])
 
 def _pass_diff(trace: Trace, k: int) -> str:
     """A unified diff of the module text before and after application k-1."""
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
 
     app = trace.applications[k - 1]
     before = print_module(trace.states[k - 1], print_metadata=False)
@@ -121,7 +121,7 @@ def write_repro(directory: str, result: BisectResult, original: Module, flags: d
                 args: list[np.ndarray] | None = None,
                 expected: list[np.ndarray] | None = None) -> None:
     """The repro directory: original.hlo, before.hlo/after.hlo, inputs, expected, flags.json."""
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
     from ..util.fs import atomic_write
 
     os.makedirs(directory, exist_ok=True)

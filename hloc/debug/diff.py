@@ -35,7 +35,7 @@ def canonical_text(module: Module) -> str:
     later instructions of its opcode there: diffs stay local. (The text is for reading: the
     same name may appear in two computations.)
     """
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
 
     copy = module.clone("m")
     copy.schedule = None

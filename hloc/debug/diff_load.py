@@ -94,7 +94,7 @@ _INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s", re.M)
 
 
 def _from_dumps(path: str) -> Side:
-    from ..ir.parser import parse_module
+    from ..ir.text.parser import parse_module
 
     index_path = os.path.join(path, "index.json")
     try:

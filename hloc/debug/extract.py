@@ -116,7 +116,7 @@ def _called(instr: Instruction) -> list:
 def write_directory(directory: str, bundle_path: str, io: ThunkIO, inputs: list) -> list[str]:
     """Write module.hlo, inputs.npz, expected.npz and thunk.json; the paths written."""
     from ..frontend import load
-    from ..ir.printer import print_module
+    from ..ir.text.printer import print_module
     from ..ir.verifier import verify
     from ..runtime.interpreter import evaluate
     from ..runtime.io import write_outputs

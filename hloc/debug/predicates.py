@@ -53,7 +53,7 @@ class ScriptPredicate:
     timeout: float | None = 60.0
 
     def __call__(self, module: Module, completion: str) -> Verdict:
-        from ..ir.printer import print_module
+        from ..ir.text.printer import print_module
 
         rc = run_script(self.cmd, print_module(module), timeout=self.timeout)
         if rc == 0:

@@ -108,7 +108,7 @@ class Reducer:
 
     def _offer(self, module: Module) -> bool:
         """Keep a verified module if it is smaller and interesting."""
-        from ..ir.printer import print_module
+        from ..ir.text.printer import print_module
 
         text = print_module(module)
         key = size_key(module, text)
@@ -126,7 +126,7 @@ class Reducer:
 
 def parse_checked(text: str) -> Module:
     """Parse and verify (HlocError when either fails)."""
-    from ..ir.parser import parse_module
+    from ..ir.text.parser import parse_module
     from ..ir.verifier import verify
 
     module = parse_module(text, "<candidate>")

@@ -37,7 +37,7 @@ def hlo_ops(instr) -> list[str]:
 
 def hlo_text(instr) -> str:
     """The instruction as HLO text, followed by its fused computation for a fusion."""
-    from ..ir.printer import print_computation, print_instruction
+    from ..ir.text.printer import print_computation, print_instruction
 
     if instr is None:
         return "(no HLO instruction)"

@@ -178,7 +178,7 @@ def load_bytes(data: bytes, path: str | None = None) -> LoadedModel:
         raise InputError("not an HLO module: the file is empty", path)
     text = _as_hlo_text(data)
     if text is not None:
-        from hloc.ir.parser import parse_module  # the text parser is heavy; load it on demand
+        from hloc.ir.text.parser import parse_module  # the text parser is heavy; load it on demand
 
         model = LoadedModel(parse_module(text, path=path), "text")
     else:
@@ -239,7 +239,7 @@ def make_snapshot(module: Module, args, result: Literal | None = None, platform:
 
 
 def _module_text(module: Module) -> bytes:
-    from hloc.ir.printer import print_module  # only needed when writing text
+    from hloc.ir.text.printer import print_module  # only needed when writing text
 
     return print_module(module).encode("utf-8")
 

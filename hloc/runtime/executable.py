@@ -18,7 +18,7 @@ from ..registry import Registry
 # device name -> (targets it can run, factory(bundle) -> Executable); the device modules
 # register themselves (heavy imports stay lazy inside them) and are imported on first lookup.
 DEVICES: Registry[str, tuple[frozenset[str], Callable]] = Registry("device", modules=(
-    "hloc.runtime.cpu", "hloc.runtime.cuda", "hloc.runtime.cuda_emulated"))
+    "hloc.runtime.cpu", "hloc.runtime.cuda.driver", "hloc.runtime.cuda.emulated"))
 
 
 def register_device(name: str, targets: frozenset[str]):

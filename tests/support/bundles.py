@@ -53,7 +53,7 @@ def load_cpu(path: Path):
 
 def load_emulated(model, **options):
     """Compile `model` for CUDA into a temporary bundle and load it on the emulator."""
-    from hloc.runtime.cuda_emulated import CudaEmulatedExecutable
+    from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
     with tempfile.TemporaryDirectory(prefix="hloc-cuda-") as tmp:
         path = compile_bundle(model, Path(tmp) / "m.bundle", target="cuda", **options)

@@ -22,8 +22,8 @@ import numpy as np
 
 from hloc.errors import UnsupportedError
 from hloc.ir import Literal, Shape
-from hloc.ir.parser import parse_module
-from hloc.ir.printer import print_module
+from hloc.ir.text.parser import parse_module
+from hloc.ir.text.printer import print_module
 from hloc.runtime.interpreter import evaluate
 
 from .hlo import run_passes

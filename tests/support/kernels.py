@@ -22,7 +22,7 @@ from hloc.codegen.elemental.memory import major_to_minor
 from hloc.codegen.target import host_target
 from hloc.errors import InputError
 from hloc.ir import Computation, Module, Shape
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.interpreter import evaluate_computation
 
 from .values import assert_matches, random_inputs

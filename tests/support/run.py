@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hloc.ir.parser import parse_module
+from hloc.ir.text.parser import parse_module
 from hloc.runtime.interpreter import evaluate
 
 from . import kernels

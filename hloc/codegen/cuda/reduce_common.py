@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...ir import Instruction, Shape
-from ..elemental import complex_ir
+from ..elemental.complex import ir as complex_ir
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor
 from ..elemental.reduction import Reducer

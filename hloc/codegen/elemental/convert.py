@@ -13,7 +13,8 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
-from . import complex_ir, lowfloat
+from . import lowfloat
+from .complex import ir as complex_ir
 from .registry import emits
 from .scalar import finish, operand_type, out_type
 from .types import F32, F64, I1, I32, ElemType, elem_type

@@ -28,7 +28,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, PrimitiveType
-from . import complex_ir
+from .complex import ir as complex_ir
 from .fmath import FMath
 from .types import F32, F64, I1, I64, elem_type
 

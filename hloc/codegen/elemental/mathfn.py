@@ -15,7 +15,12 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
-from . import approx, fmath64, fmath64_atan, fmath64_erf, fmath64_log, fmath64_trig, lowfloat
+from . import approx, lowfloat
+from .fmath64 import atan as fmath64_atan
+from .fmath64 import core as fmath64
+from .fmath64 import erf as fmath64_erf
+from .fmath64 import log as fmath64_log
+from .fmath64 import trig as fmath64_trig
 from .registry import emits, generic_lowering
 from .scalar import elementwise, exact_unary, unary_float
 from .types import F64, elem_type

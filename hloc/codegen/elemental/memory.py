@@ -10,7 +10,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir import Shape
-from . import complex_ir, lowfloat
+from . import lowfloat
+from .complex import ir as complex_ir
 from .types import I32, ElemType, elem_type
 
 

@@ -17,8 +17,8 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Computation, Instruction, Opcode, PrimitiveType
 from ...ir.computation import scalar_binary_root
-from .complex_arith import multiply
-from .complex_values import Cx
+from .complex.arith import multiply
+from .complex.values import Cx
 from .compose import emit_scalar_computation, flatten, operand_index
 from .context import EmitContext, Generator, Index
 from .convert import convert_value

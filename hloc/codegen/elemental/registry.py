@@ -27,7 +27,7 @@ Lowering = Callable[[EmitContext, Instruction, list[Generator]], Generator]
 # The lowering modules, imported on the first lookup, and per target the modules of its overrides.
 _MODULES = tuple(f"hloc.codegen.elemental.{name}" for name in (
     "arith", "bitops", "compare", "convert", "gather", "indexing", "mathfn", "reduction",
-    "complex_arith", "complex_math"))
+    "complex.arith", "complex.math"))
 _TARGET_MODULES = {"cpu": ("hloc.codegen.cpu.dot",),
                    "cuda": ("hloc.codegen.cuda.conv", "hloc.codegen.cuda.selscatter")}
 LOWERINGS: Registry[Opcode, Lowering] = Registry(

@@ -1,0 +1,185 @@
+"""Growing a fusion cluster from a root: which producers join, per producer class.
+
+A cluster starts at a consumer and pulls in producers users-first: candidates are taken in
+decreasing post-order position, so when a producer is considered every user that could join
+already has, and whether fusing it moves it (all users inside) or duplicates it (some user
+outside keeps the original) is final. Each member carries two facts for the cost rules:
+  * reused: some element of it is read several times per output element (it sits below a
+    broadcast, a reduce-window, a gather, ... or a scalar operand of an elementwise op, or two
+    paths read it at different indices), so an expensive producer there would be recomputed;
+  * aligned: it is read exactly at the root's output index (only same-shape elementwise ops lie
+    between it and the root), the one place a dot epilogue or a reduce may be fused.
+Duplication is limited to cheap producers that drag at most `duplicate` instructions along (a
+copy's cheap operands are copied too, since the original keeps reading them), so a copy never
+drags a whole subgraph with it: without that bound, kernels cut by the size limit would each
+recompute the shared part of a wide DAG (Threefry rounds, say).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ...ir import Instruction, Opcode
+from .cost import identity_indexed, is_expensive, producer_class, reuses_operand
+
+Op = Opcode
+
+
+class FusionLimits(Protocol):
+    """The knobs of the fusion pass: FusionPass's options (their defaults live there)."""
+
+    max_ops: int
+    output: bool
+    reduce_epilogue: bool
+    duplicate: int
+
+
+@dataclass
+class Cluster:
+    """A root and the producers fused into it so far."""
+
+    root: Instruction
+    limits: FusionLimits
+    members: dict[int, Instruction] = field(default_factory=dict)
+    reused: dict[int, bool] = field(default_factory=dict)
+    aligned: dict[int, bool] = field(default_factory=dict)
+    moved: dict[int, bool] = field(default_factory=dict)  # no copy stays outside the fusion
+    readers: dict[int, list[tuple[Instruction, int]]] = field(default_factory=dict)
+    barriers: set[int] = field(default_factory=set)  # members whose operands stay outside
+    contractions: int = 0
+
+    def __post_init__(self) -> None:
+        self.add(self.root, reused=False, aligned=True)
+        if self.root.opcode == Op.REDUCE:
+            self.contractions = 1  # a reduction root leaves no room for a dot epilogue
+
+    def add(self, instr: Instruction, *, reused: bool, aligned: bool) -> None:
+        self.members[id(instr)] = instr
+        self.reused[id(instr)] = reused
+        self.aligned[id(instr)] = aligned
+        self.moved[id(instr)] = instr is self.root or self.will_move(instr)
+        for i, o in enumerate(instr.operands):
+            self.readers.setdefault(id(o), []).append((instr, i))
+
+    def __contains__(self, instr: Instruction) -> bool:
+        return id(instr) in self.members
+
+    def will_move(self, instr: Instruction) -> bool:
+        """Fusing `instr` removes the original: every user is a member that moves too (below a
+        duplicated member, a producer is duplicated as well)."""
+        return not instr.is_root and all(self.moved.get(id(u), False) for u in instr.users)
+
+    def real_members(self) -> int:
+        """Members other than the root and fused scalar constants."""
+        return sum(1 for m in self.members.values()
+                   if m is not self.root and m.opcode != Op.CONSTANT)
+
+
+def access(c: Cluster, instr: Instruction) -> tuple[bool, bool]:
+    """(reused, aligned) for `instr` given every read of it by members. Two reads at different
+    indices count as reuse: the element would be computed twice."""
+    edges = c.readers.get(id(instr), ())
+    reused = any(c.reused[id(u)] or reuses_operand(u, i) for u, i in edges)
+    aligned = all(c.aligned[id(u)] and identity_indexed(u) for u, _ in edges)
+    if len(edges) > 1 and not aligned:
+        reused = True
+    return reused, aligned and not reused
+
+
+# ---- producer rules, per producer class -----------------------------------------------------
+Rule = Callable[[Cluster, Instruction, bool, bool], bool]
+
+
+def duplication_cost(instr: Instruction, budget: int) -> int:
+    """How many instructions a copy of `instr` brings along: itself plus its cheap fusible
+    operands (copied too, since the original keeps reading them), recursively; stops counting
+    past `budget`."""
+    cost = 1
+    for o in dict.fromkeys(instr.operands):
+        if cost > budget:
+            break
+        cls = producer_class(o)
+        if cls in ("elementwise", "index") and not is_expensive(o):
+            cost += duplication_cost(o, budget - cost)
+    return cost
+
+
+def duplicable(instr: Instruction, budget: int) -> bool:
+    """A cheap op whose copy (with what it drags along) costs at most `budget` instructions."""
+    return budget > 0 and not is_expensive(instr) and duplication_cost(instr, budget) <= budget
+
+
+def _elementwise(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:
+    if reused and is_expensive(producer):
+        return False
+    if c.will_move(producer):
+        return True
+    return duplicable(producer, c.limits.duplicate)
+
+
+def _constant(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:
+    return True  # scalar constants are free to copy into every kernel
+
+
+def _reduce(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:
+    """A reduce read only by aligned elementwise members: computed once per output element
+    (XLA CPU's reduce + epilogue loop fusion)."""
+    if not c.limits.reduce_epilogue or c.contractions:
+        return False
+    return aligned and c.will_move(producer)
+
+
+def _contraction(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:
+    """Output fusion: a dot/convolution under an epilogue of same-shape elementwise ops."""
+    if not c.limits.output or c.contractions or any(
+            m.opcode == Op.REDUCE for m in c.members.values()):
+        return False
+    return aligned and c.will_move(producer)
+
+
+RULES: dict[str, Rule] = {
+    "elementwise": _elementwise,
+    "index": _elementwise,
+    "constant": _constant,
+    "reduce": _reduce,
+    "contraction": _contraction,
+}
+
+
+# ---- growth -----------------------------------------------------------------------------------
+def _try_add(c: Cluster, producer: Instruction) -> bool:
+    cls = producer_class(producer)
+    if cls is None or producer.parent is not c.root.parent or producer in c:
+        return False
+    reused, aligned = access(c, producer)
+    if not RULES[cls](c, producer, reused, aligned):
+        return False
+    c.add(producer, reused=reused, aligned=aligned)
+    if cls == "contraction":
+        c.contractions += 1
+        c.barriers.add(id(producer))  # a dot's operands stay buffers (the Gemm reads them)
+    return True
+
+
+def grow(root: Instruction, limits: FusionLimits, position: dict[int, int]) -> Cluster:
+    """The cluster of producers to fuse into `root` (possibly just the root). `position` is
+    the post-order index of every instruction of the computation."""
+    c = Cluster(root, limits)
+    heap: list[tuple[int, int, Instruction]] = []
+    queued: set[int] = set()
+
+    def push_operands(user: Instruction) -> None:
+        for o in user.operands:
+            if id(o) not in queued and id(o) in position:
+                queued.add(id(o))
+                heapq.heappush(heap, (-position[id(o)], id(o), o))
+
+    push_operands(root)
+    while heap and len(c.members) < limits.max_ops:
+        _, _, producer = heapq.heappop(heap)
+        if _try_add(c, producer) and id(producer) not in c.barriers:
+            push_operands(producer)
+    return c

@@ -1,0 +1,67 @@
+"""Instruction fusion: loop fusion, input (reduction) fusion and output (dot epilogue) fusion.
+
+Consumers are visited users-first; each grows a cluster of producers (fusion_cluster.py decides
+who joins, using the cost model in fusion_cost.py) which becomes one fusion instruction
+(fusion_build.py). A fusion's kind follows what it holds: kInput when the root is a reduce,
+kOutput when a dot or convolution sits under its elementwise epilogue, kLoop otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir import Computation, Module, Opcode
+from ..base import Pass, option, register_pass
+from .build import fuse_cluster, restore_orders
+from .cluster import FusionLimits, grow
+from .cost import can_root_fusion, program_computations
+
+
+@register_pass(aliases=("instruction-fusion",))
+@dataclass
+class FusionPass(Pass):
+    """Fuses producers into their consumers so one kernel computes a whole cluster.
+
+    Fuses elementwise ops, index-remapping ops (broadcast, reshape, transpose, slice, pad,
+    concatenate, iota, reverse, dynamic-slice, gather) and scalar constants into consumers;
+    reduce roots absorb their input chains (kInput); with `output`, a dot or convolution joins
+    the elementwise epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce
+    joins the elementwise op that alone reads it (XLA CPU style).
+
+    Producers whose other users stay outside are duplicated only when cheap and when the copy
+    drags at most `duplicate` instructions along (0: never duplicate).
+
+    Assumes: a valid module (layouts need not be assigned). Guarantees: the module computes the
+    same values; expensive producers (transcendentals, divides, reductions, dots) are never
+    duplicated nor fused below an op that reads an element several times; at most `max-ops`
+    instructions per fusion; nothing with side effects, control dependencies or called
+    control flow is fused; only program computations (entry, loop bodies, branches) change.
+    """
+
+    name = "fusion"
+    max_ops: int = option(256, minimum=1)
+    output: bool = True
+    reduce_epilogue: bool = True
+    duplicate: int = option(4, minimum=0)
+
+    def run(self, module: Module) -> bool:
+        changed = [comp for comp in program_computations(module)
+                   if _fuse_computation(comp, self)]
+        if changed:
+            restore_orders(module, changed)
+        return bool(changed)
+
+
+def _fuse_computation(comp: Computation, limits: FusionLimits) -> bool:
+    changed = False
+    order = comp.post_order()
+    position = {id(instr): n for n, instr in enumerate(order)}
+    for root in reversed(order):
+        if root.parent is not comp or root.opcode == Opcode.FUSION or not can_root_fusion(root):
+            continue
+        cluster = grow(root, limits, position)
+        if cluster.real_members() == 0:
+            continue
+        fuse_cluster(comp, root, cluster.members)
+        changed = True
+    return changed

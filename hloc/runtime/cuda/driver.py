@@ -1,0 +1,263 @@
+"""`--device cuda`: run a CUDA bundle on an NVIDIA GPU through the driver API.
+
+Uses NVIDIA's `cuda-bindings` (`pip install hloc[cuda]`), imported on first use. One
+executable holds: the primary context of device 0 (or $HLOC_CUDA_DEVICE), the module loaded
+from the cubin of the device's architecture (else the PTX of the newest architecture not
+above it, JIT-compiled by the driver), a kernel cache, one device arena for every allocation
+of the buffer assignment, constants uploaded once, one stream per stream of the schedule
+with events for cross-stream dependencies. `run_profiled` times each thunk with CUDA events.
+Every failure is one clear line: cuda-bindings missing, no driver or GPU, a bundle built for
+other architectures, out of device memory.
+
+Parameters and results travel through page-locked staging on a copy stream of their own
+(hloc.runtime.cuda.transfers), ordered against the compute streams by events; parameters
+marked resident stay on the device between runs (hloc.runtime.cuda.residency).
+
+The Gemm thunks that carry a BLAS descriptor (plain dots) run through cuBLAS whenever
+libcublas loads (the nvidia-cublas wheel, $CUDA_HOME or the system loader), else hloc's GEMM
+kernel; HLOC_CUDA_GEMM=kernel|cublas forces either (hloc.runtime.cuda.cublas).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ...errors import HlocError, InputError
+from ...thunks.gpu import GemmLaunch
+from ...thunks.serialize import gpu_program_from_json
+from ..executable import register_device
+from .program import GpuExecutable, GpuRunner
+from .transfers import PinnedStaging, read_array, write_array
+
+ARENA_ALIGN = 256
+
+
+class CudaError(HlocError):
+    """A CUDA driver failure (exit 2 through the CLI: no device, out of memory, ...)."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise CudaError("--device cuda needs NVIDIA's cuda-bindings: install hloc[cuda] "
+                        "(pip install 'cuda-bindings>=12')") from None
+    return driver
+
+
+def check(cu, result, what: str):
+    """Unwrap a driver call's (CUresult, values...) tuple; CudaError on failure."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        if err == cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+            raise CudaError(f"{what}: out of GPU memory")
+        raise CudaError(f"{what} failed: {name.decode() if name else err}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _init(cu) -> int:
+    try:
+        check(cu, cu.cuInit(0), "cuInit")
+    except CudaError:
+        raise
+    except Exception as e:  # the bindings raise their own error when libcuda is absent
+        raise CudaError(f"no NVIDIA driver found ({type(e).__name__}): --device cuda needs a "
+                        "GPU; use --device cuda-emulated to run on the CPU") from None
+    count = check(cu, cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    if count == 0:
+        raise CudaError("no CUDA GPU found; use --device cuda-emulated to run on the CPU")
+    index = int(os.environ.get("HLOC_CUDA_DEVICE", "0"))
+    if not 0 <= index < count:
+        raise CudaError(f"HLOC_CUDA_DEVICE={index}: only {count} CUDA device(s)")
+    return index
+
+
+def pick_image(members, archs: list[str], major: int, minor: int) -> tuple[str, bytes]:
+    """(member name, image) to load: the device's cubin, else the best PTX to JIT."""
+    exact = f"sm_{major}{minor}"
+    if f"kernels.{exact}.cubin" in members:
+        return f"kernels.{exact}.cubin", bytes(members[f"kernels.{exact}.cubin"])
+    usable = [a for a in archs if int(a[3:].rstrip("abcdefghijklmnopqrstuvwxyz"))
+              <= major * 10 + minor and f"kernels.{a}.ptx" in members]
+    if not usable:
+        raise CudaError(f"bundle was compiled for {', '.join(archs)} and has no code this "
+                        f"{exact} GPU can run; recompile with --cuda-arch {exact}")
+    best = max(usable, key=lambda a: int(a[3:].rstrip("abcdefghijklmnopqrstuvwxyz")))
+    return f"kernels.{best}.ptx", bytes(members[f"kernels.{best}.ptx"]) + b"\0"
+
+
+class CudaDevice:
+    """Device memory, streams, events and kernel launches for one executable."""
+
+    def __init__(self, cu, program, image: bytes):
+        self.cu = cu
+        self.stream = 0
+        self.module = check(cu, cu.cuModuleLoadData(image), "loading the kernels")
+        self.kernels: dict[str, object] = {}
+        self._arena(program.allocations)
+        num = program.streams.num_streams if program.streams else 1
+        self.streams = [check(cu, cu.cuStreamCreate(0), "cuStreamCreate") for _ in range(num)]
+        count = len(program.streams.events) if program.streams else 0
+        self.events = [check(cu, cu.cuEventCreate(0), "cuEventCreate") for _ in range(count)]
+        self.staging = PinnedStaging(
+            cu, [u.slice for u in program.host_to_device if not u.constant],
+            [d.slice for d in program.device_to_host])
+
+    def _arena(self, allocations) -> None:
+        self.offsets, total = {}, 0
+        for a in allocations:
+            self.offsets[a.index] = total
+            total += -(-max(1, a.size) // ARENA_ALIGN) * ARENA_ALIGN
+        self.base = check(self.cu, self.cu.cuMemAlloc(max(1, total)),
+                          f"allocating {total} bytes of device memory")
+
+    def address(self, s) -> int:
+        return int(self.base) + self.offsets[s.allocation] + s.offset
+
+    def _s(self):
+        return self.streams[self.stream]
+
+    def stream_handle(self) -> int:
+        """The current stream as the cudaStream_t value other CUDA libraries take."""
+        return int(self._s())
+
+    def function(self, name: str):
+        fn = self.kernels.get(name)
+        if fn is None:
+            fn = check(self.cu, self.cu.cuModuleGetFunction(self.module, name.encode()),
+                       f"kernel {name}")
+            self.kernels[name] = fn
+        return fn
+
+    def upload(self, s, data: bytes) -> None:
+        host = np.frombuffer(data, np.uint8)
+        check(self.cu, self.cu.cuMemcpyHtoDAsync(self.address(s), host, len(data), self._s()),
+              "copy to device")
+        check(self.cu, self.cu.cuStreamSynchronize(self._s()), "copy to device")
+
+    def download(self, s) -> bytes:
+        host = np.empty(s.size, np.uint8)
+        check(self.cu, self.cu.cuMemcpyDtoHAsync(host, self.address(s), s.size, self._s()),
+              "copy to host")
+        check(self.cu, self.cu.cuStreamSynchronize(self._s()), "copy to host")
+        return host.tobytes()
+
+    # ---- parameters and results: pinned staging on the copy stream ------------------------
+    def upload_arrays(self, items) -> None:
+        """Upload (slice, array, shape) items: each array is written into its pinned slot
+        (dtype and layout converted on the way) and its DMA queued on the copy stream at
+        once, so the next array's host copy overlaps this one's transfer. The compute
+        streams then wait for the copies (an event, not a host synchronization)."""
+        if not items:
+            return
+        cu, staging = self.cu, self.staging
+        for s, value, shape in items:
+            offset = staging.up_slots[s]
+            write_array(staging.up.view(offset, s.size), value, shape)
+            check(cu, cu.cuMemcpyHtoDAsync(self.address(s), staging.up.address + offset, s.size,
+                                           staging.stream), "copy to device")
+        check(cu, cu.cuEventRecord(staging.uploaded, staging.stream), "cuEventRecord")
+        for stream in self.streams:
+            check(cu, cu.cuStreamWaitEvent(stream, staging.uploaded, 0), "cuStreamWaitEvent")
+
+    def download_arrays(self, items) -> list[np.ndarray]:
+        """Results for (slice, shape) items: the copy stream waits for every compute stream,
+        DMAs each result into its pinned slot, synchronizes once, and the results are
+        copied out into arrays the caller owns (the slots are reused by the next run)."""
+        cu, staging = self.cu, self.staging
+        for stream, event in zip(self.streams, staging.computed_events(len(self.streams)),
+                                 strict=True):
+            check(cu, cu.cuEventRecord(event, stream), "cuEventRecord")
+            check(cu, cu.cuStreamWaitEvent(staging.stream, event, 0), "cuStreamWaitEvent")
+        for s, _ in items:
+            check(cu, cu.cuMemcpyDtoHAsync(staging.down.address + staging.down_slots[s],
+                                           self.address(s), s.size, staging.stream),
+                  "copy to host")
+        check(cu, cu.cuStreamSynchronize(staging.stream), "copy to host")
+        return [read_array(staging.down.view(staging.down_slots[s], s.size), shape)
+                for s, shape in items]
+
+    def copy(self, src, dst) -> None:
+        check(self.cu, self.cu.cuMemcpyDtoDAsync(self.address(dst), self.address(src), src.size,
+                                                 self._s()), "device copy")
+
+    def memset(self, dst, byte: int) -> None:
+        check(self.cu, self.cu.cuMemsetD8Async(self.address(dst), byte, dst.size, self._s()),
+              "memset")
+
+    def launch(self, t) -> None:
+        values = [ctypes.c_void_p(self.address(s)) for s in t.args]
+        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        check(self.cu, self.cu.cuLaunchKernel(self.function(t.kernel), *t.grid, *t.block,
+                                              t.shared_bytes, self._s(), ctypes.addressof(params),
+                                              0), f"launching {t.kernel}")
+
+    def synchronize(self) -> None:
+        check(self.cu, self.cu.cuCtxSynchronize(), "synchronize")
+
+    def record_event(self, event: int) -> None:
+        check(self.cu, self.cu.cuEventRecord(self.events[event], self._s()), "cuEventRecord")
+
+    def wait_event(self, event: int) -> None:
+        check(self.cu, self.cu.cuStreamWaitEvent(self._s(), self.events[event], 0),
+              "cuStreamWaitEvent")
+
+    def timed(self, fn) -> float:
+        start = check(self.cu, self.cu.cuEventCreate(0), "cuEventCreate")
+        end = check(self.cu, self.cu.cuEventCreate(0), "cuEventCreate")
+        check(self.cu, self.cu.cuEventRecord(start, self._s()), "cuEventRecord")
+        fn()
+        check(self.cu, self.cu.cuEventRecord(end, self._s()), "cuEventRecord")
+        check(self.cu, self.cu.cuEventSynchronize(end), "cuEventSynchronize")
+        ms = check(self.cu, self.cu.cuEventElapsedTime(start, end), "cuEventElapsedTime")
+        for e in (start, end):
+            self.cu.cuEventDestroy(e)
+        return float(ms) / 1000.0
+
+
+class CudaExecutable(GpuExecutable):
+    """A CUDA bundle loaded on a GPU."""
+
+    device = "cuda"
+
+    def __init__(self, bundle):
+        from ...frontend import load_bytes
+
+        self.bundle = bundle
+        if "gpu_thunks.json" not in bundle.members:
+            raise InputError("bundle has no gpu_thunks.json (not a CUDA bundle)", bundle.path)
+        cu = _driver()
+        index = _init(cu)
+        dev = check(cu, cu.cuDeviceGet(index), "cuDeviceGet")
+        attr = cu.CUdevice_attribute
+        major = check(cu, cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "device query")
+        minor = check(cu, cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "device query")
+        self.context = check(cu, cu.cuDevicePrimaryCtxRetain(dev), "creating a CUDA context")
+        check(cu, cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        archs = list(bundle.manifest["target"].get("cuda_archs", []))
+        self.image_name, image = pick_image(bundle.members, archs, major, minor)
+        self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+        self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
+        self.memory = CudaDevice(cu, self.program, image)
+        self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
+
+    def _blas(self):
+        """cuBLAS for the descriptor-carrying Gemm thunks (HLOC_CUDA_GEMM, cuda_blas), or
+        None: hloc's GEMM kernel."""
+        from .cublas import CublasGemm, dot_precisions, gemm_mode, select_gemm, tf32_allowed
+
+        mode, tf32 = gemm_mode(), tf32_allowed()
+        described = any(isinstance(t, GemmLaunch) and t.blas is not None
+                        for t in self.program.walk())
+        self.blas = select_gemm(mode, described, lambda: CublasGemm(
+            self.memory, precisions=dot_precisions(self.module), tf32=tf32))
+        return self.blas
+
+
+register_device("cuda", frozenset({"cuda"}))(CudaExecutable)

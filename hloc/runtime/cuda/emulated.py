@@ -1,0 +1,141 @@
+"""`--device cuda-emulated`: run a CUDA bundle's kernels on the host.
+
+The kernels are rebuilt from their recipes in gpu_thunks.json and the bundle's HLO, checked
+against the recorded digest of the bundled kernel IR (so exactly the bundled kernels run),
+rewritten for the host (hloc.codegen.cuda.emulate: thread/block indices as arguments,
+barriers and warp shuffles by phase splitting, shared memory per block) and compiled with
+LLVM for this CPU. Device memory is host memory: one byte array per allocation of the
+buffer assignment. The GPU thunk schedule runs with its streams serialized.
+Parameters marked resident stay in the arena between runs by the same rule as on a GPU
+(hloc.runtime.cuda.residency), so CI tests it.
+With HLOC_CUDA_GEMM=cublas, Gemm thunks carrying a BLAS descriptor run it through numpy's
+OpenBLAS under cuBLAS' column-major contract (hloc.runtime.cuda.host_blas) instead of the kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from ...buffers.assignment import Slice
+from ...errors import InputError
+from ...thunks.gpu import Launch
+from ...thunks.serialize import gpu_program_from_json
+from ..executable import register_device
+from .cublas import use_cublas
+from .host_blas import HostBlas
+from .program import GpuExecutable, GpuRunner
+from .transfers import read_array, write_array
+
+
+class HostMemory:
+    """Device memory emulated by aligned numpy byte arrays (streams run in program order)."""
+
+    ALIGN = 256
+
+    def __init__(self, allocations, library):
+        self.library = library
+        self.stream = 0
+        self.arrays = {}
+        self.base = {}
+        for a in allocations:
+            raw = np.zeros(a.size + self.ALIGN, np.uint8)
+            skip = (-raw.ctypes.data) % self.ALIGN
+            self.arrays[a.index] = raw[skip:skip + a.size]
+            self.base[a.index] = raw.ctypes.data + skip
+
+    def view(self, s: Slice) -> np.ndarray:
+        return self.arrays[s.allocation][s.offset:s.offset + s.size]
+
+    def upload(self, s: Slice, data: bytes) -> None:
+        self.view(s)[:] = np.frombuffer(data, np.uint8)
+
+    def download(self, s: Slice) -> bytes:
+        return self.view(s).tobytes()
+
+    def upload_arrays(self, items) -> None:
+        """(slice, array, shape) items written straight into the arena (device layout)."""
+        for s, value, shape in items:
+            write_array(self.view(s), value, shape)
+
+    def download_arrays(self, items) -> list[np.ndarray]:
+        return [read_array(self.view(s), shape) for s, shape in items]
+
+    def copy(self, src: Slice, dst: Slice) -> None:
+        self.view(dst)[:] = self.view(src).copy()
+
+    def memset(self, dst: Slice, byte: int) -> None:
+        self.view(dst)[:] = byte
+
+    def address(self, s: Slice) -> int:
+        return self.base[s.allocation] + s.offset
+
+    def launch(self, t: Launch) -> None:
+        pointers = [self.address(s) for s in t.args]
+        self.library.launch(t.kernel, t.grid, t.block, pointers)
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, event: int) -> None:
+        pass
+
+    def wait_event(self, event: int) -> None:
+        pass
+
+    def timed(self, fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+
+def load_emulated_kernels(bundle, module, program):
+    """Rebuild, check, transform and compile the bundle's kernels for the host."""
+    # The one codegen dependency of the runtime: emulation JIT-compiles the kernels from their
+    # recipes (the bundle's PTX cannot run on a CPU).
+    from ...codegen.cuda.emulate.load import load_kernels
+
+    archs = tuple(bundle.manifest["target"].get("cuda_archs", ()))
+    return load_kernels(program, module, archs, bundle.path)
+
+
+class CudaEmulatedExecutable(GpuExecutable):
+    """A CUDA bundle executed by the host emulator."""
+
+    device = "cuda-emulated"
+
+    def __init__(self, bundle):
+        from ...frontend import load_bytes
+
+        self.bundle = bundle
+        if "gpu_thunks.json" not in bundle.members:
+            raise InputError("bundle has no gpu_thunks.json (not a CUDA bundle)", bundle.path)
+        self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+        self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
+        self.library = load_emulated_kernels(bundle, self.module, self.program)
+        self._new_device()
+
+    def _new_device(self) -> None:
+        self.memory = HostMemory(self.program.allocations, self.library)
+        blas = HostBlas(self.memory) if use_cublas() else None
+        self.runner = GpuRunner(self.program, self.module, self.memory, blas)
+
+    def sibling(self) -> CudaEmulatedExecutable:
+        """Another device of the same bundle: the compiled kernels shared (launches allocate
+        their frames per call), its own memory and runner (multi-device runs)."""
+        twin = copy.copy(self)
+        twin._new_device()
+        return twin
+
+    def run_hooked(self, args: list[np.ndarray], hook) -> list[np.ndarray]:
+        """Run with `hook(thunk, run)` around every GPU thunk (see GpuRunner.hook)."""
+        self.runner.hook = hook
+        try:
+            return self.runner.run(args)
+        finally:
+            self.runner.hook = None
+
+
+register_device("cuda-emulated", frozenset({"cuda"}))(CudaEmulatedExecutable)
