@@ -56,7 +56,8 @@ def detect_gpu() -> tuple[str, str] | None:
 
 
 def case_names(pattern: str = "") -> list[str]:
-    return sorted(p.stem for p in CASES_DIR.glob("*.json") if pattern in p.stem)
+    return sorted(p.stem for p in CASES_DIR.glob("*.pb")  # a case is a module + its json
+                  if pattern in p.stem and p.with_suffix(".json").exists())
 
 
 def pytest_command(workers: int | None) -> list[str]:

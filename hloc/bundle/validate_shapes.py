@@ -7,6 +7,7 @@ GPU GpuProgram are handled by the names of their fields (no dependence on thunk 
 from __future__ import annotations
 
 from ..ir import Opcode
+from ..thunks.thunks import Gemm
 
 
 def _parameter(number: int, index):
@@ -68,7 +69,7 @@ def thunk_outputs(thunk, instr):
             for leaf, s in zip(leaves, outputs, strict=True):
                 yield leaf, s, f"{where} output"
         return
-    if thunk.kind == "gemm" and instr.opcode == Opcode.DOT:
+    if isinstance(thunk, Gemm) and instr.opcode == Opcode.DOT:  # not the GPU's GemmLaunch
         yield instr.shape, thunk.output, f"{where} output"
         yield instr.operands[0].shape, thunk.lhs, f"{where} lhs"
         yield instr.operands[1].shape, thunk.rhs, f"{where} rhs"
