@@ -68,8 +68,8 @@ $(JAXENV)/.installed:
 samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs network once)
 	$(JAXENV)/bin/python samples/generate.py --out samples
 
-bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (prints tables)
-	JAXENV=$(abspath $(JAXENV)) $(PY) benchmarks/run.py
+bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (CPU=x86-64-v3: an AVX2 build on both sides)
+	JAXENV=$(abspath $(JAXENV)) HLOC_BENCH_CPU=$(CPU) $(PY) benchmarks/run.py
 
 gpu-check: ## on an NVIDIA GPU: gpu tests + GPU benchmarks vs jax's XLA (tools/gpu_check.py; OUT=dir)
 	PYTHONPATH=. $(PYTHON) tools/gpu_check.py --out $(or $(OUT),gpu-check-out)

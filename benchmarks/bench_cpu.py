@@ -9,7 +9,14 @@ fastest runs, steadier on a busy machine), compile times (the fastest of three c
 each side), whether the outputs agree, and
 geometric means per group. Each module is timed on both sides back to back.
 
+`--cpu x86-64-v3` (or HLOC_BENCH_CPU, `make bench CPU=x86-64-v3`) measures a build for that
+x86-64 level on any newer host, both sides restricted alike: hloc compiles `--cpu LEVEL`
+bundles and its runtime GEMM and OpenBLAS use their kernels for that level (HLOC_CPU_GEMM,
+HLOC_OPENBLAS_CORETYPE); XLA runs with XLA_FLAGS=--xla_cpu_max_isa=ISA. So an AVX-512
+machine measures what an AVX2-only host would run.
+
     .venv/bin/python benchmarks/bench_cpu.py [--cases-only|--samples-only] [--ops] [-k SUBSTR]
+        [--cpu x86-64-v3]
 """
 
 from __future__ import annotations
@@ -73,16 +80,39 @@ def case_jobs(tmp: Path) -> list[dict]:
     return jobs
 
 
+# x86-64 level -> (XLA's --xla_cpu_max_isa, hloc runtime environment for that level).
+LEVELS = {
+    "x86-64-v2": ("SSE4_2", {"HLOC_CPU_GEMM": "blas", "HLOC_OPENBLAS_CORETYPE": "Nehalem"}),
+    "x86-64-v3": ("AVX2", {"HLOC_CPU_GEMM": "avx2", "HLOC_OPENBLAS_CORETYPE": "Haswell"}),
+    "x86-64-v4": ("AVX512", {}),
+}
+
+
+def restrict_to_level(cpu: str | None) -> dict[str, str]:
+    """Set this process's runtime environment for `cpu` (before any bundle is loaded) and
+    return the environment of the XLA worker."""
+    env = dict(os.environ)
+    if not cpu:
+        return env
+    if cpu not in LEVELS:
+        raise SystemExit(f"--cpu: expected one of {', '.join(LEVELS)}, got {cpu!r}")
+    isa, runtime_env = LEVELS[cpu]
+    os.environ.update(runtime_env)
+    flags = os.environ.get("XLA_FLAGS", "")
+    env["XLA_FLAGS"] = f"{flags} --xla_cpu_max_isa={isa}".strip()
+    return env
+
+
 SETTLE_SECONDS = 0.2
 COMPILES = 3  # compile time: the fastest of this many compiles, on both sides
 
 # ---- hloc side --------------------------------------------------------------------------------
 
-def hloc_compile(pb: str, out: Path) -> float:
+def hloc_compile(pb: str, out: Path, cpu: str | None = None) -> float:
     from hloc.compiler import CompileOptions, compile
 
     start = time.perf_counter()
-    compile(pb, str(out), CompileOptions(target="cpu", opt_level=2))
+    compile(pb, str(out), CompileOptions(target="cpu", opt_level=2, cpu=cpu))
     return time.perf_counter() - start
 
 
@@ -103,7 +133,8 @@ def prepare_hloc(job: dict, tmp: Path) -> dict:
     bundle = tmp / (job["name"].replace("/", "_") + ".bundle")
     try:
         # The fastest of a few compiles (the XLA worker does the same).
-        compile_s = min(hloc_compile(job["pb"], bundle) for _ in range(COMPILES))
+        compile_s = min(hloc_compile(job["pb"], bundle, job.get("cpu"))
+                        for _ in range(COMPILES))
         exe = load(str(bundle), "cpu")
         args = job["args"]()
         outputs = exe.run(args)
@@ -139,15 +170,15 @@ def compare(job: dict, tmp: Path, worker, seconds: float, rounds: int) -> tuple[
 class XlaWorker:
     """The jax-venv process timing XLA, one module per request."""
 
-    def __init__(self, tmp: Path, seconds: float):
+    def __init__(self, tmp: Path, seconds: float, env: dict | None = None):
         self.python = _jax_python()
-        self.tmp, self.seconds = tmp, seconds
+        self.tmp, self.seconds, self.env = tmp, seconds, env
         self.proc = None
         if self.python is None:
             print("no jax venv found (set JAXENV): XLA columns stay empty", file=sys.stderr)
 
     def _start(self) -> None:
-        self.proc = subprocess.Popen([self.python, str(HERE / "xla_worker.py")],
+        self.proc = subprocess.Popen([self.python, str(HERE / "xla_worker.py")], env=self.env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, job: dict) -> dict:
@@ -248,14 +279,19 @@ def main(argv=None) -> int:
     ap.add_argument("-k", default="", help="only modules whose name contains this")
     ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per module and side")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per module")
+    ap.add_argument("--cpu", default=os.environ.get("HLOC_BENCH_CPU") or None,
+                    help="measure a build for this x86-64 level (x86-64-v3: AVX2) on both sides")
     args = ap.parse_args(argv)
     np.seterr(all="ignore")
+    xla_env = restrict_to_level(args.cpu)
+    print(f"cpu level: {args.cpu or 'host'}"
+          + (f" (XLA_FLAGS={xla_env['XLA_FLAGS']})" if args.cpu else ""), flush=True)
     with tempfile.TemporaryDirectory(prefix="hloc-bench-") as d:
         tmp = Path(d)
         jobs = ([] if args.cases_only else sample_jobs(args.ops)) + \
             ([] if args.samples_only else case_jobs(tmp))
-        jobs = [j for j in jobs if args.k in j["name"]]
-        worker = XlaWorker(tmp, args.seconds / args.rounds)
+        jobs = [{**j, "cpu": args.cpu} for j in jobs if args.k in j["name"]]
+        worker = XlaWorker(tmp, args.seconds / args.rounds, xla_env)
         ours, theirs = {}, {}
         try:
             for job in jobs:

@@ -137,3 +137,25 @@ def test_invalid_ir_is_reported():
 
     with pytest.raises(CheckFailed):
         llvm.parse("define void @f( {")
+
+
+SMALL_DOT = """HloModule sd
+ENTRY main {
+  a = f32[32,64]{1,0} parameter(0)
+  b = f32[64,96]{1,0} parameter(1)
+  ROOT d = f32[32,96]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+@pytest.mark.parametrize("cpu", ["x86-64-v3", "x86-64-v4"])
+def test_small_dot_step_keeps_its_tile_in_registers(cpu):
+    """A 2 x 6-vector tile keeps its 12 accumulators in registers on both levels: with 16 ymm
+    registers the step goes chunk by chunk (two broadcasts live, not six rhs vectors)."""
+    target = cpu_target(cpu)
+    assert target.vector_registers == (16 if cpu == "x86-64-v3" else 32)
+    out = emit_kernels([entry_spec(parse_module(SMALL_DOT), name="k")], target, 2,
+                       assembly=True)
+    blocks = [blk for blk in re.split(r"\n\.LBB\w+:", out.metadata.assembly)
+              if len(re.findall(r"vfmadd\w+\s+", blk)) >= 6]
+    assert blocks and not any("(%rsp)" in blk for blk in blocks)

@@ -92,6 +92,14 @@ class CpuTarget:
     def is_x86(self) -> bool:
         return self.triple.startswith(("x86_64", "i386", "i686"))
 
+    @property
+    def vector_registers(self) -> int:
+        """How many vector registers the code may use: 32 zmm with AVX-512, 16 xmm/ymm on
+        other x86-64 targets, 32 on AArch64 and the others (NEON, RVV)."""
+        if self.is_x86 and not self.has("avx512f"):
+            return 16
+        return 32
+
     def lanes(self, element_bits: int) -> int:
         """How many elements of `element_bits` fit one vector register."""
         return max(1, self.vector_bits // max(8, element_bits))

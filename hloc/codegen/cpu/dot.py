@@ -241,6 +241,7 @@ class TileEmitter:
         target = ctx.target
         self.lanes = target.lanes(self.cet.bits) if hasattr(target, "lanes") else \
             max(1, VECTOR_BITS // self.cet.bits)
+        self.registers = getattr(target, "vector_registers", 32)
 
     def emit(self, lo: ir.Value, hi: ir.Value, store) -> None:
         """Tiles [lo, hi); store(output index, accumulator value) writes each element."""
@@ -292,18 +293,40 @@ class TileEmitter:
                 b.store(ir.Constant(vec, None), slot)
         with contextlib.ExitStack() as stack:
             ivs = [stack.enter_context(ctx.loop(0, form.lhs.dims[d], "k")) for d in form.lc]
-            rhs = [self._rhs_chunk(index, ivs, chunk, vec) for chunk, vec in zip(chunks, vecs,
-                                                                                  strict=True)]
-            for r, row in enumerate(slots):
-                a = self._lhs_value(index, ivs, row_ids[r])
-                for slot, x, vec in zip(row, rhs, vecs, strict=True):
-                    b.store(self._fma(self._splat(a, vec), x, b.load(slot, typ=vec)), slot)
+            if self._by_rows(rows, len(chunks)):
+                self._step_by_rows(index, ivs, row_ids, chunks, vecs, slots)
+            else:
+                self._step_by_chunks(index, ivs, row_ids, chunks, vecs, slots)
         for r, row in enumerate(slots):
             for slot, chunk, vec in zip(row, chunks, vecs, strict=True):
                 acc = b.load(slot, typ=vec)
                 for c, col in enumerate(chunk):
                     store(self._at(index, row_ids[r], col),
                           b.extract_element(acc, ir.Constant(I32, c)))
+
+    def _by_rows(self, rows: int, chunks: int) -> bool:
+        """Whether a contracting step goes row by row, holding every rhs chunk (+ chunks
+        registers besides the accumulators), rather than chunk by chunk, holding every row's
+        broadcast lhs value (+ rows). The first unless it would not fit the target's
+        registers: with 16 ymm, a 2 x 6 tile spilled half its accumulators every step."""
+        return rows * chunks + chunks + 1 <= self.registers or chunks <= rows
+
+    def _step_by_rows(self, index, ivs, row_ids, chunks, vecs, slots) -> None:
+        b = self.ctx.builder
+        rhs = [self._rhs_chunk(index, ivs, chunk, vec) for chunk, vec in zip(chunks, vecs,
+                                                                              strict=True)]
+        for row_id, row in zip(row_ids, slots, strict=True):
+            a = self._lhs_value(index, ivs, row_id)
+            for slot, x, vec in zip(row, rhs, vecs, strict=True):
+                b.store(self._fma(self._splat(a, vec), x, b.load(slot, typ=vec)), slot)
+
+    def _step_by_chunks(self, index, ivs, row_ids, chunks, vecs, slots) -> None:
+        b = self.ctx.builder
+        lhs = [self._lhs_value(index, ivs, row_id) for row_id in row_ids]
+        for c, (chunk, vec) in enumerate(zip(chunks, vecs, strict=True)):
+            x = self._rhs_chunk(index, ivs, chunk, vec)
+            for a, row in zip(lhs, slots, strict=True):
+                b.store(self._fma(self._splat(a, vec), x, b.load(row[c], typ=vec)), row[c])
 
     def _at(self, index: list, row, col) -> list:
         out = list(index)

@@ -1,0 +1,288 @@
+"""LLVM IR of a native f32 GEMM for hosts with AVX2 + FMA (16 ymm registers), no AVX-512.
+
+The runtime's AVX-512 GEMM (runtime/cpu/gemm.py) keeps a 12 x 32 tile of C in 24 of the 32
+zmm registers; built for an AVX2 host, LLVM would split each 512-bit operation into two
+256-bit ones and spill most of the 48 resulting accumulators. This module builds the same
+function, `hloc_sgemm` with the same arguments, from a `Geometry` sized for the target's
+registers: on AVX2 a 6 x 16 tile of C is 12 ymm accumulators, plus two panel vectors and
+one broadcast = 15 of the 16 registers (the Haswell kernels of BLIS and OpenBLAS use it).
+
+The loop nest is BLIS-style, as the AVX-512 one:
+
+    for each batch, for each NC-column block, for each (equal, at most KC deep) k slice:
+        pack B[slice, block] into zero-padded panels of NR columns (unless read in place)
+        for each MR-row tile of A: pack it k-major, then for each panel: the micro-kernel
+
+Row tails have micro-kernels of their own (one per row count); column tails go through a
+zeroed stack tile. All strides are in elements; every operand's innermost dim is contiguous.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+PTR = ir.PointerType()
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Register tile MR x NR (NR = VECTORS vectors of LANES floats) and cache blocks KC x NC."""
+
+    mr: int
+    lanes: int
+    vectors: int
+    kc: int
+    nc: int
+
+    @property
+    def nr(self) -> int:
+        return self.lanes * self.vectors
+
+    @property
+    def direct_rows(self) -> int:
+        """Up to this many rows of A, B is read in place when it needs no padding."""
+        return 3 * self.mr
+
+    @property
+    def work_floats(self) -> int:
+        """The work buffer: a packed B block, then a packed A micro-panel."""
+        return self.kc * (self.nc + self.nr) + self.kc * self.mr
+
+
+# 12 accumulators + 2 panel vectors + 1 broadcast of the 16 ymm registers; a 256 x 256 packed
+# B block (256 KiB) stays in a Zen 2 / Haswell L2 next to the C tiles it updates.
+AVX2 = Geometry(mr=6, lanes=8, vectors=2, kc=256, nc=256)
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+@contextlib.contextmanager
+def _loop(b: ir.IRBuilder, lo, hi, step=1, name="i"):
+    """A counted loop lo, lo+step, ... < hi (signed); yields the induction variable."""
+    fn = b.function
+    head, body, end = (fn.append_basic_block(f"{name}.{s}") for s in ("head", "body", "end"))
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    iv = b.phi(I64, name)
+    iv.add_incoming(lo if isinstance(lo, ir.Value) else _i64(lo), pre)
+    b.cbranch(b.icmp_signed("<", iv, hi if isinstance(hi, ir.Value) else _i64(hi)), body, end)
+    b.position_at_end(body)
+    yield iv
+    iv.add_incoming(b.add(iv, step if isinstance(step, ir.Value) else _i64(step)), b.block)
+    b.branch(head)
+    b.position_at_end(end)
+
+
+def _at(b, ptr, offset):
+    return b.gep(ptr, [offset], inbounds=True, source_etype=F32)
+
+
+def _smin(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+class _Builder:
+    """Builds the functions of one GEMM module for one Geometry."""
+
+    def __init__(self, module: ir.Module, geo: Geometry):
+        self.module, self.geo = module, geo
+        self.vec = ir.VectorType(F32, geo.lanes)
+        self.fma = ir.Function(module, ir.FunctionType(self.vec, [self.vec] * 3),
+                               f"llvm.fma.v{geo.lanes}f32")
+
+    def _internal(self, name: str, args: list) -> tuple[ir.Function, ir.IRBuilder]:
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), name)
+        fn.linkage = "internal"
+        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def _vload(self, b, ptr):
+        return b.load(ptr, typ=self.vec, align=4)
+
+    def _splat(self, b, x):
+        lanes = self.geo.lanes
+        one = b.insert_element(ir.Constant(self.vec, ir.Undefined), x, _i64(0))
+        return b.shuffle_vector(one, ir.Constant(self.vec, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    # ---- micro-kernel ---------------------------------------------------------------------
+
+    def tile(self, rows: int) -> ir.Function:
+        """tile(kc, ap, bp, ldbp, c, ldc, ncols, accumulate): C[rows, :ncols] (+)= A @ P, A
+        packed k-major (ap[k * MR + r]); P a kc x NR panel with row stride ldbp, zero beyond
+        ncols (packed, or B itself when it has no column tail)."""
+        geo, vec = self.geo, self.vec
+        fn, b = self._internal(f"hloc_sgemm_tile{rows}", [I64, PTR, PTR, I64, PTR, I64, I64, I1])
+        # Inlined into the loop nest, the k loop reloads spilled pointers from the stack: kept
+        # apart, it has the general registers to itself.
+        fn.attributes.add("noinline")
+        kc, ap, bp, ldbp, c, ldc, ncols, accumulate = fn.args
+        buf = b.alloca(F32, size=rows * geo.nr)
+        accs = [[b.alloca(vec) for _ in range(geo.vectors)] for _ in range(rows)]
+        full = b.icmp_signed("==", ncols, _i64(geo.nr))
+        # A column tail works on a zeroed stack tile holding C's first ncols columns (zeroed
+        # only then: 6 x 16 scalar stores are a fifth of a short call's time).
+        with b.if_then(b.not_(full)):
+            with _loop(b, 0, rows * geo.nr, name="z") as i:
+                b.store(ir.Constant(F32, 0.0), _at(b, buf, i))
+        self._copy_columns(b, rows, c, ldc, buf, _i64(geo.nr), ncols,
+                           b.and_(accumulate, b.not_(full)))
+        cp, ldcp = b.select(full, c, buf), b.select(full, ldc, _i64(geo.nr))
+
+        def c_at(r, h):
+            return _at(b, cp, b.add(b.mul(_i64(r), ldcp), _i64(geo.lanes * h)))
+
+        zero = ir.Constant(vec, [0.0] * geo.lanes)
+        for r, row in enumerate(accs):
+            for h, slot in enumerate(row):
+                b.store(b.select(accumulate, self._vload(b, c_at(r, h)), zero), slot)
+        with _loop(b, 0, kc, name="k") as k:
+            panel = [self._vload(b, _at(b, bp, b.add(b.mul(k, ldbp), _i64(geo.lanes * h))))
+                     for h in range(geo.vectors)]
+            for r, row in enumerate(accs):
+                x = b.load(_at(b, ap, b.add(b.mul(k, _i64(geo.mr)), _i64(r))), typ=F32)
+                splat = self._splat(b, x)
+                for slot, p in zip(row, panel, strict=True):
+                    b.store(b.call(self.fma, [splat, p, b.load(slot, typ=vec)]), slot)
+        for r, row in enumerate(accs):
+            for h, slot in enumerate(row):
+                b.store(b.load(slot, typ=vec), c_at(r, h), align=4)
+        self._copy_columns(b, rows, buf, _i64(geo.nr), c, ldc, ncols, b.not_(full))
+        b.ret_void()
+        return fn
+
+    @staticmethod
+    def _copy_columns(b, rows, src, lds, dst, ldd, ncols, when) -> None:
+        """dst[r, :ncols] = src[r, :ncols] for r < rows, if `when`."""
+        fn = b.function
+        yes, done = fn.append_basic_block("copy"), fn.append_basic_block("copied")
+        b.cbranch(when, yes, done)
+        b.position_at_end(yes)
+        for r in range(rows):
+            with _loop(b, 0, ncols, name="cc") as j:
+                v = b.load(_at(b, src, b.add(b.mul(_i64(r), lds), j)), typ=F32)
+                b.store(v, _at(b, dst, b.add(b.mul(_i64(r), ldd), j)))
+        b.branch(done)
+        b.position_at_end(done)
+
+    # ---- packing --------------------------------------------------------------------------
+
+    def pack_b(self) -> ir.Function:
+        """pack(kc, nc, b, ldb, dst): B[:kc, :nc] as panels of NR columns, zero-padded."""
+        geo = self.geo
+        fn, b = self._internal("hloc_sgemm_pack", [I64, I64, PTR, I64, PTR])
+        kc, nc, src, ldb, dst = fn.args
+        last = b.sub(nc, _i64(1))
+        full = b.sub(nc, b.srem(nc, _i64(geo.nr)))
+        with _loop(b, 0, full, geo.nr, name="p") as p:  # whole panels: vector copies
+            out = _at(b, dst, b.mul(p, kc))
+            with _loop(b, 0, kc, name="pv") as k:
+                row = _at(b, src, b.add(b.mul(k, ldb), p))
+                for h in range(geo.vectors):
+                    v = self._vload(b, _at(b, row, _i64(geo.lanes * h)))
+                    b.store(v, _at(b, out, b.add(b.mul(k, _i64(geo.nr)), _i64(geo.lanes * h))),
+                            align=4)
+        with _loop(b, full, nc, geo.nr, name="p") as p:  # the column tail, zero-padded
+            out = _at(b, dst, b.mul(p, kc))
+            with _loop(b, 0, kc, name="pk") as k:
+                row = _at(b, src, b.mul(k, ldb))
+                for j in range(geo.nr):
+                    col = b.add(p, _i64(j))
+                    v = b.load(_at(b, row, _smin(b, col, last)), typ=F32)
+                    v = b.select(b.icmp_signed("<", col, nc), v, ir.Constant(F32, 0.0))
+                    b.store(v, _at(b, out, b.add(b.mul(k, _i64(geo.nr)), _i64(j))))
+        b.ret_void()
+        return fn
+
+    def pack_a(self) -> ir.Function:
+        """pack_a(kc, rows, a, lda, dst): dst[k * MR + r] = A[r, k], so the micro-kernel reads
+        its broadcasts at fixed offsets from one pointer (MR row pointers would spill)."""
+        fn, b = self._internal("hloc_sgemm_pack_a", [I64, I64, PTR, I64, PTR])
+        kc, rows, src, lda, dst = fn.args
+        with _loop(b, 0, rows, name="ar") as r:
+            row = _at(b, src, b.mul(r, lda))
+            with _loop(b, 0, kc, name="ak") as k:
+                v = b.load(_at(b, row, k), typ=F32)
+                b.store(v, _at(b, dst, b.add(b.mul(k, _i64(self.geo.mr)), r)))
+        b.ret_void()
+        return fn
+
+    # ---- the loop nest --------------------------------------------------------------------
+
+    def gemm(self, tiles: list[ir.Function], pack_b: ir.Function, pack_a: ir.Function) -> None:
+        """hloc_sgemm(batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, work, beta):
+        C (+)= A @ B per batch, adding to C's old values when beta is nonzero."""
+        geo = self.geo
+        fnty = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR, I64, I64] * 3 + [PTR, I64])
+        fn = ir.Function(self.module, fnty, "hloc_sgemm")
+        batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, work, beta = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        a_work = _at(b, work, _i64(geo.kc * (geo.nc + geo.nr)))
+        # Equal k slices of at most KC: a short last slice would cost a full pass over C.
+        slices = b.sdiv(b.add(k, _i64(geo.kc - 1)), _i64(geo.kc))
+        kstep = b.sdiv(b.add(k, b.sub(slices, _i64(1))), slices)
+        with _loop(b, 0, batch, name="bat") as t:
+            a_t, b_t, c_t = (_at(b, p, b.mul(t, s)) for p, s in ((a, sa), (bm, sb), (c, sc)))
+            with _loop(b, 0, n, geo.nc, name="jc") as jc:
+                nc = _smin(b, b.sub(n, jc), _i64(geo.nc))
+                # B is read in place when it needs no zero padding and few row tiles use it
+                # or it is one contiguous block already (whole rows of B).
+                direct = b.and_(b.or_(b.icmp_signed("<=", m, _i64(geo.direct_rows)),
+                                      b.icmp_signed("==", ldb, nc)),
+                                b.icmp_signed("==", b.srem(nc, _i64(geo.nr)), _i64(0)))
+                with _loop(b, 0, k, kstep, name="pc") as pc:
+                    kc = _smin(b, b.sub(k, pc), kstep)
+                    b_block = _at(b, b_t, b.add(b.mul(pc, ldb), jc))
+                    _call_unless(b, direct, pack_b, [kc, nc, b_block, ldb, work])
+                    accumulate = b.or_(b.icmp_signed(">", pc, _i64(0)),
+                                       b.icmp_signed("!=", beta, _i64(0)))
+                    with _loop(b, 0, m, geo.mr, name="ic") as ic:
+                        rows = _smin(b, b.sub(m, ic), _i64(geo.mr))
+                        b.call(pack_a, [kc, rows, _at(b, a_t, b.add(b.mul(ic, lda), pc)), lda,
+                                        a_work])
+                        with _loop(b, 0, nc, geo.nr, name="jr") as jr:
+                            panel = b.select(direct, _at(b, b_block, jr),
+                                             _at(b, work, b.mul(jr, kc)))
+                            args = [kc, a_work, panel, b.select(direct, ldb, _i64(geo.nr)),
+                                    _at(b, c_t, b.add(b.mul(ic, ldc), b.add(jc, jr))), ldc,
+                                    _smin(b, b.sub(nc, jr), _i64(geo.nr)), accumulate]
+                            _dispatch(b, rows, tiles, args)
+        b.ret_void()
+
+
+def _call_unless(b, skip, fn, args) -> None:
+    yes, done = b.function.append_basic_block("call"), b.function.append_basic_block("called")
+    b.cbranch(skip, done, yes)
+    b.position_at_end(yes)
+    b.call(fn, args)
+    b.branch(done)
+    b.position_at_end(done)
+
+
+def _dispatch(b, rows, tiles, args) -> None:
+    """Call the micro-kernel for `rows` rows (1..MR)."""
+    fn = b.function
+    done = fn.append_basic_block("tiled")
+    cases = [fn.append_basic_block(f"rows{r}") for r in range(1, len(tiles) + 1)]
+    switch = b.switch(rows, cases[-1])
+    for r, block in enumerate(cases, start=1):
+        switch.add_case(_i64(r), block)
+        b.position_at_end(block)
+        b.call(tiles[r - 1], args)
+        b.branch(done)
+    b.position_at_end(done)
+
+
+def build_module(geo: Geometry = AVX2) -> ir.Module:
+    """The module defining `hloc_sgemm` for `geo` (no triple or data layout set)."""
+    module = ir.Module("hloc_sgemm_avx2")
+    builder = _Builder(module, geo)
+    tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
+    builder.gemm(tiles, builder.pack_b(), builder.pack_a())
+    return module
