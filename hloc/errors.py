@@ -7,6 +7,10 @@ class HlocError(Exception):
     """Base class: a clean, one-line, user-facing error. `path` names the file involved."""
 
     exit_code = 2
+    # Set by hloc.runtime.ranks.on_all_ranks: raised identically by every rank of an MPI job,
+    # and `quiet` on the ranks that leave the report to rank 0.
+    all_ranks: bool = False
+    quiet: bool = False
 
     def __init__(self, message: str, path: str | None = None):
         super().__init__(message)

@@ -164,7 +164,8 @@ _LINEAR_OPS = frozenset({Opcode.RESHAPE, Opcode.BITCAST})
 
 def _forward_closure(start: Instruction) -> list[Instruction]:
     """`start` and every instruction that uses it, transitively (in visit order)."""
-    stack, seen = [start], {}
+    stack = [start]
+    seen: dict[Instruction, None] = {}  # an insertion-ordered set
     while stack:
         instr = stack.pop()
         if instr in seen:

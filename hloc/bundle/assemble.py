@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..frontend import literal_to_bytes, module_to_proto
@@ -65,7 +65,7 @@ def assemble_bundle(module: Module, plan: Plan, code: CodeOutput, *, options: Co
     }
     if source.arguments:
         members["snapshot_arguments.pb"] = literal_to_bytes(Literal.tuple_of(source.arguments))
-    manifest = {
+    manifest: dict[str, Any] = {  # the manifest's JSON object
         "format_version": version_text(FORMAT_VERSION),
         "hloc_version": __version__,
         "target": code.target,

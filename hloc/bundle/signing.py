@@ -28,6 +28,7 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from ..errors import InputError
 from .format import DIGEST_OFFSET, DIGEST_SIZE, HEADER_SIZE
@@ -42,6 +43,18 @@ ALGORITHM_NAMES = {HMAC_SHA256: "hmac-sha256", ED25519: "ed25519"}
 MIN_HMAC_KEY = 16
 
 
+class SigningKey(Protocol):
+    """What signing needs of a private key (cryptography's Ed25519PrivateKey)."""
+
+    def sign(self, data: bytes) -> bytes: ...
+
+
+class VerifyingKey(Protocol):
+    """What verifying needs of a public key (cryptography's Ed25519PublicKey)."""
+
+    def verify(self, signature: bytes, data: bytes) -> None: ...
+
+
 @dataclass(frozen=True)
 class Key:
     """A signing or trusted key: its algorithm, id, and the secret or public key object."""
@@ -49,8 +62,8 @@ class Key:
     algorithm: int
     key_id: bytes
     secret: bytes | None = None  # HMAC key
-    private: object = None  # Ed25519PrivateKey
-    public: object = None  # Ed25519PublicKey
+    private: SigningKey | None = None  # Ed25519PrivateKey
+    public: VerifyingKey | None = None  # Ed25519PublicKey
 
     @property
     def label(self) -> str:
@@ -109,7 +122,10 @@ def _pem_key(path: str, data: bytes, signing: bool) -> Key:
     if not isinstance(public, ed25519.Ed25519PublicKey):
         raise InputError("PEM keys must be Ed25519", path=path)
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return Key(ED25519, hashlib.sha256(raw).digest(), private=private, public=public)
+    # The private key's type is whatever PEM held (optional `cryptography`, any algorithm);
+    # that it is Ed25519 follows from its public half, checked above.
+    return Key(ED25519, hashlib.sha256(raw).digest(), private=cast(SigningKey, private),
+               public=public)
 
 
 def signing_digest(image: bytes | memoryview) -> bytes:

@@ -30,7 +30,7 @@ def inspect_summary(bundle) -> dict:
     memory.setdefault("temp_bytes", None)
     memory.setdefault("constant_bytes", None)
     thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
-    extra = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
+    extra: dict[str, object] = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
     from ..bundle.signing import bundle_signature
 
     signature = bundle_signature(bundle)

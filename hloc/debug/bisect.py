@@ -150,8 +150,9 @@ def _save_npz(path: str, prefix: str, arrays: list[np.ndarray]) -> None:
     # form hlo-run's --inputs accepts for them; numpy could not reload them otherwise.
     from ..runtime.io import is_ml_dtype
 
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for i, arr in enumerate(arrays):
         arr = np.ascontiguousarray(arr)
         out[f"{prefix}{i}"] = arr.view(f"u{arr.dtype.itemsize}") if is_ml_dtype(arr.dtype) else arr
-    np.savez(path, **out)
+    # allow_pickle is numpy's default, spelled out: no **out key can then be taken for it.
+    np.savez(path, allow_pickle=True, **out)

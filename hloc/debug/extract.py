@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from ..errors import InputError
-from ..ir import Instruction, Module, Opcode
+from ..ir import Computation, Instruction, Module, Opcode
 from ..ir.attrs import Attrs
 from ..ir.module import clone_computation
 from .perturb import check_name
@@ -35,7 +35,8 @@ class _Capture:
     """The probe: read the operands of `name` before its first run, then stop."""
 
     def __init__(self, target: Instrumented, io: ThunkIO):
-        self.target, self.io, self.inputs = target, io, None
+        self.target, self.io = target, io
+        self.inputs: list | None = None
 
     def around(self, frame: Frame, run) -> None:
         if frame.thunk.name == self.io.thunk.name and self.inputs is None:
@@ -68,7 +69,7 @@ def capture(target: Instrumented, name: str, args: list) -> tuple[ThunkIO, list[
 def standalone_module(instr: Instruction) -> Module:
     """A module computing `instr` alone (see the module docstring)."""
     module = Module(f"extract_{instr.name}")
-    comp_map: dict[int, object] = {}
+    comp_map: dict[int, Computation] = {}
     for comp in _called(instr):
         copy = clone_computation(comp, comp_map)
         comp_map[id(comp)] = copy
@@ -78,7 +79,6 @@ def standalone_module(instr: Instruction) -> Module:
         entry.is_fusion = False
         module.add_computation(entry, entry=True)
         return module
-    from ..ir import Computation
 
     entry = Computation("main")
     params = [Instruction(Opcode.PARAMETER, op.shape, name=f"p{i}", attrs=Attrs(parameter_number=i))

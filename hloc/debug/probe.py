@@ -24,6 +24,7 @@ import numpy as np
 
 from ..buffers.assignment import Slice
 from ..errors import InputError
+from ..ir import Module
 from ..thunks.base import Thunk, walk
 
 Runner = Callable[[], None]
@@ -57,7 +58,7 @@ class Instrumented:
     """A loaded executable that can run with probes."""
 
     device: str
-    module: object  # hloc.ir.Module
+    module: Module
     sequence: tuple[Thunk, ...]  # the thunks the hook sees (GPU program for cuda)
     neutral: dict[str, Thunk]  # target-neutral leaf thunks by name
     raw: Callable[[Slice], np.ndarray]  # a writable uint8 view of a slice's bytes now

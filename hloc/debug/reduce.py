@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..errors import HlocError
 from ..ir import Module, Opcode
@@ -69,7 +70,7 @@ class Reducer:
         while size >= 1 and not self.budget.spent():
             i = 0
             while i < len(targets) and not self.budget.spent():
-                if self._try(lambda m, chunk=targets[i:i + size]: step.apply(m, chunk)):
+                if self._try(partial(step.apply, chunk=targets[i:i + size])):
                     changed = True
                     targets = step.targets(self.module)
                 else:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..buffers.assignment import Slice
-from ..ir import Opcode, Shape
+from ..ir import Instruction, Opcode, Shape
 from ..runtime.layouts import physical_order
-from ..thunks.base import Thunk, ThunkKind
+from ..thunks.base import Thunk
+from ..thunks.thunks import Copy, Memset
 
 Raw = Callable[[Slice], np.ndarray]
 
@@ -53,7 +54,7 @@ class ThunkIO:
     """One checkable thunk: its instruction (None: copy/memset), inputs and output leaves."""
 
     thunk: Thunk
-    instruction: object | None
+    instruction: Instruction | None
     outputs: tuple[tuple[Shape, Slice], ...]
 
     @property
@@ -62,9 +63,9 @@ class ThunkIO:
 
     def read_inputs(self, raw: Raw) -> list:
         """Copies of the inputs (instruction operands as values; a copy's source bytes)."""
-        if self.thunk.kind is ThunkKind.COPY:
+        if isinstance(self.thunk, Copy):
             return [raw(self.thunk.source).copy()]
-        if self.thunk.kind is ThunkKind.MEMSET:
+        if isinstance(self.thunk, Memset):
             return []
         pending = list(self.thunk.reads())
         return [_read(raw, op.shape, pending) for op in self.instruction.operands]
@@ -75,9 +76,9 @@ class ThunkIO:
 
     def reference(self, inputs: list) -> list[np.ndarray]:
         """The outputs the reference computes from `inputs` (as read by read_inputs)."""
-        if self.thunk.kind is ThunkKind.COPY:
+        if isinstance(self.thunk, Copy):
             return [typed(inputs[0], self.outputs[0][0]).copy()]
-        if self.thunk.kind is ThunkKind.MEMSET:
+        if isinstance(self.thunk, Memset):
             size = self.thunk.destination.size
             return [typed(np.full(size, self.thunk.byte, np.uint8), self.outputs[0][0]).copy()]
         from ..runtime.interpreter import evaluate_computation, registry
@@ -96,11 +97,11 @@ def _read(raw: Raw, shape: Shape, pending: list[Slice]):
     return np.array(typed(raw(pending.pop(0)), shape))
 
 
-def thunk_io(thunk: Thunk, instructions: dict) -> ThunkIO | None:
+def thunk_io(thunk: Thunk, instructions: dict[str, Instruction]) -> ThunkIO | None:
     """The ThunkIO of a target-neutral (or GPU host-compute) leaf thunk; None for control
     flow and for thunks whose slices do not match their instruction."""
     instr = instructions.get(thunk.name)
-    if thunk.kind in (ThunkKind.COPY, ThunkKind.MEMSET):
+    if isinstance(thunk, (Copy, Memset)):
         dest = thunk.destination
         shape = _sized(instr, dest.size)
         return ThunkIO(thunk, None, ((shape, dest),))

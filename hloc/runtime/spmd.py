@@ -11,7 +11,7 @@ hloc.runtime.spmd_bundles).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,9 +51,10 @@ def _interpret(module: Module) -> DeviceRun:
     return run_one
 
 
-def _device_thread(run_one: DeviceRun, ctx: DeviceContext, args, results: dict,
-                   errors: dict) -> None:
-    comm = ctx.comm
+def _device_thread(run_one: DeviceRun, ctx: DeviceContext, comm: InProcessCommunicator, args,
+                   results: dict, errors: dict) -> None:
+    """`ctx`'s device on this thread; `comm` is `ctx.comm`, the rendezvous told when the device
+    finishes or fails."""
     bind(ctx)
     try:
         results[ctx.device] = [np.asarray(r) for r in run_one(ctx, args)]
@@ -66,7 +67,7 @@ def _device_thread(run_one: DeviceRun, ctx: DeviceContext, args, results: dict,
 
 
 def run_device_threads(grid: DeviceGrid, run_one: DeviceRun,
-                       per_device_args: dict[Device, Sequence],
+                       per_device_args: Mapping[Device, Sequence],
                        timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
     """Each device's flattened outputs: `run_one` on one thread per device of `grid`, the
     threads joined by an InProcessCommunicator. The first device's own error is raised (not
@@ -75,8 +76,8 @@ def run_device_threads(grid: DeviceGrid, run_one: DeviceRun,
     results: dict[Device, list] = {}
     errors: dict[Device, BaseException] = {}
     threads = [threading.Thread(target=_device_thread, name=f"hloc-device-{d}", daemon=True,
-                                args=(run_one, DeviceContext(grid, d, comm), per_device_args[d],
-                                      results, errors))
+                                args=(run_one, DeviceContext(grid, d, comm), comm,
+                                      per_device_args[d], results, errors))
                for d in grid.devices()]
     for t in threads:
         t.start()
@@ -90,7 +91,7 @@ def run_device_threads(grid: DeviceGrid, run_one: DeviceRun,
     return results
 
 
-def run_devices(module: Module, per_device_args: dict[Device, Sequence],
+def run_devices(module: Module, per_device_args: Mapping[Device, Sequence],
                 timeout: float = 300.0) -> dict[Device, list[np.ndarray]]:
     """Each device's flattened outputs, from each device's own arguments (interpreter)."""
     return run_device_threads(DeviceGrid.of(module.config), _interpret(module), per_device_args,
@@ -101,7 +102,7 @@ def parameter_shardings(module: Module) -> list[Sharding]:
     """Each entry parameter's sharding: the module's spmd_parameters_shardings, else the
     parameter's own sharding attribute, else replicated."""
     params = module.entry.parameters
-    texts = module.config.spmd_parameter_shardings
+    texts: Sequence[str] = module.config.spmd_parameter_shardings
     if texts is None or len(texts) != len(params):
         texts = [p.attrs.sharding for p in params]
     return [parse_sharding(t) for t in texts]

@@ -14,23 +14,36 @@ runs (hloc.runtime.native_ranks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..collectives import DeviceContext, DeviceGrid, assemble, bind, check_partitioned, shard
 from ..collectives.groups import Device
 from ..errors import InputError
+from ..ir import Module
 from .spmd import output_shardings, parameter_shardings, run_device_threads
 
+
+class DeviceExecutable(Protocol):
+    """A one-device executable of a bundle (CpuExecutable, CudaExecutable, ...)."""
+
+    module: Module
+
+    def run(self, args: Sequence) -> list[np.ndarray]: ...
+
+    def run_profiled(self, args: Sequence) -> tuple[list[np.ndarray], list]: ...
+
+
 # factory(bundle) -> a one-device executable with run(args) and run_profiled(args)
-Factory = Callable[[object], object]
+Factory = Callable[[Any], DeviceExecutable]
 
 
 class DeviceRunner:
     """One device of a multi-device bundle: `executable` run with `ctx` bound to the thread."""
 
-    def __init__(self, executable, ctx: DeviceContext):
+    def __init__(self, executable: DeviceExecutable, ctx: DeviceContext):
         self.executable, self.ctx = executable, ctx
 
     def run(self, args) -> list[np.ndarray]:
@@ -93,13 +106,15 @@ class SpmdBundleExecutable:
         self.grid = DeviceGrid.of(self.module.config)
         devices = self.grid.devices()
         # An executable whose compiled code can serve several devices makes `sibling`s.
-        more = getattr(first, "sibling", None) or (lambda: factory(bundle))
-        self.executables = {d: first if i == 0 else more() for i, d in enumerate(devices)}
+        more: Callable[[], DeviceExecutable] = (getattr(first, "sibling", None)
+                                                 or (lambda: factory(bundle)))
+        self.executables: dict[Device, DeviceExecutable] = {
+            d: first if i == 0 else more() for i, d in enumerate(devices)}
         self.output_sharding_texts = output_sharding_texts
         self.output_shapes = output_shapes
         self.timeout = timeout
 
-    def run_devices(self, per_device_args: dict[Device, Sequence]) -> dict[Device, list]:
+    def run_devices(self, per_device_args: Mapping[Device, Sequence]) -> dict[Device, list]:
         """Each device's flattened outputs from each device's own arguments."""
         def run_one(ctx: DeviceContext, args) -> list:
             return self.executables[ctx.device].run(args)

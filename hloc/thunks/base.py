@@ -108,14 +108,21 @@ def _role(hint) -> tuple[Role, type | None]:
     if role is not None:
         return role, None
     options = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    if len(options) == 1 and dataclasses.is_dataclass(options[0]):
+    if (len(options) == 1 and isinstance(options[0], type)
+            and dataclasses.is_dataclass(options[0])):
         return Role.RECORD, options[0]
     return Role.PLAIN, None
 
 
-@functools.cache
 def field_roles(cls: type) -> tuple[FieldRole, ...]:
     """The role of every field of dataclass `cls`, in field order."""
+    # Typed as `type`, not inferred: typeshed's cache wants Hashable arguments, which mypy
+    # denies a frozen dataclass's class object (type[Thunk]); classes are hashable.
+    return _field_roles(cls)
+
+
+@functools.cache
+def _field_roles(cls: type) -> tuple[FieldRole, ...]:
     hints = typing.get_type_hints(cls)
     return tuple(FieldRole(f.name, *_role(hints[f.name]), f.default is not dataclasses.MISSING
                            or f.default_factory is not dataclasses.MISSING)
@@ -154,7 +161,7 @@ def footprint(thunk: Thunk) -> tuple[list[Slice], list[Slice]]:
 
 def map_nested(thunk: Thunk, fn: Callable[[tuple[Thunk, ...]], tuple[Thunk, ...]]) -> Thunk:
     """`thunk` with `fn` applied to each of its nested sequences (itself if it has none)."""
-    changes: dict[str, object] = {}
+    changes: dict[str, typing.Any] = {}  # new field values, each of its field's type
     for f in field_roles(type(thunk)):
         value = getattr(thunk, f.name)
         if f.role is Role.SEQUENCE:

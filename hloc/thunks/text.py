@@ -22,6 +22,7 @@ def slice_text(s: Slice) -> str:
 def _lines(thunk: Thunk, line: Line, indent: str, out: list[str], tag: str = "") -> None:
     """`thunk`'s line, then its nested sequences (labelled for while and conditional)."""
     out.append(indent + tag + line(thunk))
+    labelled: tuple[tuple[str, tuple[Thunk, ...]], ...]
     if isinstance(thunk, While):
         labelled = (("condition", thunk.condition), ("body", thunk.body))
     elif isinstance(thunk, Conditional):
@@ -80,8 +81,8 @@ def program_to_text(program: ThunkProgram) -> str:
     if streams:
         out.append(f"streams: {streams.num_streams}, events: {len(streams.events)}, "
                    f"waits: {len(streams.waits)}")
-        for i, e in streams.waits:
-            out.append(f"  thunk {i} waits for event {e}")
+        for t, e in streams.waits:
+            out.append(f"  thunk {t} waits for event {e}")
     return "\n".join(out) + "\n"
 
 

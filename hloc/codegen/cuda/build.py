@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from llvmlite import ir
 
@@ -135,7 +136,9 @@ class Planner:
         return Launch(thunk_name, **common)
 
 
-Converter = Callable[[Planner, nt.Thunk, int], Thunk]
+# converter(planner, thunk, stream): `thunk` is of the class its kind (the registry key) names,
+# which a converter may declare (nt.Fft, ...); the registry cannot tie key to class: Any.
+Converter = Callable[[Planner, Any, int], Thunk]
 # Target-neutral thunk kind -> its GPU form. Copies and memsets are the same thunks on the GPU,
 # and control flow keeps its shape with its nested sequences converted.
 CONVERTERS: Registry[ThunkKind, Converter] = Registry("GPU thunk converter",

@@ -21,6 +21,7 @@ from ..computation import Computation
 from ..instruction import Instruction
 from ..module import Module
 from ..opcodes import Opcode as O
+from ..shape import Shape
 from .lexer import INT, NAME, Cursor, token
 from .literal_text import parse_literal
 from .parser_attrs import REQUIRED, InstrRec, finalize, parse_attribute
@@ -86,7 +87,7 @@ class _CompRec:
 
     def __init__(self, name: str, pos: int, entry_pos: int | None):
         self.name, self.pos, self.entry_pos = name, pos, entry_pos
-        self.result = None
+        self.result: Shape | None = None
         self.result_pos = pos
         self.instrs: list[InstrRec] = []
         self.thread = ""

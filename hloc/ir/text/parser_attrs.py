@@ -80,7 +80,7 @@ class InstrRec:
 
     def __init__(self, name: str, pos: int, root: bool):
         self.name, self.pos, self.root = name, pos, root
-        self.shape = None
+        self.shape: Shape | None = None
         self.opcode: O | None = None
         self.operands: list[tuple[str, int, object]] = []  # (name, pos, inline shape or None)
         self.fields: dict = {}  # Attrs keyword arguments

@@ -345,6 +345,7 @@ def replica_groups(cur: Cursor) -> tuple[tuple[tuple[int, ...], ...], ReplicaGro
         return int_list_list(cur), None
     start = cur.skip_ws()
     mesh = cur.match(_MESH_GROUPS)
+    form: ReplicaGroupList
     try:
         if mesh is not None:
             form = mesh_groups_from_text(*mesh.groups())

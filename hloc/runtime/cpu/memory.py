@@ -62,9 +62,10 @@ class Cell:
 
     __slots__ = ("a", "offset", "size", "shape", "transform")
 
-    def __init__(self, offset: int, size: int, shape: Shape | None, transform):
+    def __init__(self, offset: int, size: int, shape: Shape | None,
+                 transform: Callable[[np.ndarray], np.ndarray] | None):
         self.offset, self.size, self.shape, self.transform = offset, size, shape, transform
-        self.a = None
+        self.a: np.ndarray = None  # set by bind()
 
     def bind(self, memory: np.ndarray) -> None:
         raw = memory[self.offset:self.offset + self.size]
@@ -112,7 +113,7 @@ class Memory:
             self._pointers[s.allocation].append((array, index, s.offset))
 
     def cell(self, s: Slice, shape: Shape | None = None,
-             transform: Callable[[np.ndarray], object] | None = None) -> Cell:
+             transform: Callable[[np.ndarray], np.ndarray] | None = None) -> Cell:
         """A cell viewing slice `s` as `shape` (raw bytes if None), then `transform`ed."""
         memory, start = self._memory_of(s.allocation)
         cell = Cell(start + s.offset, s.size, shape, transform)

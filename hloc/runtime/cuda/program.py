@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -205,7 +206,9 @@ class GpuRunner:
         return from_device_bytes(self.device.download(s), shape).reshape(()).item()
 
 
-Runner = Callable[[GpuRunner, Thunk], None]
+# runner(r, thunk): `thunk` is of the class its kind (the registry key) names, which a runner
+# declares (Launch, Copy, ...); the registry cannot tie key to class: Any.
+Runner = Callable[[GpuRunner, Any], None]
 RUNNERS: Registry[ThunkKind, Runner] = Registry("GPU thunk runner",
                                          modules=("hloc.runtime.cuda.collectives",))
 runs = RUNNERS.register

@@ -84,7 +84,8 @@ class PinnedBuffer:
             self.address = int(check(cu, cu.cuMemHostAlloc(size, 0),
                                      f"pinning {size} bytes of host memory for {what}"))
             raw = (ctypes.c_uint8 * size).from_address(self.address)
-            self.array = np.frombuffer(raw, np.uint8)
+            # memoryview: the same writable view, in a form numpy's frombuffer stub accepts.
+            self.array = np.frombuffer(memoryview(raw), np.uint8)
 
     def view(self, offset: int, size: int) -> np.ndarray:
         return self.array[offset:offset + size]

@@ -8,6 +8,8 @@ Every helper takes and returns register values; nothing here is boxed for real t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 from ....errors import UnsupportedError
@@ -17,8 +19,8 @@ from ..fmath import FMath
 from ..types import F32, F64, ElemType, elem_type
 from . import ir as complex_ir
 
-# Part functions: name -> (f32 approximation, libm name for f64).
-_F32_FUNCTIONS = {
+# Part functions: name -> its f32 approximation, approx(ctx, *operands) (f64 calls libm `name`).
+_F32_FUNCTIONS: dict[str, Callable[..., ir.Value]] = {
     "exp": approx.exp_f32, "expm1": approx.expm1_f32, "log": approx.log_f32,
     "log1p": approx.log1p_f32, "sin": approx.sin_f32, "cos": approx.cos_f32,
     "tan": approx.tan_f32, "atan2": approx.atan2_f32, "cbrt": approx.cbrt_f32,

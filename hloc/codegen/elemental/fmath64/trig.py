@@ -45,7 +45,8 @@ def _pio2_parts() -> tuple[float, float, float]:
     for _ in range(3):
         parts.append(float(pio2))
         pio2 -= Fraction(parts[-1])
-    return tuple(parts)
+    p1, p2, p3 = parts
+    return p1, p2, p3
 
 
 P1, P2, P3 = _pio2_parts()
