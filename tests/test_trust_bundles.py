@@ -212,3 +212,22 @@ def test_gpu_kernel_names_must_exist_in_ptx_and_cubin(tmp_path, mlp_cuda_bundle)
         _refused(no_symbol, cubin, f"lacks kernel {name}", device="cuda-emulated")
         junk = repack(mlp_cuda_bundle, tmp_path / "junk.bundle", replace={cubin: b"\x7fELF" + bytes(60)})
         _refused(junk, cubin, "bad cubin")
+
+
+def test_cuda_bundle_with_a_plain_dot_validates_and_runs(tmp_path):
+    """A Gemm thunk of the GPU program (GemmLaunch: kernel arguments, no lhs/rhs/output) is
+    validated through its BLAS descriptor, not refused: every such bundle failed on a GPU."""
+    import numpy as np
+
+    from hloc.compiler import CompileOptions, compile
+    from hloc.runtime import load
+
+    text = tmp_path / "dot.hlo"
+    text.write_text("HloModule d\n\nENTRY e {\n  a = f32[16,8]{1,0} parameter(0)\n"
+                    "  b = f32[8,4]{1,0} parameter(1)\n  ROOT d = f32[16,4]{1,0} dot(a, b), "
+                    "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
+    compile(str(text), str(tmp_path / "d.bundle"), CompileOptions(target="cuda"))
+    a = np.arange(128, dtype=np.float32).reshape(16, 8) / 7
+    b = np.arange(32, dtype=np.float32).reshape(8, 4) / 5
+    [got] = load(str(tmp_path / "d.bundle"), "cuda-emulated").run([a, b])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5)
