@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
+from hloc.bundle import read_bundle
 from hloc.codegen.cuda import ptxas
 from hloc.codegen.elemental.types import F32, I32
 
@@ -178,3 +179,19 @@ ENTRY e {{
     nan = np.isnan(want)
     assert (np.isnan(got) == nan).all()
     assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
+def test_min_max_against_a_constant_test_the_nan_operand_explicitly(tmp_path):
+    """clamp(-1, x, 2): with a constant bound the sign masks fold away and the select has the
+    shape ptxas turns into FMNMX, which returns the bound for a NaN x (seen on an H200). The
+    emitter tests the non-constant operand for NaN itself: one setp.nan per min and max."""
+    from .support.bundles import compile_bundle
+
+    text = ("HloModule c\n\nENTRY e {\n  x = f32[8]{0} parameter(0)\n"
+            "  m = f32[] constant(-1)\n  p = f32[] constant(2)\n"
+            "  lo = f32[8]{0} broadcast(m), dimensions={}\n"
+            "  hi = f32[8]{0} broadcast(p), dimensions={}\n"
+            "  ROOT c = f32[8]{0} clamp(lo, x, hi)\n}\n")
+    bundle = compile_bundle(text, tmp_path / "c.bundle", target="cuda", cuda_archs=("sm_90",))
+    ptx = read_bundle(str(bundle)).members["kernels.sm_90.ptx"]
+    assert bytes(ptx).decode().count("setp.nan") >= 2

@@ -107,7 +107,13 @@ def _min_max(ctx, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
     else:
         b_wins = bld.or_(b_bits, bld.and_(a_bits, sign))
     keep_a = bld.or_(bld.fcmp_ordered(direction, a, b), is_nan(ctx, a))
-    return flush_denormal(ctx, bld.select(keep_a, a, bld.bitcast(b_wins, a.type)))
+    picked = bld.select(keep_a, a, bld.bitcast(b_wins, a.type))
+    if nanbits.exact_nans(ctx):
+        # ptxas turns `x > c ? x : c`-shaped selects (a constant bound folds the masks away)
+        # into FMNMX, which returns the number when the other operand is NaN: a NaN `b`
+        # is picked explicitly, not through the comparison.
+        picked = bld.select(is_nan(ctx, b), bld.bitcast(b_wins, a.type), picked)
+    return flush_denormal(ctx, picked)
 
 
 def flush_denormal(ctx, x: ir.Value) -> ir.Value:
