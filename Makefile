@@ -62,11 +62,13 @@ proto-check: $(STAMP) ## fail if the generated protobuf modules are stale
 
 $(JAXENV)/.installed:
 	@test -x $(JAXENV)/bin/python || $(PYTHON) -m venv $(JAXENV)
-	$(JAXENV)/bin/python -m pip install --quiet jax==0.10.2 jaxlib==0.10.2 ml_dtypes==0.6.0
+	$(JAXENV)/bin/python -m pip install --quiet jax==0.10.2 jaxlib==0.10.2 ml_dtypes==0.6.0 \
+		keras==3.15.1 keras-hub==0.32.0
 	@touch $@
 
-samples: $(JAXENV)/.installed ## regenerate samples/ with JAX (dev only; needs network once)
+samples: $(JAXENV)/.installed ## regenerate samples/ and samples/models/ with JAX and Keras (dev only; needs network once)
 	$(JAXENV)/bin/python samples/generate.py --out samples
+	KERAS_BACKEND=jax $(JAXENV)/bin/python samples/models/generate.py
 
 bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (CPU=x86-64-v3: an AVX2 build on both sides)
 	JAXENV=$(abspath $(JAXENV)) HLOC_BENCH_CPU=$(CPU) $(PY) benchmarks/run.py

@@ -4,7 +4,7 @@ Reads jobs from stdin, one JSON object per line: {"name", "pb", "inputs" (npz, k
 arg0..), "dtypes" (XLA dtype names of the parameters), "outputs" (npz path to write),
 "seconds"}. For each it converts the HloModuleProto to StableHLO, compiles it with XLA:CPU
 (timed), runs it on the inputs (device buffers prepared once; each run waits for its results)
-and answers with one JSON line {"name", "compile_s", "times": [...]} — or {"name", "error"}.
+and answers with one JSON line {"name", "compile_s", "temp_bytes", "times": [...]} — or {"name", "error"}.
 One job at a time lets the caller time hloc and XLA back to back on a shared machine; a
 repeated name reuses the compiled executable (only the first answer's compile_s is a compile).
 """
@@ -58,8 +58,16 @@ def _prepare(job: dict, backend, xla_client, mlir) -> tuple:
         compile_s = min(compile_s, time.perf_counter() - start)
     with np.load(job["inputs"]) as z:
         args = [_decode(z[f"arg{i}"], d) for i, d in enumerate(job["dtypes"])]
-    _CACHE[job["name"]] = (exe, args, compile_s)
+    _CACHE[job["name"]] = (exe, args, compile_s, _temp_bytes(exe))
     return _CACHE[job["name"]]
+
+
+def _temp_bytes(exe) -> int:
+    """XLA's temp allocation (its buffer assignment), or -1 where the client cannot say."""
+    try:
+        return int(exe.get_compiled_memory_stats().temp_size_in_bytes)
+    except Exception:  # older clients: no memory statistics
+        return -1
 
 
 def _storable(a: np.ndarray) -> np.ndarray:
@@ -73,7 +81,7 @@ def _storable(a: np.ndarray) -> np.ndarray:
 def _run_job(job: dict, backend, xla_client, mlir) -> dict:
     import jax
 
-    exe, args, compile_s = _prepare(job, backend, xla_client, mlir)
+    exe, args, compile_s, temp = _prepare(job, backend, xla_client, mlir)
     bufs = [jax.device_put(a) for a in args]
 
     def once():
@@ -95,7 +103,7 @@ def _run_job(job: dict, backend, xla_client, mlir) -> dict:
     begin = time.perf_counter()
     while len(times) < 3 or (time.perf_counter() - begin < budget and len(times) < 1000):
         times.append(once()[1])
-    return {"name": job["name"], "compile_s": compile_s, "times": times}
+    return {"name": job["name"], "compile_s": compile_s, "temp_bytes": temp, "times": times}
 
 
 def main() -> None:

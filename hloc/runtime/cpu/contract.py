@@ -58,20 +58,43 @@ class MatrixCell:
         return a if self.fixed else a.reshape(self.shape)
 
 
-def matmul_runner(a: MatrixCell, b: MatrixCell, out: MatrixCell, flops: int):
-    """A runner computing out = a @ b."""
-    if a.fixed and b.fixed and out.fixed:
-        batch = a.shape[0] if len(a.shape) == 3 else None
-        return blas.product_runner(a.cell, b.cell, out.cell, batch, a.shape[-2], b.shape[-1],
-                                   flops)
+class _Scratch:
+    """A load-time matrix standing in for a MatrixCell that is no matrix view."""
 
-    def run_general() -> None:
-        product = np.matmul(a.operand(), b.operand())
-        if out.fixed:
-            np.copyto(out.cell.a, product)
-        else:
-            np.copyto(out.cell.a, product.reshape(out.cell.a.shape))
-    return blas.single_threaded(run_general, flops)
+    def __init__(self, cell: MatrixCell):
+        self.a = np.empty(cell.shape, cell.cell.a.dtype)
+        self.source = cell.cell  # its `a` (the transposed view) may be rebound between runs
+
+    def fill(self) -> None:
+        np.copyto(self.a.reshape(self.source.a.shape), self.source.a)
+
+    def spill(self) -> None:
+        np.copyto(self.source.a, self.a.reshape(self.source.a.shape))
+
+
+def matmul_runner(a: MatrixCell, b: MatrixCell, out: MatrixCell, flops: int):
+    """A runner computing out = a @ b.
+
+    Operands that are no matrix view are copied into scratch matrices fixed at load time, so
+    every product takes blas.product_runner (pool pieces with one BLAS thread each). Before,
+    these ran numpy.matmul on OpenBLAS' own threads, which stall at their barriers whenever
+    another process holds a core: backward convolutions (the weight-gradient ones, whose
+    kernel operand is a transposed activation gradient) then took 10-20x their time."""
+    batch = a.shape[0] if len(a.shape) == 3 else None
+    cells = [c.cell if c.fixed else _Scratch(c) for c in (a, b, out)]
+    product = blas.product_runner(*cells, batch, a.shape[-2], b.shape[-1], flops)
+    fills = [c.fill for c in cells[:2] if isinstance(c, _Scratch)]
+    if not fills and out.fixed:
+        return product
+    spill = cells[2].spill if isinstance(cells[2], _Scratch) else None
+
+    def run() -> None:
+        for fill in fills:
+            fill()
+        product()
+        if spill is not None:
+            spill()
+    return run
 
 
 @builds(ThunkKind.GEMM)
