@@ -79,3 +79,25 @@ def test_model_matches_xla(name, tmp_path):
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         err = float(np.max(np.abs(np.asarray(g, np.float64) - e))) if e.size else 0.0
         assert np.allclose(g, e, rtol=tol["rtol"], atol=tol["atol"]), f"out{i}: max error {err}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_model_on_gpu(name, tmp_path):
+    """Every whole model on a real NVIDIA GPU (cuBLAS GEMMs where installed) against XLA."""
+    from .test_cuda_samples import _cuda_device_available
+
+    if not _cuda_device_available():
+        pytest.skip("needs cuda-bindings and an NVIDIA GPU")
+    from hloc.compiler import CompileOptions, compile
+    from hloc.runtime import load
+
+    bundle = tmp_path / f"{name}.bundle"
+    compile(str(MODELS / f"{name}.pb"), str(bundle),
+            CompileOptions(target="cuda", cuda_archs=("sm_80", "sm_90")))
+    meta = weights.meta(name)
+    got = load(str(bundle), "cuda").run(weights.arrays(meta))
+    tol = meta["tolerance"]
+    for i, (g, e) in enumerate(zip(got, weights.expected(name), strict=True)):
+        err = float(np.max(np.abs(np.asarray(g, np.float64) - e))) if e.size else 0.0
+        assert np.allclose(g, e, rtol=tol["rtol"], atol=tol["atol"]), f"out{i}: max error {err}"
