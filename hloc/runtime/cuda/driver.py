@@ -247,6 +247,27 @@ class CudaExecutable(GpuExecutable):
         self.memory = CudaDevice(cu, self.program, image)
         self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
 
+    def _current(self) -> None:
+        """Make this executable's context current on the calling thread: a multi-device
+        bundle runs each device from its own thread (runtime/spmd_bundles.py)."""
+        check(self.memory.cu, self.memory.cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def run(self, args):
+        self._current()
+        return super().run(args)
+
+    def run_profiled(self, args):
+        self._current()
+        return super().run_profiled(args)
+
+    def update(self, number: int, array) -> None:
+        self._current()
+        super().update(number, array)
+
+    def time_device_resident(self, args, n: int) -> list[float]:
+        self._current()
+        return super().time_device_resident(args, n)
+
     def _blas(self):
         """cuBLAS for the descriptor-carrying Gemm thunks (HLOC_CUDA_GEMM, cuda_blas), or
         None: hloc's GEMM kernel."""
