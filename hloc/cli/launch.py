@@ -51,6 +51,11 @@ def _command(n: int, argv: list[str]) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     for k, v in MPICH_YIELD_ENV.items():
         env.setdefault(k, v)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Open MPI's mpiexec refuses root (containers, CI images) unless both are set; the
+        # user asked for the launch, and MPICH ignores them.
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     # The ranks must import this hloc, installed or not (mpiexec passes the environment on).
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
