@@ -28,14 +28,22 @@ from .ir import Opcode as O
 # (a copy or broadcast may become a Copy or Memset thunk instead, else a kernel too).
 THUNK_KINDS = {O.DOT: "gemm", O.CONVOLUTION: "convolution", O.SORT: "sort", O.FFT: "fft",
                O.CUSTOM_CALL: "custom-call", O.WHILE: "while", O.CONDITIONAL: "conditional",
-               O.CALL: "sequential"}
+               O.CALL: "sequential", O.PARTITION_ID: "device-id", O.REPLICA_ID: "device-id",
+               # collectives (thunks/emit_collectives.py); async-* when they wrap one
+               **{op: "collective" for op in (
+                   O.ALL_REDUCE, O.ALL_REDUCE_START, O.ALL_REDUCE_DONE, O.ALL_GATHER,
+                   O.ALL_GATHER_START, O.ALL_GATHER_DONE, O.REDUCE_SCATTER, O.ALL_TO_ALL,
+                   O.COLLECTIVE_PERMUTE, O.COLLECTIVE_PERMUTE_START, O.COLLECTIVE_PERMUTE_DONE,
+                   O.COLLECTIVE_BROADCAST, O.ASYNC_START, O.ASYNC_UPDATE, O.ASYNC_DONE)}}
 # CPU thunk kinds with a native runtime (runtime/cpu: BLAS, convolution, control flow). The
 # others (sort, fft, custom-call) run the reference implementation on the host unless
 # codegen.cpu.thunk_kernels.NATIVE_KINDS gives the instruction a kernel.
-CPU_NATIVE_THUNKS = frozenset({"gemm", "convolution", "while", "conditional", "sequential"})
+CPU_NATIVE_THUNKS = frozenset({"gemm", "convolution", "while", "conditional", "sequential",
+                               "collective", "device-id"})
 # CUDA thunk kinds converted to GPU thunks of their own (codegen/cuda/build.py, fft.py); kinds
 # planned as kernels (codegen.cuda.parts); any other kind (custom-call) runs on the host.
-CUDA_OWN_THUNKS = frozenset({"while", "conditional", "sequential", "fft"})
+CUDA_OWN_THUNKS = frozenset({"while", "conditional", "sequential", "fft", "collective",
+                             "device-id"})
 CUDA_KERNEL_THUNKS = frozenset({"gemm", "convolution", "sort"})
 # Rewritten into other opcodes by the expander passes of every pipeline.
 EXPANDED_BY_PASSES = frozenset({O.BATCH_NORM_GRAD, O.BATCH_NORM_INFERENCE,
@@ -48,14 +56,6 @@ HOST_FALLBACK = frozenset({O.CHOLESKY, O.TRIANGULAR_SOLVE, O.RNG, O.STOCHASTIC_C
 COLUMNS = ("opcode", "shape_inference", "interpreter", "cpu", "cpu_path", "host_fallback",
            "cuda", "cuda_path")
 _NOT_NATIVE = ("expanded", "host", "")
-
-
-def _multi_device_opcodes() -> frozenset[O]:
-    """Opcodes whose interpreter rule is a multi-device one (collectives, device ids)."""
-    from .runtime.interpreter.registry import IMPLS
-
-    return frozenset(op for op, fn in IMPLS.items()
-                     if fn.__module__ == "hloc.runtime.interpreter.collectives")
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,6 @@ class _Registries:
 
         self.shape = registered_opcodes()
         self.interpreter = interpreted()
-        self.multi_device = _multi_device_opcodes()
         self.no_thunk = NO_THUNK
         self.segments = SPECIAL_SEGMENTS.keys()
         self.native_kinds = NATIVE_KINDS.keys()
@@ -99,10 +98,6 @@ class _Registries:
     def fallback(self, op: O) -> str:
         if op in EXPANDED_BY_PASSES:
             return "expanded"
-        if op in self.multi_device:
-            # Collectives and device ids: interpreter-only until they become thunks; a
-            # multi-device module is refused at the thunk stage for cpu and cuda.
-            return ""
         return "host" if op in self.interpreter else ""
 
     def cpu_path(self, op: O) -> str:

@@ -135,13 +135,15 @@ def test_text_form_detected_by_content(tmp_path, monkeypatch):
     name = _smallest_sample()
     text = (SAMPLES / f"{name}.hlo").read_text()
     calls = []
+    from hloc.ir.text.parser import parse_module
+
     fake = types.ModuleType("hloc.ir.text.parser")
-    fake.parse_module = lambda t, path=None: calls.append((t, path)) or "parsed"
+    fake.parse_module = lambda t, path=None: calls.append((t, path)) or parse_module(t, path=path)
     monkeypatch.setitem(sys.modules, "hloc.ir.text.parser", fake)
     path = tmp_path / "model.pb"  # extension says proto, content says text
     path.write_text("// a comment\n/* block */\n" + text)
     loaded = load(path)
-    assert loaded.form == "text" and loaded.module == "parsed"
+    assert loaded.form == "text" and loaded.module.name
     assert calls and calls[0][1] == str(path)
 
 

@@ -51,7 +51,8 @@ def test_host_fallbacks_are_exactly_the_documented_ones(rows):
     ("custom-call", "thunk:custom-call", "host"),  # CUDA runs custom-calls on the host
     ("cholesky", "host", "host"),
     ("batch-norm-training", "expanded", "expanded"),
-    ("all-reduce", "", ""),
+    ("all-reduce", "thunk:collective", "thunk:collective"),
+    ("partition-id", "thunk:device-id", "thunk:device-id"),
 ])
 def test_known_paths(rows, opcode, cpu, cuda):
     r = rows[opcode]
