@@ -259,15 +259,22 @@ def _dot(i: Instruction, out: list) -> None:
     _precision(i.attrs.precision_config, out)
 
 
-def format_gather_dims(d: GatherDimensionNumbers) -> str:
-    parts = [f"offset_dims={ints(d.offset_dims)}", f"collapsed_slice_dims={ints(d.collapsed_slice_dims)}",
-             f"start_index_map={ints(d.start_index_map)}"]
-    if d.operand_batching_dims:
-        parts.append(f"operand_batching_dims={ints(d.operand_batching_dims)}")
-    if d.start_indices_batching_dims:
-        parts.append(f"start_indices_batching_dims={ints(d.start_indices_batching_dims)}")
-    parts.append(f"index_vector_dim={d.index_vector_dim}")
+def _dimension_numbers(fields: list[tuple[str, tuple, bool]], index_vector_dim: int) -> str:
+    """`name={...}` for each (name, values, always) field, optional ones only when non-empty,
+    then index_vector_dim: the shared shape of gather's and scatter's dimension numbers."""
+    parts = [f"{name}={ints(values)}" for name, values, always in fields if always or values]
+    parts.append(f"index_vector_dim={index_vector_dim}")
     return ", ".join(parts)
+
+
+def format_gather_dims(d: GatherDimensionNumbers) -> str:
+    return _dimension_numbers([
+        ("offset_dims", d.offset_dims, True),
+        ("collapsed_slice_dims", d.collapsed_slice_dims, True),
+        ("start_index_map", d.start_index_map, True),
+        ("operand_batching_dims", d.operand_batching_dims, False),
+        ("start_indices_batching_dims", d.start_indices_batching_dims, False)],
+        d.index_vector_dim)
 
 
 @prints(O.GATHER)
@@ -279,15 +286,13 @@ def _gather(i: Instruction, out: list) -> None:
 
 
 def format_scatter_dims(d: ScatterDimensionNumbers) -> str:
-    parts = [f"update_window_dims={ints(d.update_window_dims)}",
-             f"inserted_window_dims={ints(d.inserted_window_dims)}",
-             f"scatter_dims_to_operand_dims={ints(d.scatter_dims_to_operand_dims)}"]
-    if d.input_batching_dims:
-        parts.append(f"input_batching_dims={ints(d.input_batching_dims)}")
-    if d.scatter_indices_batching_dims:
-        parts.append(f"scatter_indices_batching_dims={ints(d.scatter_indices_batching_dims)}")
-    parts.append(f"index_vector_dim={d.index_vector_dim}")
-    return ", ".join(parts)
+    return _dimension_numbers([
+        ("update_window_dims", d.update_window_dims, True),
+        ("inserted_window_dims", d.inserted_window_dims, True),
+        ("scatter_dims_to_operand_dims", d.scatter_dims_to_operand_dims, True),
+        ("input_batching_dims", d.input_batching_dims, False),
+        ("scatter_indices_batching_dims", d.scatter_indices_batching_dims, False)],
+        d.index_vector_dim)
 
 
 @prints(O.SCATTER)
