@@ -1,5 +1,5 @@
-"""The AVX2 native GEMM (codegen/cpu/gemm_avx2.py): its code for an x86-64-v3 target, and its
-results where the host can run it."""
+"""The AVX2 native GEMM (codegen/cpu/gemm.py, geometry AVX2): its code for an x86-64-v3
+target, and its results where the host can run it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hloc.codegen import llvm
-from hloc.codegen.cpu import gemm_avx2
+from hloc.codegen.cpu import gemm
 from hloc.codegen.target import cpu_target, host_target
 
 pytestmark = pytest.mark.cpu
@@ -27,15 +27,15 @@ def _function(asm: str, name: str) -> str:
 @needs_x86
 def test_avx2_micro_kernel_keeps_its_tile_in_ymm_registers():
     target = cpu_target("x86-64-v3")
-    module = gemm_avx2.build_module()
+    module = gemm.build_module(gemm.AVX2)
     module.triple, module.data_layout = target.triple, target.data_layout
     asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
     assert "zmm" not in asm
-    kernel = _function(asm, f"hloc_sgemm_tile{gemm_avx2.AVX2.mr}")
+    kernel = _function(asm, f"hloc_sgemm_tile{gemm.AVX2.mr}")
     # The k loop: blocks of 2 x 6 fused multiply-adds (or an unrolled multiple), and none of
     # them touches the stack (a spilled accumulator or pointer would).
     blocks = [blk for blk in re.split(r"\n\.LBB\w+:", kernel)
-              if len(re.findall(r"vfmadd231ps\s+%ymm", blk)) >= 2 * gemm_avx2.AVX2.mr]
+              if len(re.findall(r"vfmadd231ps\s+%ymm", blk)) >= 2 * gemm.AVX2.mr]
     assert blocks
     assert not any("(%rsp)" in blk for blk in blocks)
 
@@ -48,7 +48,7 @@ def test_avx2_micro_kernel_keeps_its_tile_in_ymm_registers():
 def test_avx2_gemm_matches_numpy(batch, m, k, n, beta):
     from hloc.runtime.cpu.gemm import _Library
 
-    lib = _Library(gemm_avx2.build_module(), gemm_avx2.AVX2.work_floats)
+    lib = _Library(gemm.AVX2)
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((batch, m, k), dtype=np.float32)
     b = rng.standard_normal((batch, k, n), dtype=np.float32)

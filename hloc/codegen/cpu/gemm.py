@@ -1,20 +1,27 @@
-"""LLVM IR of a native f32 GEMM for hosts with AVX2 + FMA (16 ymm registers), no AVX-512.
+"""LLVM IR of hloc's native f32 GEMM, one generator for every register geometry.
 
-The runtime's AVX-512 GEMM (runtime/cpu/gemm.py) keeps a 12 x 32 tile of C in 24 of the 32
-zmm registers; built for an AVX2 host, LLVM would split each 512-bit operation into two
-256-bit ones and spill most of the 48 resulting accumulators. This module builds the same
-function, `hloc_sgemm` with the same arguments, from a `Geometry` sized for the target's
-registers: on AVX2 a 6 x 16 tile of C is 12 ymm accumulators, plus two panel vectors and
-one broadcast = 15 of the 16 registers (the Haswell kernels of BLIS and OpenBLAS use it).
+Why: numpy's OpenBLAS runs its AVX2 ("Haswell") kernels whenever OPENBLAS_CORETYPE says so
+(or on AMD Zen, where it picks them by default); on a host with full-width AVX-512 that is
+half the machine's speed, and its per-call overhead dominates the small products of loops (a
+scan RNN). The runtime (runtime/cpu/gemm.py) picks a `Geometry`, compiles the module built
+here once (object-cached) and calls `hloc_sgemm` through ctypes.
 
-The loop nest is BLIS-style, as the AVX-512 one:
+The loop nest is BLIS-style:
 
     for each batch, for each NC-column block, for each (equal, at most KC deep) k slice:
         pack B[slice, block] into zero-padded panels of NR columns (unless read in place)
         for each MR-row tile of A: pack it k-major, then for each panel: the micro-kernel
 
-Row tails have micro-kernels of their own (one per row count); column tails go through a
-zeroed stack tile. All strides are in elements; every operand's innermost dim is contiguous.
+The micro-kernel keeps an MR x NR tile of C in MR * VECTORS vector registers, broadcasts one
+element of each of the MR rows of A per step of k and multiplies it with the panel's vectors
+(fused multiply-add, as XLA's Eigen kernels do). Row tails get their own micro-kernels (one
+per row count) and column tails go through a zeroed stack tile, so any M, N, K works. All
+strides are in elements; the innermost dimension of every operand is contiguous.
+
+Two geometries: `AVX512` keeps a 12 x 32 tile in 24 of the 32 zmm registers; built for an
+AVX2 host, LLVM would split each 512-bit operation into two and spill most of the 48
+resulting accumulators, so `AVX2` keeps a 6 x 16 tile in 12 ymm accumulators, plus two panel
+vectors and one broadcast = 15 of the 16 registers (the Haswell kernels of BLIS and OpenBLAS).
 """
 
 from __future__ import annotations
@@ -30,16 +37,21 @@ PTR = ir.PointerType()
 
 @dataclass(frozen=True)
 class Geometry:
-    """Register tile MR x NR (NR = VECTORS vectors of LANES floats) and cache blocks KC x NC."""
+    """Register tile MR x NR (NR = VECTORS vectors of LANES floats), cache blocks KC x NC, and
+    the code-shape choices that were tuned per instruction set (see AVX512 / AVX2 below)."""
 
     mr: int
     lanes: int
     vectors: int
     kc: int
     nc: int
+    module_name: str
+    noinline_tiles: bool = False  # keep each micro-kernel a function of its own
+    zero_tails_only: bool = False  # zero the column-tail stack tile only when it is used
 
     @property
     def nr(self) -> int:
+        """Columns of C per micro-kernel tile (and per packed panel of B)."""
         return self.lanes * self.vectors
 
     @property
@@ -53,12 +65,21 @@ class Geometry:
         return self.kc * (self.nc + self.nr) + self.kc * self.mr
 
 
+# 24 zmm accumulators; an A micro-panel (256 x 12) stays in L1 and a 256 x 512 packed B block
+# in L2. Its code shape (inlined tiles, stack tile always zeroed) is the one measured on
+# AVX-512 hosts: changing it changes the object, which only such a host can re-time.
+AVX512 = Geometry(mr=12, lanes=16, vectors=2, kc=256, nc=512, module_name="hloc_sgemm")
+
 # 12 accumulators + 2 panel vectors + 1 broadcast of the 16 ymm registers; a 256 x 256 packed
-# B block (256 KiB) stays in a Zen 2 / Haswell L2 next to the C tiles it updates.
-AVX2 = Geometry(mr=6, lanes=8, vectors=2, kc=256, nc=256)
+# B block (256 KiB) stays in a Zen 2 / Haswell L2 next to the C tiles it updates. With 16
+# general registers as well, inlined tiles reload spilled pointers in the k loop, and 6 x 16
+# scalar stores zeroing an unused stack tile are a fifth of a short call's time.
+AVX2 = Geometry(mr=6, lanes=8, vectors=2, kc=256, nc=256, module_name="hloc_sgemm_avx2",
+                noinline_tiles=True, zero_tails_only=True)
 
 
 def _i64(v: int) -> ir.Constant:
+    """An i64 constant."""
     return ir.Constant(I64, v)
 
 
@@ -81,10 +102,12 @@ def _loop(b: ir.IRBuilder, lo, hi, step=1, name="i"):
 
 
 def _at(b, ptr, offset):
+    """&ptr[offset] for a float pointer (offset in elements)."""
     return b.gep(ptr, [offset], inbounds=True, source_etype=F32)
 
 
 def _smin(b, x, y):
+    """min(x, y), signed."""
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
@@ -92,20 +115,24 @@ class _Builder:
     """Builds the functions of one GEMM module for one Geometry."""
 
     def __init__(self, module: ir.Module, geo: Geometry):
+        """Declare the vector FMA intrinsic the micro-kernels call."""
         self.module, self.geo = module, geo
         self.vec = ir.VectorType(F32, geo.lanes)
         self.fma = ir.Function(module, ir.FunctionType(self.vec, [self.vec] * 3),
                                f"llvm.fma.v{geo.lanes}f32")
 
     def _internal(self, name: str, args: list) -> tuple[ir.Function, ir.IRBuilder]:
+        """A new internal void function and a builder at its entry."""
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), args), name)
         fn.linkage = "internal"
         return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
     def _vload(self, b, ptr):
+        """A vector load at float alignment (rows of B and C need not be aligned)."""
         return b.load(ptr, typ=self.vec, align=4)
 
     def _splat(self, b, x):
+        """x broadcast to every lane."""
         lanes = self.geo.lanes
         one = b.insert_element(ir.Constant(self.vec, ir.Undefined), x, _i64(0))
         return b.shuffle_vector(one, ir.Constant(self.vec, ir.Undefined),
@@ -119,23 +146,17 @@ class _Builder:
         ncols (packed, or B itself when it has no column tail)."""
         geo, vec = self.geo, self.vec
         fn, b = self._internal(f"hloc_sgemm_tile{rows}", [I64, PTR, PTR, I64, PTR, I64, I64, I1])
-        # Inlined into the loop nest, the k loop reloads spilled pointers from the stack: kept
-        # apart, it has the general registers to itself.
-        fn.attributes.add("noinline")
+        if geo.noinline_tiles:
+            # Inlined into the loop nest, the k loop reloads spilled pointers from the stack:
+            # kept apart, it has the general registers to itself.
+            fn.attributes.add("noinline")
         kc, ap, bp, ldbp, c, ldc, ncols, accumulate = fn.args
         buf = b.alloca(F32, size=rows * geo.nr)
         accs = [[b.alloca(vec) for _ in range(geo.vectors)] for _ in range(rows)]
-        full = b.icmp_signed("==", ncols, _i64(geo.nr))
-        # A column tail works on a zeroed stack tile holding C's first ncols columns (zeroed
-        # only then: 6 x 16 scalar stores are a fifth of a short call's time).
-        with b.if_then(b.not_(full)):
-            with _loop(b, 0, rows * geo.nr, name="z") as i:
-                b.store(ir.Constant(F32, 0.0), _at(b, buf, i))
-        self._copy_columns(b, rows, c, ldc, buf, _i64(geo.nr), ncols,
-                           b.and_(accumulate, b.not_(full)))
-        cp, ldcp = b.select(full, c, buf), b.select(full, ldc, _i64(geo.nr))
+        cp, ldcp, full = self._c_tile(b, rows, buf, c, ldc, ncols, accumulate)
 
         def c_at(r, h):
+            """&C[r, LANES * h] of the tile."""
             return _at(b, cp, b.add(b.mul(_i64(r), ldcp), _i64(geo.lanes * h)))
 
         zero = ir.Constant(vec, [0.0] * geo.lanes)
@@ -156,6 +177,19 @@ class _Builder:
         self._copy_columns(b, rows, buf, _i64(geo.nr), c, ldc, ncols, b.not_(full))
         b.ret_void()
         return fn
+
+    def _c_tile(self, b, rows, buf, c, ldc, ncols, accumulate):
+        """(pointer, row stride, ncols == NR) of the C tile the micro-kernel updates: C itself,
+        or for a column tail the stack tile `buf`, zeroed and holding C's first ncols columns
+        (copied back by the caller)."""
+        nr = self.geo.nr
+        full = b.icmp_signed("==", ncols, _i64(nr))
+        # Zeroed only for column tails where the geometry says so (see AVX2).
+        with b.if_then(b.not_(full)) if self.geo.zero_tails_only else contextlib.nullcontext():
+            with _loop(b, 0, rows * nr, name="z") as i:
+                b.store(ir.Constant(F32, 0.0), _at(b, buf, i))
+        self._copy_columns(b, rows, c, ldc, buf, _i64(nr), ncols, b.and_(accumulate, b.not_(full)))
+        return b.select(full, c, buf), b.select(full, ldc, _i64(nr)), full
 
     @staticmethod
     def _copy_columns(b, rows, src, lds, dst, ldd, ncols, when) -> None:
@@ -242,21 +276,44 @@ class _Builder:
                     _call_unless(b, direct, pack_b, [kc, nc, b_block, ldb, work])
                     accumulate = b.or_(b.icmp_signed(">", pc, _i64(0)),
                                        b.icmp_signed("!=", beta, _i64(0)))
-                    with _loop(b, 0, m, geo.mr, name="ic") as ic:
-                        rows = _smin(b, b.sub(m, ic), _i64(geo.mr))
-                        b.call(pack_a, [kc, rows, _at(b, a_t, b.add(b.mul(ic, lda), pc)), lda,
-                                        a_work])
-                        with _loop(b, 0, nc, geo.nr, name="jr") as jr:
-                            panel = b.select(direct, _at(b, b_block, jr),
-                                             _at(b, work, b.mul(jr, kc)))
-                            args = [kc, a_work, panel, b.select(direct, ldb, _i64(geo.nr)),
-                                    _at(b, c_t, b.add(b.mul(ic, ldc), b.add(jc, jr))), ldc,
-                                    _smin(b, b.sub(nc, jr), _i64(geo.nr)), accumulate]
-                            _dispatch(b, rows, tiles, args)
+                    ks = _KSlice(m, nc, jc, pc, kc, direct, b_block, ldb, accumulate)
+                    self._row_tiles(b, ks, tiles, pack_a, (a_t, lda), (c_t, ldc), work, a_work)
         b.ret_void()
+
+    def _row_tiles(self, b, ks: _KSlice, tiles, pack_a, a, c, work, a_work) -> None:
+        """The micro-kernel calls of one k slice of one column block: for each MR-row tile of
+        A, pack it (into a_work), then update each NR-column panel of C. a and c are (base of
+        this batch, row stride); the packed panels of B (unless read in place) are at work."""
+        geo, (a_t, lda), (c_t, ldc) = self.geo, a, c
+        with _loop(b, 0, ks.m, geo.mr, name="ic") as ic:
+            rows = _smin(b, b.sub(ks.m, ic), _i64(geo.mr))
+            b.call(pack_a, [ks.kc, rows, _at(b, a_t, b.add(b.mul(ic, lda), ks.pc)), lda, a_work])
+            with _loop(b, 0, ks.nc, geo.nr, name="jr") as jr:
+                panel = b.select(ks.direct, _at(b, ks.b_block, jr), _at(b, work, b.mul(jr, ks.kc)))
+                args = [ks.kc, a_work, panel, b.select(ks.direct, ks.ldb, _i64(geo.nr)),
+                        _at(b, c_t, b.add(b.mul(ic, ldc), b.add(ks.jc, jr))), ldc,
+                        _smin(b, b.sub(ks.nc, jr), _i64(geo.nr)), ks.accumulate]
+                _dispatch(b, rows, tiles, args)
+
+
+@dataclass(frozen=True)
+class _KSlice:
+    """The IR values describing one k slice (rows pc..pc+kc of B) of one column block (columns
+    jc..jc+nc): B's block read in place (`direct`) or packed, accumulating into C or not."""
+
+    m: ir.Value
+    nc: ir.Value
+    jc: ir.Value
+    pc: ir.Value
+    kc: ir.Value
+    direct: ir.Value
+    b_block: ir.Value
+    ldb: ir.Value
+    accumulate: ir.Value
 
 
 def _call_unless(b, skip, fn, args) -> None:
+    """Call fn(*args) unless `skip` (an i1) holds."""
     yes, done = b.function.append_basic_block("call"), b.function.append_basic_block("called")
     b.cbranch(skip, done, yes)
     b.position_at_end(yes)
@@ -279,10 +336,18 @@ def _dispatch(b, rows, tiles, args) -> None:
     b.position_at_end(done)
 
 
-def build_module(geo: Geometry = AVX2) -> ir.Module:
+def build_module(geo: Geometry) -> ir.Module:
     """The module defining `hloc_sgemm` for `geo` (no triple or data layout set)."""
-    module = ir.Module("hloc_sgemm_avx2")
+    module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
     builder.gemm(tiles, builder.pack_b(), builder.pack_a())
     return module
+
+
+def module_text(geo: Geometry, target) -> str:
+    """The IR text of `build_module(geo)` for `target` (a CpuTarget): what the runtime compiles
+    and keys its object cache by, so the key follows the generated code exactly."""
+    module = build_module(geo)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    return str(module)
