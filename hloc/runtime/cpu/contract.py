@@ -82,7 +82,8 @@ def matmul_runner(a: MatrixCell, b: MatrixCell, out: MatrixCell, flops: int):
     kernel operand is a transposed activation gradient) then took 10-20x their time."""
     batch = a.shape[0] if len(a.shape) == 3 else None
     cells = [c.cell if c.fixed else _Scratch(c) for c in (a, b, out)]
-    product = blas.product_runner(*cells, batch, a.shape[-2], b.shape[-1], flops)
+    product = blas.product_runner(cells[0], cells[1], cells[2], batch, a.shape[-2],
+                                  b.shape[-1], flops)
     fills = [c.fill for c in cells[:2] if isinstance(c, _Scratch)]
     if not fills and out.fixed:
         return product
