@@ -37,7 +37,8 @@ DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 @click.option("--localize", is_flag=True, help="check every thunk against the reference on its own inputs; "
               "exit 1 naming the first divergent one")
 @click.option("--perturb", default=None, metavar="THUNK[=REL]",
-              help="add a relative error (default 1e-2) to one thunk's outputs after it runs")
+              help="add a relative error (default 1e-2) to one thunk's outputs after it runs "
+                   "(multi-device: on every device, or THUNK[=REL]@RANK on one)")
 @click.option("--trace", default=None, metavar="FILE.json", help="write a Chrome/Perfetto trace of one run")
 @click.option("--resident", default=None, metavar="SPEC",
               help="cuda, cuda-emulated: keep these parameters on the device between runs "
@@ -89,7 +90,8 @@ def cli(bundle_path, **opts):
 
     with rank_errors():
         # Options every rank must share (their digest is compared before any collective).
-        shared = f"{o.device} {o.deterministic_collectives} {o.benchmark} {o.profile}"
+        shared = (f"{o.device} {o.deterministic_collectives} {o.benchmark} {o.profile} "
+                  f"{o.localize} {o.perturb} {bool(o.trace)}")
         exe = open_ranks(bundle_path, o.device, deterministic=o.deterministic_collectives,
                          timeout=o.collective_timeout, options=shared, trusted_keys=keys)
         _execute(exe or _load(bundle_path, o, keys), bundle_path, o)

@@ -15,9 +15,14 @@ def instrumented_run(exe, args, *, localize: bool, perturb: str | None, trace: s
     at the first divergent thunk and its outputs are those of a plain run."""
     from ..debug.chrome_trace import Tracer, write_trace
     from ..debug.localize import Localizer, format_result, report
+    from ..debug.multi import instrumented_multi, session_of
     from ..debug.perturb import Perturber, parse_spec
     from ..debug.probe import instrument
 
+    session = session_of(exe)
+    if session is not None:  # every device (or this rank's) instrumented: hloc/debug/multi.py
+        return instrumented_multi(session, args, localize=localize, perturb=perturb, trace=trace,
+                                  rtol=rtol, atol=atol, result=result)
     target = instrument(exe)
     probes: list = []
     loc = Localizer(target, rtol, atol) if localize else None

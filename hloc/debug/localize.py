@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir import dtypes
 from ..runtime.tolerance import compare_arrays
-from ..thunks.base import Thunk
+from ..thunks.base import Thunk, ThunkKind
 from .probe import Frame, Instrumented, Stop
 from .thunk_io import ThunkIO, thunk_io
 
@@ -74,7 +74,10 @@ class Localizer:
     target: Instrumented
     rtol: float | None = None
     atol: float | None = None
+    stop: bool = True  # raise Stop at the divergence; False: note the first one, run on
+    skip_collectives: bool = False  # multi-device: collectives are not value-checked
     checked: int = 0
+    collectives: int = 0  # collective executions left unchecked (skip_collectives)
     divergent: dict | None = None
     nonfinite: dict | None = None
     _io: dict[str, ThunkIO | None] = field(default_factory=dict)
@@ -93,7 +96,11 @@ class Localizer:
         return self._io[thunk.name]
 
     def around(self, frame: Frame, run) -> None:
-        io = self.io(frame)
+        if self.skip_collectives and frame.thunk.kind == ThunkKind.COLLECTIVE:
+            self.collectives += 1
+            run()
+            return
+        io = None if self.divergent is not None else self.io(frame)
         if io is None:
             run()
             return
@@ -106,7 +113,8 @@ class Localizer:
         record = self._compare(frame, io, actual, expected)
         if record is not None:
             self.divergent = record
-            raise Stop
+            if self.stop:
+                raise Stop
 
     def _compare(self, frame: Frame, io: ThunkIO, actual, expected) -> dict | None:
         report = compare_arrays(actual, expected, rtol=self.rtol, atol=self.atol)
@@ -160,23 +168,35 @@ def describe(frame: Frame, target: Instrumented, instructions: dict) -> dict:
 
 def format_result(loc: Localizer) -> str:
     """The text --localize prints."""
-    lines = [f"localize: checked {loc.checked} thunk execution(s) against the reference"]
-    d = loc.divergent
+    head = f"localize: checked {loc.checked} thunk execution(s) against the reference"
+    return format_record(head, loc.divergent, loc.nonfinite)
+
+
+def format_record(head: str, d: dict | None, n: dict | None) -> str:
+    """The --localize text from its first line, the first divergence and the first NaN/Inf
+    (records of a multi-device run carry `rank` and `device`, named after the thunk)."""
+    lines = [head]
     if d is None:
         lines.append("localize: no thunk diverges")
     else:
         where = f" in {d['path']}" if d["path"] else ""
-        lines += [f"localize: first divergent thunk: {d['thunk']} (kind {d['kind']}, execution "
+        lines += [f"localize: first divergent thunk: {d['thunk']}{_on(d)} (kind {d['kind']}, execution "
                   f"#{d['execution']}, schedule index {d['index']}{where}, iteration {d['iteration']})",
                   f"  max abs err {d['max_abs_err']:.3e}, max rel err {d['max_rel_err']:.3e}, "
                   f"max ulp err {d['max_ulp_err']}, {d['mismatches']} mismatching element(s)",
                   "  " + d["report"].replace("\n", "\n  "), "  HLO:",
                   "    " + d["hlo_text"].replace("\n", "\n    ")]
-    n = loc.nonfinite
     if n is not None:
         lines.append(f"localize: first NaN/Inf: {n['value']} in output {n['output']} at "
-                     f"{n['element']} of thunk {n['thunk']} (execution #{n['execution']})")
+                     f"{n['element']} of thunk {n['thunk']}{_on(n)} (execution #{n['execution']})")
     return "\n".join(lines)
+
+
+def _on(record: dict) -> str:
+    if "rank" not in record:
+        return ""
+    replica, partition = record["device"]
+    return f" on rank {record['rank']} (replica {replica}, partition {partition})"
 
 
 def report(loc: Localizer) -> dict:
