@@ -112,7 +112,8 @@ def _min_max(ctx, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
         # ptxas turns `x > c ? x : c`-shaped selects (a constant bound folds the masks away)
         # into FMNMX, which returns the number when the other operand is NaN: a NaN `b`
         # is picked explicitly, not through the comparison.
-        picked = bld.select(is_nan(ctx, b), bld.bitcast(b_wins, a.type), picked)
+        b_nan = bld.and_(is_nan(ctx, b), bld.not_(is_nan(ctx, a)))  # a NaN `a` still wins
+        picked = bld.select(b_nan, bld.bitcast(b_wins, a.type), picked)
     return flush_denormal(ctx, picked)
 
 
