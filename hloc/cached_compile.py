@@ -24,6 +24,7 @@ of that file would.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -56,8 +57,10 @@ def _hash_sources(files: list[tuple[str, os.stat_result]]) -> str:
     return h.hexdigest()
 
 
+@functools.cache
 def source_fingerprint() -> str:
-    """sha256 of hloc's Python sources, memoized on disk by the files' (size, mtime)."""
+    """sha256 of hloc's Python sources, memoized on disk by the files' (size, mtime) and in
+    this process (one walk of the package per process, not one per compile)."""
     files = _source_files()
     stamp = hashlib.sha256(repr([(os.path.relpath(p, _PACKAGE_DIR), s.st_size, s.st_mtime_ns)
                                  for p, s in files]).encode()).hexdigest()
