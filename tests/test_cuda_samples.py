@@ -27,8 +27,11 @@ APPROX_LIMITS: set[str] = set()
 # (pytest --durations on two loaded cores: attention_grad 92 s and 71 s, grads 67 s and 39 s,
 # then embedding_grad 40 s; 8-10 s each for attention_grad on an idle machine). `make test-all`
 # runs them; `make test` still runs every other sample on the emulator.
-SLOW = {"attention_grad", "grads"}
-PARAMS = [pytest.param(n, s, id=f"{n}{s}", marks=[pytest.mark.slow] if n in SLOW else [])
+# XLA's optimized form (.opt.pb) of every sample runs on the emulator in `make test-all`; `make
+# test` keeps the lowered form (.pb) of every sample there, and the CPU tests keep both forms.
+SLOW = {"attention_grad", "grads", "random"}
+PARAMS = [pytest.param(n, s, id=f"{n}{s}",
+                       marks=[pytest.mark.slow] if n in SLOW or s == ".opt.pb" else [])
           for n, s in CASES]
 
 
