@@ -147,8 +147,7 @@ def test_arena_executor_runs_collective_thunks_on_their_assigned_bytes():
     from hloc.frontend import load as load_model
     from hloc.plan import plan as make_plan
     from hloc.runtime.arena import run_program
-    from hloc.runtime.spmd import run_device_threads
-    from hloc.runtime.spmd_bundles import assemble_results, shard_arguments
+    from hloc.runtime.spmd import assemble_outputs, run_device_threads, shard_inputs
 
     name = "shard_map_collectives"
     meta, args, expected = _sample(name)
@@ -158,8 +157,8 @@ def test_arena_executor_runs_collective_thunks_on_their_assigned_bytes():
     assert {"collective", "device-id"} <= set(program.kind_counts())
     results = run_device_threads(DeviceGrid.of(module.config),
                                  lambda ctx, a: run_program(module, program, a),
-                                 shard_arguments(module, args))
-    for got, want in zip(assemble_results(module, results), expected, strict=True):
+                                 shard_inputs(module, args))
+    for got, want in zip(assemble_outputs(module, results), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -169,8 +168,7 @@ def test_native_rank_runner_runs_one_device_with_its_context(tmp_path):
     from hloc.collectives import DeviceGrid
     from hloc.frontend import load as load_model
     from hloc.runtime.native_ranks import NATIVE_RANK_RUNNERS
-    from hloc.runtime.spmd import run_device_threads
-    from hloc.runtime.spmd_bundles import assemble_results, shard_arguments
+    from hloc.runtime.spmd import assemble_outputs, run_device_threads, shard_inputs
 
     name = "shard_map_2dev"
     meta, args, expected = _sample(name)
@@ -179,6 +177,6 @@ def test_native_rank_runner_runs_one_device_with_its_context(tmp_path):
     results = run_device_threads(
         DeviceGrid.of(module.config),
         lambda ctx, a: NATIVE_RANK_RUNNERS["cpu"](bundle, ctx).run(a),
-        shard_arguments(module, args))
-    for got, want in zip(assemble_results(module, results), expected, strict=True):
+        shard_inputs(module, args))
+    for got, want in zip(assemble_outputs(module, results), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

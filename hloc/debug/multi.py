@@ -56,8 +56,7 @@ def session_of(exe) -> Session | None:
 
 def _in_process(exe) -> Session:
     """Every device of an SpmdBundleExecutable, each run on its own thread."""
-    from ..runtime.spmd import run_device_threads
-    from ..runtime.spmd_bundles import assemble_results, shard_arguments
+    from ..runtime.spmd import assemble_outputs, run_device_threads, shard_inputs
 
     devices = exe.grid.devices()
     targets = {}
@@ -69,10 +68,10 @@ def _in_process(exe) -> Session:
         def run_one(ctx, a):
             target = targets[ctx.device]
             return target.run(a, probes[target.rank])
-        results = run_device_threads(exe.grid, run_one, shard_arguments(exe.module, args),
+        results = run_device_threads(exe.grid, run_one, shard_inputs(exe.module, args),
                                      exe.timeout)
-        return assemble_results(exe.module, results, exe.output_sharding_texts,
-                                exe.output_shapes)
+        return assemble_outputs(exe.module, results, output_sharding_texts=exe.output_sharding_texts,
+                                output_shapes=exe.output_shapes)
     return Session(list(targets.values()), {i: d for i, d in enumerate(devices)}, run,
                    count=len(devices))
 

@@ -130,7 +130,7 @@ def shard_inputs(module: Module, global_inputs: Sequence[np.ndarray]) -> dict[De
     in_sh = parameter_shardings(module)
     per_device = {}
     for d in grid.devices():
-        args = [shard(x, s, d[1]) for x, s in zip(global_inputs, in_sh, strict=True)]
+        args = [shard(np.asarray(x), s, d[1]) for x, s in zip(global_inputs, in_sh, strict=True)]
         for p, a in zip(params, args, strict=True):
             if tuple(a.shape) != tuple(p.shape.dims):
                 raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "

@@ -19,11 +19,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..collectives import DeviceContext, DeviceGrid, assemble, bind, check_partitioned, shard
+from ..collectives import DeviceContext, DeviceGrid, bind, check_partitioned
 from ..collectives.groups import Device
-from ..errors import InputError
 from ..ir import Module
-from .spmd import output_shardings, parameter_shardings, run_device_threads
+from .spmd import assemble_outputs, run_device_threads, shard_inputs
 
 
 class DeviceExecutable(Protocol):
@@ -61,36 +60,6 @@ class DeviceRunner:
             bind(None)
 
 
-def shard_arguments(module, global_args: Sequence) -> dict[Device, list[np.ndarray]]:
-    """Each device's arguments: its shard of every GLOBAL argument, checked against the module."""
-    grid = DeviceGrid.of(module.config)
-    params = module.entry.parameters
-    if len(global_args) != len(params):
-        raise InputError(f"module {module.name} takes {len(params)} arguments, "
-                         f"got {len(global_args)}")
-    shardings = parameter_shardings(module)
-    per_device = {}
-    for d in grid.devices():
-        args = [shard(np.asarray(x), s, d[1]) for x, s in zip(global_args, shardings, strict=True)]
-        for p, a in zip(params, args, strict=True):
-            if tuple(a.shape) != tuple(p.shape.dims):
-                raise InputError(f"parameter {p.name}: device {d} gets a {list(a.shape)} shard "
-                                 f"of the global input, the module wants {list(p.shape.dims)}")
-        per_device[d] = args
-    return per_device
-
-
-def assemble_results(module, results: dict[Device, list], output_sharding_texts=None,
-                     output_shapes=None) -> list[np.ndarray]:
-    """GLOBAL outputs from each device's flattened outputs (replica 0's partitions)."""
-    grid = DeviceGrid.of(module.config)
-    outs = []
-    for i, s in enumerate(output_shardings(module, output_sharding_texts)):
-        parts = [results[(0, p)][i] for p in range(grid.num_partitions)]
-        outs.append(assemble(parts, s, output_shapes[i] if output_shapes else None))
-    return outs
-
-
 class SpmdBundleExecutable:
     """Every device of a multi-device bundle in this process; GLOBAL arguments and outputs.
 
@@ -122,9 +91,9 @@ class SpmdBundleExecutable:
         return run_device_threads(self.grid, run_one, per_device_args, self.timeout)
 
     def run(self, args) -> list[np.ndarray]:
-        results = self.run_devices(shard_arguments(self.module, args))
-        return assemble_results(self.module, results, self.output_sharding_texts,
-                                self.output_shapes)
+        results = self.run_devices(shard_inputs(self.module, args))
+        return assemble_outputs(self.module, results, output_sharding_texts=self.output_sharding_texts,
+                                output_shapes=self.output_shapes)
 
     def run_profiled(self, args):
         """(GLOBAL outputs, device 0's ProfileRows: collective thunks include their waits)."""
@@ -134,8 +103,8 @@ class SpmdBundleExecutable:
             outs, rows[ctx.device] = self.executables[ctx.device].run_profiled(a)
             return outs
 
-        results = run_device_threads(self.grid, run_one, shard_arguments(self.module, args),
+        results = run_device_threads(self.grid, run_one, shard_inputs(self.module, args),
                                      self.timeout)
-        outs = assemble_results(self.module, results, self.output_sharding_texts,
-                                self.output_shapes)
+        outs = assemble_outputs(self.module, results, output_sharding_texts=self.output_sharding_texts,
+                                output_shapes=self.output_shapes)
         return outs, rows[self.grid.devices()[0]]
