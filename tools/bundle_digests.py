@@ -1,4 +1,4 @@
-"""Print the sha256 of the bundle each sample compiles to, per target (refactor check).
+"""Print a digest of the bundle each sample compiles to, per target (refactor check).
 
 Usage: python tools/bundle_digests.py [--targets cpu,cuda] [--jobs N] > digests.txt
 Two runs on trees that should behave the same must print identical lines.
@@ -17,6 +17,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _content_digest(path: str) -> str:
+    """sha256 of the bundle's members and manifest, less the compile-cache key (it hashes
+    hloc's own sources, so any edit changes it, output or not)."""
+    import json
+
+    from hloc.bundle import read_bundle
+
+    bundle = read_bundle(path)
+    manifest = json.loads(json.dumps(bundle.manifest))
+    manifest.get("compiler", {}).pop("cache_key", None)
+    h = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode())
+    for name in sorted(bundle.members):
+        h.update(name.encode() + b"\0" + bytes(bundle.members[name]))
+    return h.hexdigest()
+
+
 def _digest(job: tuple[str, str]) -> str:
     from hloc.compiler import CompileOptions, compile
 
@@ -25,7 +41,7 @@ def _digest(job: tuple[str, str]) -> str:
         out = os.path.join(tmp, "b.bundle")
         try:
             compile(str(ROOT / "samples" / sample), out, CompileOptions(target=target))
-            digest = hashlib.sha256(Path(out).read_bytes()).hexdigest()
+            digest = _content_digest(out)
         except Exception as e:  # noqa: BLE001 (a failure is itself a line to compare)
             digest = f"error {type(e).__name__}: {e}"
     return f"{target} {sample} {digest}"

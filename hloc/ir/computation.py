@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from .attrs import NO_ATTRS, Attrs, OpMetadata
 from .instruction import Instruction
@@ -110,10 +111,15 @@ class Computation:
         return f"<computation {self.name}: {len(self.instructions)} instructions>"
 
 
-def dfs_post_order(starts, deps, visited: set[int] | None = None) -> list[Instruction]:
-    """Iterative depth-first post order from `starts`: each instruction after everything
-    `deps(instr)` returns. Ids in `visited` count as already placed (and are not listed)."""
-    order: list[Instruction] = []
+_Node = TypeVar("_Node")
+
+
+def dfs_post_order(starts: Iterable[_Node], deps: Callable[[_Node], Sequence[_Node]],
+                   visited: set[int] | None = None) -> list[_Node]:
+    """Iterative depth-first post order from `starts` (instructions, computations, ...): each
+    node after everything `deps(node)` returns. Ids in `visited` count as already placed (and
+    are not listed)."""
+    order: list[_Node] = []
     visited = set() if visited is None else visited
     for start in starts:
         if id(start) in visited:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .computation import Computation
+from .computation import Computation, dfs_post_order
 from .instruction import Instruction
 from .shape import Shape, ShapeIndex
 
@@ -130,21 +130,10 @@ class Module:
         raise KeyError(f"no computation {name} in module {self.name}")
 
     def computation_post_order(self) -> list[Computation]:
-        """Every computation reachable from the entry, callees before callers."""
-        order: list[Computation] = []
-        seen: set[int] = set()
-        stack: list[tuple[Computation, bool]] = [(self.entry, False)] if self.entry is not None else []
-        while stack:  # iterative: nesting depth is bounded by data, not by Python's stack
-            comp, done = stack.pop()
-            if done:
-                order.append(comp)
-                continue
-            if id(comp) in seen:
-                continue
-            seen.add(id(comp))
-            stack.append((comp, True))
-            stack.extend((c, False) for c in reversed(comp.called_computations()))
-        return order
+        """Every computation reachable from the entry, callees before callers (iterative:
+        nesting depth is bounded by data, not by Python's stack)."""
+        starts = [self.entry] if self.entry is not None else []
+        return dfs_post_order(starts, lambda c: c.called_computations())
 
     def instruction_count(self) -> int:
         return sum(len(c.instructions) for c in self.computations)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..computation import Computation
+from ..computation import Computation, dfs_post_order
 from ..instruction import Instruction
 from ..module import Module
 from ..opcodes import Opcode
@@ -113,23 +113,7 @@ def _computation_order(module: Module) -> list[Computation]:
     For a module parsed from XLA text this reproduces the text's order exactly; a module read
     from a proto keeps the proto's (also callee-first) order instead.
     """
-    order: list[Computation] = []
-    seen: set[int] = set()
-    for root in module.computations:
-        stack = [(root, False)]
-        while stack:
-            comp, done = stack.pop()
-            if done:
-                order.append(comp)
-                continue
-            if id(comp) in seen:
-                continue
-            seen.add(id(comp))
-            stack.append((comp, True))
-            for callee in reversed(comp.called_computations()):
-                if id(callee) not in seen:
-                    stack.append((callee, False))
-    return order
+    return dfs_post_order(module.computations, lambda c: c.called_computations())
 
 
 def _order_of(module: Module | None, comp: Computation) -> list[Instruction]:

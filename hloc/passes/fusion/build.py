@@ -172,26 +172,7 @@ def restore_orders(module: Module, changed: list[Computation]) -> None:
     for comp in changed:
         drop_detached(comp)
         comp.instructions[:] = comp.post_order()
-    order: list[Computation] = []
-    seen: set[int] = set()
-
-    def visit(c: Computation) -> None:
-        stack = [(c, False)]
-        while stack:
-            cur, expanded = stack.pop()
-            if expanded:
-                order.append(cur)
-                continue
-            if id(cur) in seen:
-                continue
-            seen.add(id(cur))
-            stack.append((cur, True))
-            for callee in reversed(cur.called_computations()):
-                if id(callee) not in seen:
-                    stack.append((callee, False))
-
+    order = dfs_post_order(list(module.computations), lambda c: c.called_computations())
     owned = {id(c) for c in module.computations}
-    for c in list(module.computations):
-        visit(c)
     module.computations[:] = [c for c in order if id(c) in owned]
     update_schedule(module)
