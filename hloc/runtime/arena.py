@@ -171,13 +171,7 @@ def _while(ex: ArenaExecutor, thunk) -> None:
 def _conditional(ex: ArenaExecutor, thunk) -> None:
     instr = ex.instructions[thunk.name]
     selector = _scalar(ex, thunk.selector, instr.operands[0].shape)
-    if thunk.selector_is_pred:
-        index = 0 if selector else 1
-    else:
-        index = int(selector)
-        if index < 0 or index >= len(thunk.branches):
-            index = len(thunk.branches) - 1
-    ex.run_sequence(thunk.branches[index])
+    ex.run_sequence(thunk.branches[thunk.branch(selector)])
 
 
 @_runs(ThunkKind.SEQUENTIAL)

@@ -202,12 +202,26 @@ def read_arrays(file: str, max_bytes: int | None = None) -> tuple[str, dict[str,
 def _parse_npy(data: bytes) -> np.ndarray:
     """One .npy payload. float8_e5m2 arrays saved by ml_dtypes carry the descr '<f1', which
     numpy cannot read back; those come back as their uint8 bit patterns."""
-    _check_npy_header(data)
+    shape, fortran, offset = _checked_npy_header(data)
     try:
         return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
         if "'<f1'" not in str(e) and "'|f1'" not in str(e):
             raise
+    bits = np.frombuffer(data, np.uint8, count=math.prod(shape), offset=offset)
+    return bits.reshape(shape, order="F" if fortran else "C").copy()
+
+
+# The fields of a .npy header dict we need, read by pattern: nothing is evaluated.
+_NPY_SHAPE = re.compile(r"'shape':\s*\(([0-9,\s]*)\)")
+_NPY_FORTRAN = re.compile(r"'fortran_order':\s*(True|False)")
+_NPY_DESCR = re.compile(r"'descr':\s*'([<>|=]?[a-zA-Z]\d{0,2})'")
+
+
+def _checked_npy_header(data: bytes) -> tuple[tuple[int, ...], bool, int]:
+    """(shape, fortran order, data offset) of a .npy, read by pattern. A header declaring more
+    data than follows it is refused before numpy allocates the array (a 100-byte file claiming
+    10^12 elements is refused at once, not by MemoryError)."""
     stream = io.BytesIO(data)
     version = np.lib.format.read_magic(stream)
     width = 2 if version == (1, 0) else 4
@@ -218,28 +232,7 @@ def _parse_npy(data: bytes) -> np.ndarray:
     if shape_match is None or order_match is None:
         raise ValueError("malformed .npy header")
     shape = tuple(int(d) for d in shape_match.group(1).replace(" ", "").split(",") if d)
-    bits = np.frombuffer(stream.read(), np.uint8, count=math.prod(shape))
-    return bits.reshape(shape, order="F" if order_match.group(1) == "True" else "C").copy()
-
-
-# The fields of a .npy header dict we need, read by pattern: nothing is evaluated.
-_NPY_SHAPE = re.compile(r"'shape':\s*\(([0-9,\s]*)\)")
-_NPY_FORTRAN = re.compile(r"'fortran_order':\s*(True|False)")
-_NPY_DESCR = re.compile(r"'descr':\s*'([<>|=]?[a-zA-Z]\d{0,2})'")
-
-
-def _check_npy_header(data: bytes) -> None:
-    """Refuse a .npy whose header declares more data than follows it, before numpy allocates
-    the array (a 100-byte file claiming 10^12 elements is refused at once, not by MemoryError)."""
-    stream = io.BytesIO(data)
-    version = np.lib.format.read_magic(stream)
-    width = 2 if version == (1, 0) else 4
-    header_length = int.from_bytes(stream.read(width), "little")
-    header = stream.read(header_length).decode("latin1")
-    shape_match = _NPY_SHAPE.search(header)
-    if shape_match is None:
-        raise ValueError("malformed .npy header")
-    elements = math.prod(int(d) for d in shape_match.group(1).replace(" ", "").split(",") if d)
+    elements = math.prod(shape)
     descr = _NPY_DESCR.search(header)
     try:
         itemsize = np.dtype(descr.group(1)).itemsize if descr else 1
@@ -250,6 +243,7 @@ def _check_npy_header(data: bytes) -> None:
     if declared > available:
         raise ValueError(f"the .npy header declares {elements} elements ({declared} bytes) but "
                          f"only {available} bytes follow it")
+    return shape, order_match.group(1) == "True", stream.tell()
 
 
 def _sniff(file: str) -> str:

@@ -127,6 +127,14 @@ class Conditional(Thunk):
     def reads(self) -> Slices:
         return (self.selector,)
 
+    def branch(self, selector) -> int:
+        """The branch a selector value runs: a pred picks branch 0 when true, an index out of
+        range runs the last branch (XLA's rule)."""
+        if self.selector_is_pred:
+            return 0 if selector else 1
+        index = int(selector)
+        return index if 0 <= index < len(self.branches) else len(self.branches) - 1
+
 
 @dataclass(frozen=True)
 class Sort(Thunk):

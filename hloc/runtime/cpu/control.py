@@ -34,19 +34,11 @@ def build_while(ctx: LoadContext, thunk) -> Step:
 def build_conditional(ctx: LoadContext, thunk) -> Step:
     instr = ctx.instruction(thunk.name)
     selector = ctx.memory.cell(thunk.selector, instr.operands[0].shape)
-    last = len(thunk.branches) - 1
-    is_pred = thunk.selector_is_pred
+    branch = thunk.branch
 
     def bind(runners: list[Runner]) -> Runner:
         def run() -> None:
-            value = selector.a[()]
-            if is_pred:
-                index = 0 if value else 1
-            else:
-                index = int(value)
-                if index < 0 or index > last:
-                    index = last  # out-of-range indices run the last branch
-            runners[index]()
+            runners[branch(selector.a[()])]()
         return run
 
     children = tuple(ctx.sequence(b) for b in thunk.branches)

@@ -255,14 +255,7 @@ def _while(r: GpuRunner, t: While) -> None:
 @runs(ThunkKind.CONDITIONAL)
 def _conditional(r: GpuRunner, t: Conditional) -> None:
     instr = r.instructions[t.name]
-    selector = r.scalar(t.selector, instr.operands[0].shape)
-    if t.selector_is_pred:
-        index = 0 if selector else 1
-    else:
-        index = int(selector)
-        if index < 0 or index >= len(t.branches):
-            index = len(t.branches) - 1
-    r.run_sequence(t.branches[index])
+    r.run_sequence(t.branches[t.branch(r.scalar(t.selector, instr.operands[0].shape))])
 
 
 @runs(ThunkKind.SEQUENTIAL)
