@@ -250,6 +250,32 @@ def test_large_inputs_in_place_and_fresh_outputs(tmp_path):
     np.testing.assert_array_equal(x, np.asarray(x))  # inputs are never written
 
 
+PRODUCTS = """HloModule products
+ENTRY e {
+  h = f32[32,256]{1,0} parameter(0)
+  w = f32[256,256]{1,0} parameter(1)
+  x = f32[4,16,16,64]{3,2,1,0} parameter(2)
+  k = f32[3,3,64,64]{3,2,1,0} parameter(3)
+  d = f32[32,256]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c = f32[4,16,16,64]{3,2,1,0} convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  ROOT out = (f32[32,256]{1,0}, f32[4,16,16,64]{3,2,1,0}) tuple(d, c)
+}
+"""
+
+
+def test_native_products_follow_rebound_operands(tmp_path):
+    # The weights (256 KiB, 144 KiB) are read in place from the caller's arrays and the
+    # convolution's output (256 KiB) is a fresh array per run: the native GEMM's prebuilt
+    # product lists must follow them to new addresses on every run.
+    exe = load_cpu(compile_bundle(PRODUCTS, tmp_path / "p.bundle"))
+    assert exe.describe()["in_place_inputs"]
+    rng = np.random.default_rng(1)
+    shapes = [(32, 256), (256, 256), (4, 16, 16, 64), (3, 3, 64, 64)]
+    for _ in range(3):
+        args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        assert_close(exe.run(args), interpret(PRODUCTS, args), rtol=1e-4, atol=1e-3)
+
+
 def test_wrong_argument_shape_is_a_clear_error(tmp_path):
     exe = load_cpu(compile_bundle(ELEMENTWISE, tmp_path / "e.bundle"))
     with pytest.raises(InputError, match="shape"):

@@ -33,6 +33,8 @@ from llvmlite import ir
 
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 PTR = ir.PointerType()
+# i64s describing one product in hloc_sgemm_list's list (after its count and work words).
+PRODUCT_WORDS = 14
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,8 @@ class _Builder:
 
     # ---- the loop nest --------------------------------------------------------------------
 
-    def gemm(self, tiles: list[ir.Function], pack_b: ir.Function, pack_a: ir.Function) -> None:
+    def gemm(self, tiles: list[ir.Function], pack_b: ir.Function,
+             pack_a: ir.Function) -> ir.Function:
         """hloc_sgemm(batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, work, beta):
         C (+)= A @ B per batch, adding to C's old values when beta is nonzero."""
         geo = self.geo
@@ -278,6 +281,28 @@ class _Builder:
                                        b.icmp_signed("!=", beta, _i64(0)))
                     ks = _KSlice(m, nc, jc, pc, kc, direct, b_block, ldb, accumulate)
                     self._row_tiles(b, ks, tiles, pack_a, (a_t, lda), (c_t, ldc), work, a_work)
+        b.ret_void()
+        return fn
+
+    def product_list(self, sgemm: ir.Function) -> None:
+        """hloc_sgemm_list(list): the products of a list of i64s [count, work, then per product
+        batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, beta], one after the other. One
+        pointer argument: the runtime calls it as cheaply as a kernel (a ctypes call with
+        fifteen converted arguments costs ten times as much)."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_sgemm_list")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        (lst,) = fn.args
+
+        def word(index) -> ir.Value:
+            return b.load(b.gep(lst, [index], inbounds=True, source_etype=I64), typ=I64)
+
+        work = b.inttoptr(word(_i64(1)), PTR)
+        with _loop(b, 0, word(_i64(0)), name="e") as e:
+            base = b.add(_i64(2), b.mul(e, _i64(PRODUCT_WORDS)))
+            w = [word(b.add(base, _i64(i))) for i in range(PRODUCT_WORDS)]
+            batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, beta = w
+            b.call(sgemm, [batch, m, n, k, b.inttoptr(a, PTR), sa, lda, b.inttoptr(bm, PTR), sb,
+                           ldb, b.inttoptr(c, PTR), sc, ldc, work, beta])
         b.ret_void()
 
     def _row_tiles(self, b, ks: _KSlice, tiles, pack_a, a, c, work, a_work) -> None:
@@ -341,7 +366,7 @@ def build_module(geo: Geometry) -> ir.Module:
     module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
-    builder.gemm(tiles, builder.pack_b(), builder.pack_a())
+    builder.product_list(builder.gemm(tiles, builder.pack_b(), builder.pack_a()))
     return module
 
 

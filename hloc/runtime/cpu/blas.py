@@ -127,9 +127,9 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     pieces that this process's work-sharing pool runs with one BLAS thread each, which keeps
     its speed when another process takes a core (OpenBLAS' own threads then stall at their
     barriers)."""
-    native = gemm.sgemm_runner(ca, cb, co)
+    native = gemm.product_describer(ca, cb, co)
     if native is not None:
-        return _native_runner(native, batch or 1, m, n, flops)
+        return _native_runner(native, (ca, cb, co), batch or 1, m, n, flops)
     matmul, setter, pool = np.matmul, _setter(), parallel.pool()
     if setter is None or (flops >= SINGLE_THREAD_FLOPS and pool.threads == 1):
         return lambda: matmul(ca.a, cb.a, out=co.a)
@@ -154,12 +154,12 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
 NATIVE_SINGLE_THREAD_FLOPS = 8000000
 
 
-def _native_runner(native, batch: int, m: int, n: int, flops: int):
+def _native_runner(product, cells, batch: int, m: int, n: int, flops: int):
     """The native f32 GEMM (gemm.py), split across the pool when the product is big."""
     pool = parallel.pool()
     if flops < NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
-        return functools.partial(native, 0, batch, 0, m, 0, n)
+        return gemm.list_runner(cells, lambda: [[product(0, batch, 0, m, 0, n)]])
     # One piece per thread: smaller pieces re-pack A (column pieces) or B (row pieces) more
     # often, which costs more than the finer load balance gains (measured on 2 cores).
     ranges = gemm.pieces(batch, m, n, pool.threads)
-    return functools.partial(pool.run, native, ranges)
+    return gemm.list_runner(cells, lambda: [[product(*r)] for r in ranges])

@@ -243,9 +243,8 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
     """
     from . import gemm, parallel
 
-    lib = gemm.native()
     window = form.window
-    if lib is None or len(window) != 2 or window[1].window_dilation != 1 \
+    if gemm.native() is None or len(window) != 2 or window[1].window_dilation != 1 \
             or x.a.dtype != np.float32:
         return None
     kh, kw = (wd.size for wd in window)
@@ -256,7 +255,6 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
             or any(s % 4 for s in kernel.cell.a.strides + out.a.strides):
         return None
     gather, xp = padded_input(x, form)
-    fn, work = lib
     row = xp.shape[2] * c  # elements per padded input row
     sa, lda = window[0].stride * row, window[1].stride * c
     oh, ow = form.y_dims[1], form.y_dims[2]
@@ -264,28 +262,27 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
     o_strides = [s // 4 for s in out.a.strides]
     image, base = xp.shape[1] * row, xp.ctypes.data
 
-    def images(n0: int, n1: int) -> None:
-        """Images [n0, n1): kernel row 0 overwrites the output, the others add to it."""
+    def images(n0: int, n1: int) -> list[tuple[int, ...]]:
+        """The products of images [n0, n1): kernel row 0 overwrites the output, the others
+        add to it (beta = i)."""
         kp, op = gemm.address(kernel.cell.a), gemm.address(out.a)
-        for n in range(n0, n1):
-            for i in range(kh):
-                a = base + 4 * (n * image + i * window[0].window_dilation * row)
-                fn(oh, ow, o, kw * c, a, sa, lda, kp + 4 * i * k_strides[0], 0, k_strides[1],
-                   op + 4 * n * o_strides[0], o_strides[1], o_strides[2], work(), i)
+        return [(oh, ow, o, kw * c,
+                 base + 4 * (n * image + i * window[0].window_dilation * row), sa, lda,
+                 kp + 4 * i * k_strides[0], 0, k_strides[1],
+                 op + 4 * n * o_strides[0], o_strides[1], o_strides[2], i)
+                for n in range(n0, n1) for i in range(kh)]
 
     flops = 2 * form.x_dims[0] * oh * ow * o * kh * kw * c
     pool = parallel.pool()
     if flops < blas.NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
         # Waking a worker costs more than a small convolution.
-        def run_here() -> None:
-            gather()
-            images(0, form.x_dims[0])
-        run_here.keep_alive = xp
-        return run_here
-    pieces = parallel.split(form.x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
+        pieces = [(0, form.x_dims[0])]
+    else:
+        pieces = parallel.split(form.x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
+    products = gemm.list_runner((kernel.cell, out), lambda: [images(*p) for p in pieces])
 
     def run() -> None:
         gather()
-        pool.run(images, pieces)
+        products()
     run.keep_alive = xp
     return run
