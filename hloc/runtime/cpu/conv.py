@@ -26,7 +26,7 @@ import numpy as np
 
 from ...thunks.base import ThunkKind
 from . import blas
-from .contract import MatrixCell, blas_dtype, matmul_runner
+from .contract import MatrixCell, _Scratch, blas_dtype, matmul_runner
 from .host import build_host_step
 from .program import LoadContext, Step, builds, op_names
 
@@ -119,6 +119,10 @@ def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kerne
         np.copyto(matrix, patches)
         product()
     return run
+
+
+def _nothing() -> None:
+    return None
 
 
 class _FixedMatrix:
@@ -251,21 +255,24 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
     c, o = form.x_dims[-1], form.y_dims[-1]
     kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, form.k_perm, (kh, kw * c, o))
     out = ctx.memory.cell(output_slice, instr.shape, lambda v: v.transpose(form.out_perm))
-    if not kernel.fixed or kernel.cell.a.strides[2] != 4 or out.a.strides[3] != 4 \
-            or any(s % 4 for s in kernel.cell.a.strides + out.a.strides):
+    if out.a.strides[3] != 4 or any(s % 4 for s in out.a.strides):
         return None
+    # A kernel whose (KW, C) do not merge into rows of O (its input and output features
+    # swapped, as in the input gradient of a convolution) is copied per run: a few KiB.
+    weights = kernel.cell if kernel.fixed and kernel.cell.a.strides[2] == 4 \
+        and not any(s % 4 for s in kernel.cell.a.strides) else _Scratch(kernel)
     gather, xp = padded_input(x, form)
     row = xp.shape[2] * c  # elements per padded input row
     sa, lda = window[0].stride * row, window[1].stride * c
     oh, ow = form.y_dims[1], form.y_dims[2]
-    k_strides = [s // 4 for s in kernel.cell.a.strides]
+    k_strides = [s // 4 for s in weights.a.strides]
     o_strides = [s // 4 for s in out.a.strides]
     image, base = xp.shape[1] * row, xp.ctypes.data
 
     def images(n0: int, n1: int) -> list[tuple[int, ...]]:
         """The products of images [n0, n1): kernel row 0 overwrites the output, the others
         add to it (beta = i)."""
-        kp, op = gemm.address(kernel.cell.a), gemm.address(out.a)
+        kp, op = gemm.address(weights.a), gemm.address(out.a)
         return [(oh, ow, o, kw * c,
                  base + 4 * (n * image + i * window[0].window_dilation * row), sa, lda,
                  kp + 4 * i * k_strides[0], 0, k_strides[1],
@@ -279,10 +286,12 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
         pieces = [(0, form.x_dims[0])]
     else:
         pieces = parallel.split(form.x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
-    products = gemm.list_runner((kernel.cell, out), lambda: [images(*p) for p in pieces])
+    products = gemm.list_runner((weights, out), lambda: [images(*p) for p in pieces])
+    fill = weights.fill if isinstance(weights, _Scratch) else _nothing
 
     def run() -> None:
         gather()
+        fill()
         products()
     run.keep_alive = xp
     return run
