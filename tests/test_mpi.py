@@ -3,6 +3,9 @@ partitioned sample as 2 and 4 MPI ranks match XLA's global outputs, deterministi
 bit-identical to the in-process run_spmd, `hlo-run --processes N` and `mpiexec -n N hlo-run`
 work like one-device runs, and faults (a rank that dies, a stuck collective, mismatched
 bundles or options, a wrong rank count) end the job in bounded time with one clear line.
+cpu bundles run as ranks; cuda-emulated ones run their collectives through the NCCL mapping
+on the emulated NCCL (hloc.runtime.cuda.nccl), which tests/mpi_worker.py also checks
+against NCCL's definition.
 
 Skipped without mpi4py/mpiexec locally; in CI (CI=true) their absence is a failure."""
 
@@ -97,6 +100,7 @@ def test_four_rank_samples_match_xla_and_deterministic_is_bit_identical(bundles,
                    *[bundles[n] for n in FOUR], timeout=180)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "selfcheck.ok").exists()  # the communicator's own paths, 4 ranks
+    assert (tmp_path / "nccl.ok").exists()  # the emulated NCCL against NCCL's definition
     for name in FOUR:
         tol = json.loads((SPMD / f"{name}.json").read_text())["tolerance"]
         want = _arrays(SPMD / f"{name}.expected.npz")
@@ -185,23 +189,66 @@ def test_missing_mpi_says_what_to_install(monkeypatch):
         mpi.import_mpi()
 
 
-@pytest.mark.parametrize("target,device,name,ranks", [
-    ("cpu", "cpu", "dp_train_step", 4),
-    ("cpu", "cpu", "mesh2d_transformer", 4),
-    ("cuda", "cuda-emulated", TWO, 2),
-])
-def test_native_bundles_run_as_ranks(tmp_path, target, device, name, ranks):
-    """cpu and cuda-emulated bundles: collective thunks over MPI, global outputs vs XLA."""
+def _compile(tmp_path, name: str, target: str) -> Path:
     from hloc.cli.main import cli
 
-    bundle = tmp_path / f"{name}.bundle"
+    bundle = tmp_path / f"{name}.{target}.bundle"
     res = CliRunner().invoke(cli, ["compile", str(SPMD / f"{name}.opt.pb"), "-o", str(bundle),
                                    "--target", target, "--no-cache"])
     assert res.exit_code == 0, res.output
-    out = tmp_path / "out.npz"
+    return bundle
+
+
+def _run_ranks(bundle: Path, name: str, ranks: int, device: str, out: Path, *extra,
+               env=None) -> dict:
+    """Run as `ranks` MPI ranks; check the global outputs against XLA's; the --report (and
+    the run's stdout as "stdout")."""
+    report = out.with_suffix(".json")
     res = _hlo_run(bundle, "--processes", ranks, "--device", device, "--inputs",
-                   SPMD / f"{name}.inputs.npz", "--output", out, timeout=240)
+                   SPMD / f"{name}.inputs.npz", "--output", out, "--report", report, *extra,
+                   env=env, timeout=240)
     assert res.returncode == 0, res.stderr
     tol = json.loads((SPMD / f"{name}.json").read_text())["tolerance"]
     for g, w in zip(_arrays(out), _arrays(SPMD / f"{name}.expected.npz"), strict=True):
         np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"])
+    return dict(json.loads(report.read_text()), stdout=res.stdout)
+
+
+@pytest.mark.parametrize("name", ["dp_train_step", "mesh2d_transformer"])
+def test_cpu_bundles_run_as_ranks(tmp_path, name):
+    """cpu bundles: collective thunks over MPI, global outputs vs XLA."""
+    report = _run_ranks(_compile(tmp_path, name, "cpu"), name, 4, "cpu", tmp_path / "out.npz")
+    assert "collectives" not in report  # no device collectives on the CPU
+
+
+def test_cuda_emulated_ranks_run_collectives_as_emulated_nccl(tmp_path):
+    """cuda-emulated, 4 ranks: every collective of shard_map_collectives that NCCL can do
+    runs through the NCCL mapping (all-to-all, all-gather, permutes, sum, reduce-scatter) on
+    the emulated NCCL, the float min/max host-staged, interleaved, and XLA's outputs come out."""
+    name = "shard_map_collectives"
+    report = _run_ranks(_compile(tmp_path, name, "cuda"), name, 4, "cuda-emulated",
+                        tmp_path / "out.npz")
+    got = report["collectives"]
+    assert got["engine"] == "emulated nccl"
+    assert got["nccl"] == ["all-to-all", "all_gather.3", "ppermute.6", "ppermute.7",
+                           "psum_invariant.7", "reduce_scatter.7"]
+    assert sorted(got["host_staged"]) == ["pmax.7", "pmin.7"]
+    assert all("NaN" in why for why in got["host_staged"].values())
+
+
+def test_cuda_emulated_nccl_and_host_staged_agree_bit_for_bit(tmp_path):
+    """2 ranks (a sum of two is the same in either order): the NCCL path and the host-staged
+    one (HLOC_NCCL=off) give identical outputs; --profile names the path taken."""
+    bundle = _compile(tmp_path, TWO, "cuda")
+    nccl = _run_ranks(bundle, TWO, 2, "cuda-emulated", tmp_path / "nccl.npz", "--profile")
+    assert nccl["collectives"]["nccl"] == ["all_gather.3", "ppermute.3", "psum_invariant.7"]
+    assert ("device collectives: emulated nccl, 3 of 3 collective thunk(s) as NCCL calls\n"
+            in nccl["stdout"])
+    staged = _run_ranks(bundle, TWO, 2, "cuda-emulated", tmp_path / "staged.npz",
+                        env=_env(HLOC_NCCL="off"))
+    assert staged["collectives"]["engine"] == "host-staged"
+    assert staged["collectives"]["nccl"] == [] and staged["collectives"]["reason"] == \
+        "HLOC_NCCL=off"
+    for a, b in zip(_arrays(tmp_path / "nccl.npz"), _arrays(tmp_path / "staged.npz"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)

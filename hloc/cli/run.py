@@ -156,6 +156,9 @@ def _execute(exe, bundle_path: str, o) -> None:
         return
     if hasattr(exe, "size"):
         result["processes"] = exe.size
+        summary = exe.collectives_summary()
+        if summary is not None:
+            result["collectives"] = summary
     failed += _checks(exe, args, outputs, result, o, profile, bench)
     if o.output:
         write_outputs(o.output, outputs)
@@ -361,7 +364,23 @@ def _profile_table(exe, args) -> str | None:
         lines.append("collectives per rank, per run: " + ", ".join(
             f"rank {i}: {(a[0] - b[0]) / runs:g} in {(a[1] - b[1]) / runs * 1e3:.3f} ms"
             for i, (a, b) in enumerate(zip(after, before, strict=True))))
+        lines += _device_collectives_line(exe.collectives_summary())
     return "\n".join(lines)
+
+
+def _device_collectives_line(summary: dict | None) -> list[str]:
+    """A GPU rank's collective thunks: how many run as NCCL calls, which stay host-staged."""
+    if summary is None:
+        return []
+    staged = summary["host_staged"]
+    total = len(summary["nccl"]) + len(staged)
+    line = (f"device collectives: {summary['engine']}, {len(summary['nccl'])} of {total} "
+            f"collective thunk(s) as NCCL calls")
+    if summary.get("reason"):
+        line += f": {summary['reason']}"
+    elif staged:
+        line += "; host-staged: " + "; ".join(f"{n} ({why})" for n, why in staged.items())
+    return [line]
 
 
 def _copy_ops(row) -> str:

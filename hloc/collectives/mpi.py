@@ -193,6 +193,13 @@ class MpiCommunicator(Communicator):
                 delay = min(max(2 * delay, 1e-5), cap)
         self.seconds += time.perf_counter() - start
 
+    def wait_for(self, key: str, post) -> None:
+        """Post requests (`post()` returns them) and wait for them as collective `key` of this
+        rank: counted, timed and bounded like the operations below (emulated NCCL's
+        transport)."""
+        start = self._enter(key)
+        self._wait(post(), key, start)
+
     # ---- operations --------------------------------------------------------------------
 
     def exchange(self, key: str, group: Sequence[int], me: int, value) -> list:

@@ -7,7 +7,9 @@ shards) and return its flattened outputs (and ProfileRows), where `ctx` is the
 in-process rendezvous in tests). For cpu, cuda-emulated and cuda that object is a
 `DeviceRunner`: the device's ordinary one-device executable, run with `ctx` bound to the
 calling thread, so its Collective thunks reach `ctx.comm` through
-`hloc.collectives.run_collective` and its DeviceId thunks read `ctx.device`.
+`hloc.collectives.run_collective` and its DeviceId thunks read `ctx.device`. On cuda and
+cuda-emulated ranks of an MPI job, collectives may run device-side instead (NCCL, or its
+emulation): `hloc.runtime.cuda.nccl.attach` decides, collectively, when the runner is made.
 
 hloc.runtime.ranks' RANK_RUNNERS registry loads this module, which registers them.
 """
@@ -21,13 +23,19 @@ from .executable import device_factory
 from .spmd_bundles import DeviceRunner
 
 NATIVE_DEVICES = ("cpu", "cuda-emulated", "cuda")
+GPU_DEVICES = ("cuda-emulated", "cuda")
 
 
 def native_rank_runner(device: str) -> Callable[[object, DeviceContext], DeviceRunner]:
     """The rank runner factory of `device`: (bundle, ctx) -> DeviceRunner. (`module`, the
     loaded HLO a rank runner may take, is not needed: native code carries its program.)"""
     def factory(bundle, ctx: DeviceContext, module=None) -> DeviceRunner:
-        return DeviceRunner(device_factory(device)(bundle), ctx)
+        runner = DeviceRunner(device_factory(device)(bundle), ctx)
+        if device in GPU_DEVICES:
+            from .cuda.nccl import attach
+
+            runner.collectives = attach(runner.executable, ctx, device)
+        return runner
 
     factory.__name__ = f"{device.replace('-', '_')}_rank"
     return factory

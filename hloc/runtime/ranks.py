@@ -189,6 +189,12 @@ class RankExecutable:
         """(count, seconds) of collectives so far, per rank, on rank 0 (None elsewhere)."""
         return self.world.gather((self.comm.count, self.comm.seconds), root=0)
 
+    def collectives_summary(self) -> dict | None:
+        """How this rank's collective thunks run (hloc.runtime.cuda.nccl's summary: NCCL or
+        host-staged, per thunk), or None: all through the MPI communicator."""
+        engine = getattr(self.local, "collectives", None)
+        return engine.summary() if engine is not None else None
+
     def barrier(self) -> None:
         self.comm.check_same("barrier", "")
 

@@ -40,10 +40,12 @@ Factory = Callable[[Any], DeviceExecutable]
 
 
 class DeviceRunner:
-    """One device of a multi-device bundle: `executable` run with `ctx` bound to the thread."""
+    """One device of a multi-device bundle: `executable` run with `ctx` bound to the thread.
+    `collectives`: a GPU rank's device collectives (hloc.runtime.cuda.nccl), else None."""
 
     def __init__(self, executable: DeviceExecutable, ctx: DeviceContext):
         self.executable, self.ctx = executable, ctx
+        self.collectives: Any = None
 
     def run(self, args) -> list[np.ndarray]:
         bind(self.ctx)

@@ -1,8 +1,9 @@
-"""Multi-device thunks of a GPU program, host-staged: a collective downloads its operands,
-exchanges them through the communicator of the thread's DeviceContext
-(hloc.runtime.collective_ops) and uploads the results; partition-id / replica-id upload the
-thread's number. The same code serves `--device cuda` and `cuda-emulated` (correct first;
-a device-side NCCL path would replace the collective runner for `cuda`)."""
+"""Multi-device thunks of a GPU program. A collective the runner's device collectives planned
+(hloc.runtime.cuda.nccl: NCCL on `--device cuda`, its MPI model on `cuda-emulated`, for
+MPI ranks) runs as NCCL calls on device pointers. Every other collective is host-staged: it
+downloads its operands, exchanges them through the communicator of the thread's
+DeviceContext (hloc.runtime.collective_ops) and uploads the results. partition-id /
+replica-id upload the thread's number."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from .program import RUNNERS, GpuRunner, _read_value, to_device_bytes
 
 @RUNNERS.register(ThunkKind.COLLECTIVE)
 def _collective(r: GpuRunner, t) -> None:
+    if r.collectives is not None and r.collectives.run(r, t):
+        return
     instr = r.instructions[t.name]
     pending = list(t.operands)
     operands = [_read_value(r, op.shape, pending) for op in instr.operands]

@@ -1,11 +1,11 @@
 """`--device cuda`: run a CUDA bundle on an NVIDIA GPU through the driver API.
 
 Uses NVIDIA's `cuda-bindings` (`pip install hloc[cuda]`), imported on first use. One
-executable holds: the primary context of device 0 (or $HLOC_CUDA_DEVICE), the module loaded
-from the cubin of the device's architecture (else the PTX of the newest architecture not
-above it, JIT-compiled by the driver), a kernel cache, one device arena for every allocation
-of the buffer assignment, constants uploaded once, one stream per stream of the schedule
-with events for cross-stream dependencies. `run_profiled` times each thunk with CUDA events.
+executable holds: the primary context of device 0 (or $HLOC_CUDA_DEVICE; an MPI rank: its
+node-local rank's device), the module loaded from the cubin of the device's architecture
+(else the PTX of the newest architecture not above it, JIT-compiled by the driver), a kernel
+cache, one device arena for every allocation of the buffer assignment, constants uploaded
+once, one stream per stream of the schedule with events for cross-stream dependencies. `run_profiled` times each thunk with CUDA events.
 Every failure is one clear line: cuda-bindings missing, no driver or GPU, a bundle built for
 other architectures, out of device memory.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from .program import GpuExecutable, GpuRunner
 from .transfers import PinnedStaging, read_array, write_array
 
 ARENA_ALIGN = 256
+# What MPI launchers set to this process's rank among the ranks on its node (MPICH's hydra,
+# Open MPI, Slurm).
+_LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 
 
 class CudaError(HlocError):
@@ -70,7 +74,12 @@ def _init(cu) -> int:
     count = check(cu, cu.cuDeviceGetCount(), "cuDeviceGetCount")
     if count == 0:
         raise CudaError("no CUDA GPU found; use --device cuda-emulated to run on the CPU")
-    index = int(os.environ.get("HLOC_CUDA_DEVICE", "0"))
+    chosen = os.environ.get("HLOC_CUDA_DEVICE")
+    # An MPI rank without HLOC_CUDA_DEVICE takes its node-local rank's GPU (NCCL needs a GPU
+    # per rank); a lone process takes GPU 0.
+    local = next((int(os.environ[n]) for n in _LOCAL_RANK_ENV
+                  if os.environ.get(n, "").isdigit()), 0)
+    index = int(chosen) if chosen is not None else local % count
     if not 0 <= index < count:
         raise CudaError(f"HLOC_CUDA_DEVICE={index}: only {count} CUDA device(s)")
     return index
@@ -232,7 +241,7 @@ class CudaExecutable(GpuExecutable):
             raise InputError("bundle has no gpu_thunks.json (not a CUDA bundle)", bundle.path)
         cu = _driver()
         index = _init(cu)
-        dev = check(cu, cu.cuDeviceGet(index), "cuDeviceGet")
+        dev = self.cuda_device = check(cu, cu.cuDeviceGet(index), "cuDeviceGet")
         attr = cu.CUdevice_attribute
         major = check(cu, cu.cuDeviceGetAttribute(
             attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "device query")
@@ -246,6 +255,16 @@ class CudaExecutable(GpuExecutable):
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.memory = CudaDevice(cu, self.program, image)
         self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
+
+    def gpu_identity(self) -> str:
+        """host:domain:bus:device of this executable's GPU (ranks sharing a GPU cannot join
+        one NCCL communicator)."""
+        cu = self.memory.cu
+        attr = cu.CUdevice_attribute
+        ids = [check(cu, cu.cuDeviceGetAttribute(
+            getattr(attr, f"CU_DEVICE_ATTRIBUTE_PCI_{part}_ID"), self.cuda_device), "device query")
+            for part in ("DOMAIN", "BUS", "DEVICE")]
+        return f"{socket.gethostname()}:{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}"
 
     def _current(self) -> None:
         """Make this executable's context current on the calling thread: a multi-device

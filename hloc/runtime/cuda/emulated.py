@@ -72,6 +72,10 @@ class HostMemory:
     def address(self, s: Slice) -> int:
         return self.base[s.allocation] + s.offset
 
+    def stream_handle(self) -> int:
+        """The current stream's number (what a GPU's cudaStream_t stands for here)."""
+        return self.stream
+
     def launch(self, t: Launch) -> None:
         pointers = [self.address(s) for s in t.args]
         self.library.launch(t.kernel, t.grid, t.block, pointers)

@@ -58,6 +58,9 @@ class GpuRunner:
         # Gemm thunk launches the GEMM kernel. `blas_calls` counts the thunks it ran.
         self.blas = blas
         self.blas_calls = 0
+        # Device-side collectives (hloc.runtime.cuda.nccl, set for MPI ranks): runs the
+        # Collective thunks it planned as NCCL calls; None: every collective is host-staged.
+        self.collectives = None
         self.instructions = {i.name: i for c in module.computations for i in c.instructions}
         self._constants_loaded = False
         self.rows: dict[str, ProfileRow] | None = None
