@@ -3,8 +3,11 @@ memory binding (in-place inputs, fresh outputs) and parallel splits."""
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -274,6 +277,70 @@ def test_native_products_follow_rebound_operands(tmp_path):
     for _ in range(3):
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         assert_close(exe.run(args), interpret(PRODUCTS, args), rtol=1e-4, atol=1e-3)
+
+
+GEMM_DRIVER = """HloModule gemm_driver
+cond {
+  p = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  h = f32[16,128]{1,0} get-tuple-element(p), index=1
+  w = f32[128,128]{1,0} get-tuple-element(p), index=2
+  d = f32[16,128]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[16,128]{1,0} tanh(d)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) tuple(j, t, w)
+}
+ENTRY e {
+  x = f32[16,128]{1,0} parameter(0)
+  w = f32[128,128]{1,0} parameter(1)
+  t = f32[16,128]{1,0} tanh(x)
+  d = f32[16,128]{1,0} dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  z = s32[] constant(0)
+  init = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) tuple(z, d, w)
+  loop = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) while(init), condition=cond, body=body
+  ROOT h = f32[16,128]{1,0} get-tuple-element(loop), index=1
+}
+"""
+
+
+def test_products_run_inside_native_drivers(tmp_path):
+    """Small f32 products join native drivers (hloc_gemm_list): here the whole program, a
+    loop included, is one driver; the weights are read in place from each run's array."""
+    bundle = compile_bundle(GEMM_DRIVER, tmp_path / "g.bundle", passes="layout-assignment")
+    (driver,) = kernels_json(bundle)["drivers"]
+    assert [s for s in driver["slots"] if s[0] == "gemm"] == [["gemm", "d.1"], ["gemm", "d"]]
+    exe = load_cpu(bundle)
+    assert exe.describe()["steps"] == {"driver": 1}
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        args = [rng.standard_normal((16, 128)).astype(np.float32),
+                rng.standard_normal((128, 128)).astype(np.float32) / 8]
+        want = interpret(GEMM_DRIVER, args)
+        assert_close(exe.run(args), want, rtol=1e-4, atol=1e-4)
+        assert_close(exe.run_profiled(args)[0], want, rtol=1e-4, atol=1e-4)
+    # Without the native GEMM (HLOC_CPU_GEMM=blas) the driver's thunks run one by one.
+    script = ("import sys, numpy as np; from hloc.runtime import load; "
+              "e = load(sys.argv[1], 'cpu'); print(e.describe()['steps']); "
+              "r = np.random.default_rng(2); "
+              "a = [r.standard_normal((16, 128)).astype(np.float32), "
+              "r.standard_normal((128, 128)).astype(np.float32) / 8]; "
+              "np.save(sys.argv[2], e.run(a)[0])")
+    out = tmp_path / "blas.npy"
+    done = subprocess.run([sys.executable, "-c", script, str(bundle), str(out)], text=True,
+                          capture_output=True, env=dict(os.environ, HLOC_CPU_GEMM="blas"))
+    assert done.returncode == 0, done.stderr
+    assert "'gemm': 2" in done.stdout, done.stdout
+    r = np.random.default_rng(2)
+    args = [r.standard_normal((16, 128)).astype(np.float32),
+            r.standard_normal((128, 128)).astype(np.float32) / 8]
+    assert_close([np.load(out)], interpret(GEMM_DRIVER, args), rtol=1e-4, atol=1e-4)
 
 
 def test_wrong_argument_shape_is_a_clear_error(tmp_path):

@@ -112,6 +112,8 @@ def test_system_import_is_refused(tmp_path, loop_bundle):
      "kernels.json", "reaches past"),
     (lambda d: d["drivers"][0]["slots"].__setitem__(0, ["exec", "sh"]), "kernels.json",
      "bad slot"),
+    (lambda d: d["drivers"][0]["slots"].__setitem__(0, ["gemm", next(iter(d["kernels"]))]),
+     "kernels.json", "bad slot"),  # a product list for a thunk that is no Gemm
     (lambda d: d.__setitem__("external_symbols", []), "cpu.o", "does not declare"),
     (lambda d: d.__setitem__("version", 1), "kernels.json", "unsupported version"),
     (lambda d: next(iter(d["kernels"].values())).__setitem__("num_operands", 99),

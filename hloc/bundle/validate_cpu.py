@@ -8,8 +8,8 @@ Checks (MemberProblem naming the member at the first failure):
 - every kernel, composite-step and driver symbol is defined in cpu.o;
 - every kernel / composite entry names a thunk of thunks.json with that many operand and
   output slices; composite refs and scratch ranges lie inside the thunk and scratch_bytes;
-- every driver names consecutive thunks that exist, and its slots are kernel thunks or
-  slices inside their allocations.
+- every driver names consecutive thunks that exist, and its slots are kernel thunks, Gemm
+  thunks or slices inside their allocations.
 """
 
 from __future__ import annotations
@@ -155,6 +155,9 @@ def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
         for slot in d.get("slots") or ():
             kind, value = slot if isinstance(slot, list) and len(slot) == 2 else (None, None)
             if kind == "buffers" and value in meta["kernels"]:
+                continue
+            if kind == "gemm" and isinstance(value, str) and value in thunks \
+                    and thunks[value].kind == "gemm":
                 continue
             if kind == "slice" and isinstance(value, list) and len(value) == 3:
                 check.member = "kernels.json"

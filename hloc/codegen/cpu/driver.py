@@ -3,12 +3,15 @@
 Calling a kernel from Python costs about half a microsecond; a while loop whose body is four
 small kernels pays that four times per iteration, where XLA pays nothing. A *driver* is a
 function `void hloc_drv_N(i8** table)` that performs a run of consecutive thunks of one
-sequence natively: kernel calls over all their units, copies (memcpy), memsets, and while /
-conditional / sequential thunks whose nested thunks are all of that kind.
+sequence natively: kernel calls over all their units, copies (memcpy), memsets, small f32
+products (a call of the runtime's `hloc_gemm_list` on the product list the runtime prepared
+for that thunk, see runtime/cpu/gemm.py), and while / conditional / sequential thunks whose
+nested thunks are all of that kind.
 
-The table holds, per *slot*, either a kernel's pointer array (["buffers", thunk name]) or the
-address of a slice (["slice", [allocation, offset, size]]); the runtime builds it at load
-time. Kernels with a lot of work stay outside drivers, so the runtime can split them across
+The table holds, per *slot*, a kernel's pointer array (["buffers", thunk name]), the
+address of a slice (["slice", [allocation, offset, size]]) or a Gemm thunk's product list
+(["gemm", thunk name]); the runtime builds it at load time, and runs a driver's thunks one by
+one instead where it cannot prepare a product list (no native GEMM on the host). Kernels with a lot of work stay outside drivers, so the runtime can split them across
 threads; composites and host thunks never go into drivers.
 
 A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
@@ -18,16 +21,21 @@ per iteration and returns early when it is set; the runtime then raises (runtime
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from ...ir import PrimitiveType
 from ..elemental.types import I1, I8, I32, I64, PTR
 
 # Kernels estimated at this many scalar operations or more are called by the runtime.
 DRIVER_MAX_WORK = 1 << 18
+# Products of fewer flops run inside drivers (bigger ones are split across threads).
+DRIVER_MAX_GEMM_FLOPS = 8000000
 _CONTROL = ("while", "conditional", "sequential")
 STOP_FLAG = "hloc_stop_flag"
+GEMM_LIST = "hloc_gemm_list"
 
 
 @dataclass
@@ -43,8 +51,9 @@ class DriverPlan:
 
 
 class _Planner:
-    def __init__(self, kernels: dict[str, dict]):
+    def __init__(self, kernels: dict[str, dict], gemms: frozenset[str]):
         self.kernels = kernels  # thunk name -> {"symbol", "parallel_extent", "work"}
+        self.gemms = gemms
         self.plans: list[DriverPlan] = []
 
     def native(self, thunk) -> bool:
@@ -54,6 +63,8 @@ class _Planner:
             return meta is not None and int(meta["work"]) < DRIVER_MAX_WORK
         if kind in ("copy", "memset"):
             return True
+        if kind == "gemm":
+            return thunk.name in self.gemms
         if kind in _CONTROL:
             return all(self.native(t) for t in _nested(thunk))
         return False
@@ -86,9 +97,30 @@ def _nested(thunk):
         yield from seq
 
 
-def plan_drivers(program, kernels: dict[str, dict]) -> list[DriverPlan]:
-    """Driver plans for every worthwhile run of native thunks in the program."""
-    planner = _Planner(kernels)
+def driver_gemms(module, program) -> frozenset[str]:
+    """The Gemm thunks a driver may run: f32 products of fewer than DRIVER_MAX_GEMM_FLOPS."""
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+    names = set()
+    for thunk in program.walk():
+        instr = instructions.get(thunk.name)
+        if thunk.kind != "gemm" or instr is None:
+            continue
+        shapes = [instr.shape, *(o.shape for o in instr.operands)]
+        if any(s.element_type != PrimitiveType.F32 for s in shapes):
+            continue
+        d = instr.attrs.dot_dnums
+        contracted = math.prod(instr.operands[0].shape.dims[i]
+                               for i in d.lhs_contracting_dimensions)
+        if 2 * instr.shape.num_elements * contracted < DRIVER_MAX_GEMM_FLOPS:
+            names.add(thunk.name)
+    return frozenset(names)
+
+
+def plan_drivers(program, kernels: dict[str, dict],
+                 gemms: frozenset[str] = frozenset()) -> list[DriverPlan]:
+    """Driver plans for every worthwhile run of native thunks in the program; `gemms` names
+    the Gemm thunks they may include (driver_gemms)."""
+    planner = _Planner(kernels, gemms)
     planner.sequence(program.sequence)
     return planner.plans
 
@@ -125,6 +157,10 @@ class _Emitter:
         buffers = self.slot(["buffers", t.name])
         self.b.call(self.module.globals[meta["symbol"]],
                     [buffers, ir.Constant(I64, 0), ir.Constant(I64, extent)])
+
+    def _gemm(self, t) -> None:
+        products = self.slot(["gemm", t.name])
+        self.b.call(self.intrinsic(GEMM_LIST, [PTR]), [products])
 
     def _copy(self, t) -> None:
         if t.source == t.destination or t.source.size == 0:

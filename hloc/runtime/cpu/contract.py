@@ -98,12 +98,10 @@ def matmul_runner(a: MatrixCell, b: MatrixCell, out: MatrixCell, flops: int):
     return run
 
 
-@builds(ThunkKind.GEMM)
-def build_gemm(ctx: LoadContext, thunk) -> Step:
-    instr = ctx.instruction(thunk.name)
+def _matrices(ctx: LoadContext, thunk, instr):
+    """(a, b, out, batch, m, n, k): a Gemm thunk's operands and result as [B,]M,K @ [B,]K,N ->
+    [B,]M,N MatrixCells (transposes are free strides)."""
     lhs_s, rhs_s = (o.shape for o in instr.operands)
-    if not blas_dtype(lhs_s, rhs_s, instr.shape):
-        return build_host_step(ctx, thunk)
     lb, lc, rb, rc = (list(x) for x in (thunk.lhs_batch, thunk.lhs_contracting,
                                         thunk.rhs_batch, thunk.rhs_contracting))
     lf = [d for d in range(lhs_s.rank) if d not in lb and d not in lc]
@@ -118,5 +116,38 @@ def build_gemm(ctx: LoadContext, thunk) -> Step:
     b = MatrixCell(ctx, thunk.rhs, rhs_s, rb + rc + rf, lead + (k, n))
     out = MatrixCell(ctx, thunk.output, instr.shape, list(range(instr.shape.rank)),
                      lead + (m, n))
+    return a, b, out, batch, m, n, k
+
+
+@builds(ThunkKind.GEMM)
+def build_gemm(ctx: LoadContext, thunk) -> Step:
+    instr = ctx.instruction(thunk.name)
+    if not blas_dtype(*(o.shape for o in instr.operands), instr.shape):
+        return build_host_step(ctx, thunk)
+    a, b, out, batch, m, n, k = _matrices(ctx, thunk, instr)
     run = matmul_runner(a, b, out, 2 * batch * m * n * k)
     return Step(thunk.name, "gemm", op_names(ctx, thunk.name), run)
+
+
+def native_product_list(ctx: LoadContext, thunk):
+    """The address of a Gemm thunk's product list for hloc_sgemm_list (a native driver calls
+    it), or None where the native GEMM cannot compute it in place (another dtype, operands
+    that are no matrix views, no native GEMM on this host). Operand addresses follow their
+    allocations when these are rebound for a run."""
+    from . import gemm
+
+    instr = ctx.instruction(thunk.name)
+    if not blas_dtype(*(o.shape for o in instr.operands), instr.shape):
+        return None
+    a, b, out, batch, m, n, _ = _matrices(ctx, thunk, instr)
+    if not (a.fixed and b.fixed and out.fixed):
+        return None
+    product = gemm.product_describer(a.cell, b.cell, out.cell)
+    if product is None:
+        return None
+    words, pointer = gemm.product_list([product(0, batch, 0, m, 0, n)], ctx.gemm_work())
+    # Each operand's matrix view starts at its slice: re-pointed with its allocation.
+    for s, word in ((thunk.lhs, 4), (thunk.rhs, 7), (thunk.output, 10)):
+        ctx.memory.pointer(s, words, 2 + word)
+    ctx.keep_alive.append(words)
+    return pointer.value

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import InputError
 from ..executable import ProfileRow
-from . import blas, checks
+from . import blas, checks, gemm
 from .kernels import LoadedKernels
 from .memory import Memory, array_view, empty_aligned, physical_order
 from .program import LoadContext, Profiler, realize
@@ -69,7 +69,10 @@ class CpuExecutable:
         kernels = _json_member(bundle, "kernels.json")
         if (kernels.get("kernels") or kernels.get("composites")) and not obj:
             raise InputError("CPU bundle lists kernels but has no cpu.o", path)
-        checks.check_imports(object_imports(obj), path)
+        imports = object_imports(obj)
+        if gemm.LIST_SYMBOL in imports:
+            gemm.provide_list_symbol()
+        checks.check_imports(imports, path)
         blas.prefer_avx512_kernels(checks.host_features())
         self.module = load_bytes(bytes(bundle.module_proto), f"{path}:module.pb").module
         if "thunks.json" not in bundle.members:

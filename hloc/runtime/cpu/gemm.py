@@ -158,7 +158,7 @@ def list_runner(cells, chunks: Callable[[], list[list[tuple[int, ...]]]]) -> Cal
 
     def refresh() -> None:
         seen[:] = [c.a for c in cells]
-        lists[:] = [_product_list(chunk) for chunk in chunks()]
+        lists[:] = [product_list(chunk) for chunk in chunks()]
 
     def check() -> None:
         for c, a in zip(cells, seen, strict=True):
@@ -187,14 +187,48 @@ def list_runner(cells, chunks: Callable[[], list[list[tuple[int, ...]]]]) -> Cal
     return run_pieces
 
 
-def _product_list(products: list[tuple[int, ...]]) -> tuple[ctypes.Array, ctypes.c_void_p]:
-    """hloc_sgemm_list's list for `products` (its work word filled in before each call)."""
+def product_list(products: list[tuple[int, ...]],
+                 work: int = 0) -> tuple[ctypes.Array, ctypes.c_void_p]:
+    """hloc_sgemm_list's list for `products` and its address; `work` (a packing buffer of
+    work_floats() floats) may also be filled in before each call."""
     words = (ctypes.c_int64 * (2 + PRODUCT_WORDS * len(products)))()
-    words[0] = len(products)
+    words[0], words[1] = len(products), work
     for i, product in enumerate(products):
         assert len(product) == PRODUCT_WORDS
         words[2 + PRODUCT_WORDS * i:2 + PRODUCT_WORDS * (i + 1)] = list(product)
     return words, ctypes.c_void_p(ctypes.addressof(words))
+
+
+def work_floats() -> int:
+    """The floats of one packing buffer of the native GEMM (0 without one)."""
+    lib = _library()
+    return 0 if lib is None else lib.work_floats
+
+
+LIST_SYMBOL = "hloc_gemm_list"  # what native drivers call (codegen/cpu/driver.py GEMM_LIST)
+_LIST_STUB: list = []
+
+
+def provide_list_symbol() -> None:
+    """Resolve `hloc_gemm_list` for generated code: hloc_sgemm_list of the native GEMM. Without
+    one (no AVX2, HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks
+    run one by one), so the symbol resolves to a stub that stops the process if ever called."""
+    if _LIST_STUB:
+        return
+    import llvmlite.binding as llvm_binding
+
+    lib = _library()
+    if lib is not None:
+        address = lib.library.address("hloc_sgemm_list")
+    else:
+        def unreachable(_words) -> None:
+            os.write(2, b"hloc: internal error: a native driver called the GEMM without one\n")
+            os.abort()
+        stub = _LIST_TYPE(unreachable)
+        _LIST_STUB.append(stub)
+        address = ctypes.cast(stub, ctypes.c_void_p).value
+    llvm_binding.add_symbol(LIST_SYMBOL, address)
+    _LIST_STUB.append(address)
 
 
 def pieces(batch: int, m: int, n: int, parts: int) -> list[tuple[int, ...]]:

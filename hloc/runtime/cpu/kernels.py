@@ -22,7 +22,7 @@ from ...buffers.assignment import Slice
 from ...thunks import Convolution, Gemm
 from ...thunks.base import ThunkKind, walk
 from . import parallel
-from .contract import build_gemm
+from .contract import build_gemm, native_product_list
 from .conv import build_convolution
 from .host import build_host_step
 from .memory import SCRATCH
@@ -89,7 +89,9 @@ def _nothing() -> None:
 
 # ---- drivers: runs of thunks executed natively (hloc/codegen/cpu/driver.py) -------------------
 
-def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step:
+def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
+    """The step running a driver, or None where one of its products cannot run natively
+    (the caller then runs its thunks one by one)."""
     by_name = {visit.thunk.name: visit.thunk for visit in walk(thunks)}
     slots = driver["slots"]
     table = (ctypes.c_void_p * max(1, len(slots)))()
@@ -99,6 +101,11 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step:
             operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
+        elif kind == "gemm":
+            products = native_product_list(ctx, by_name[value])
+            if products is None:
+                return None
+            table[index] = products
         else:
             ctx.memory.pointer(Slice(*value), table, index)
     ctx.keep_alive.append(table)

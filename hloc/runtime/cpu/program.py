@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...ir import Instruction, Module, Opcode
 from ...registry import Registry
 from ...thunks.base import ThunkKind
@@ -48,6 +50,7 @@ class LoadContext:
     use_drivers: bool = True  # run native drivers (kernels.json "drivers") where planned
     instructions: dict[str, Instruction] = field(default_factory=dict)
     keep_alive: list = field(default_factory=list)  # ctypes arrays the steps point into
+    _gemm_work: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.instructions = {i.name: i for c in self.module.computations for i in c.instructions}
@@ -55,6 +58,16 @@ class LoadContext:
 
     def instruction(self, name: str) -> Instruction:
         return self.instructions[name]
+
+    def gemm_work(self) -> int:
+        """The address of the packing buffer of the native products drivers run (one per
+        executable: its runs, and the steps of a run, never overlap)."""
+        if self._gemm_work is None:
+            from .gemm import work_floats
+            from .memory import empty_aligned
+
+            self._gemm_work = empty_aligned(4 * work_floats())
+        return self._gemm_work.ctypes.data
 
     def sequence(self, thunks) -> tuple[Step, ...]:
         """Steps for a thunk sequence; runs a native driver covers become one step."""
@@ -64,8 +77,11 @@ class LoadContext:
         while i < len(thunks):
             driver = self.drivers.get(thunks[i].name) if self.use_drivers else None
             n = len(driver["thunks"]) if driver else 1
+            step = None
             if driver and [t.name for t in thunks[i:i + n]] == driver["thunks"]:
-                steps.append(build_driver_step(self, driver, thunks[i:i + n]))
+                step = build_driver_step(self, driver, thunks[i:i + n])
+            if step is not None:
+                steps.append(step)
             else:
                 steps.append(build_step(self, thunks[i]))
                 n = 1
