@@ -46,6 +46,11 @@ FEATURE_BLOCK = 64
 # Convolutions up to this many multiply-adds get a native kernel; larger ones keep the BLAS
 # paths, whose per-call costs they amortize.
 NATIVE_MAX_MACS = 1 << 23
+# Grouped convolutions with at most this many input features per group (depthwise ones: 1)
+# get the native kernel whatever their size: as products they are many tiny ones, which the
+# runtime can only run as an im2col copy of every window (nine times a 3x3 layer's input)
+# and a batched product of depth Cg; MobileNetV2 spent half its time in those copies.
+NATIVE_GROUP_FEATURES = 16
 
 
 def multiply_adds(instr: Instruction) -> int:
@@ -58,13 +63,22 @@ def multiply_adds(instr: Instruction) -> int:
 
 @native_kind("convolution")
 def wants_native(instr: Instruction) -> bool:
-    if instr.opcode != Opcode.CONVOLUTION or multiply_adds(instr) > NATIVE_MAX_MACS:
+    if instr.opcode != Opcode.CONVOLUTION:
+        return False
+    if multiply_adds(instr) > NATIVE_MAX_MACS and not _narrow_groups(instr):
         return False
     try:
         _check_types(instr)
     except UnsupportedError:
         return False  # e.g. complex: BLAS runs it
     return True
+
+
+def _narrow_groups(instr: Instruction) -> bool:
+    """A feature-grouped convolution with few input features per group (depthwise)."""
+    rhs = instr.operands[1].shape
+    cg = rhs.dims[instr.attrs.conv_dnums.kernel_input_feature_dimension]
+    return (instr.attrs.feature_group_count or 1) > 1 and cg <= NATIVE_GROUP_FEATURES
 
 
 def _check_types(instr: Instruction) -> None:

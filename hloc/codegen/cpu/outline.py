@@ -7,7 +7,8 @@ computes itself: thunk_kernels, dot.py): for each contraction,
   - a prologue kernel per operand that is not a fusion parameter (it computes that operand
     into a scratch buffer),
   - the contraction itself, run by the runtime (gemm / convolution) from parameter or scratch
-    buffers into a scratch buffer (or straight into the output when it is the root),
+    buffers into a scratch buffer (or straight into the output when it is the root), or by a
+    kernel of its own where convolutions get native kernels (small and depthwise ones),
 and then one epilogue kernel: the fused computation with each contraction replaced by a new
 parameter that reads its scratch buffer.
 
@@ -58,10 +59,34 @@ def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
                     for o in c.operands]
         out = ("output", 0) if c is comp.root else composite.new_scratch(c.shape)
         refs[id(c)] = out
-        composite.steps.append(_contraction_step(c, operands, out))
+        if c.opcode == Opcode.CONVOLUTION and _native_convolution(c):
+            _kernel_step(composite, c, operands, out, f"{symbol}_conv{len(composite.specs)}")
+        else:
+            composite.steps.append(_contraction_step(c, operands, out))
     if comp.root not in contractions:
         _epilogue(composite, comp, params, contractions, refs, f"{symbol}_epi")
     return composite
+
+
+def _native_convolution(c: Instruction) -> bool:
+    """Whether this convolution gets a native kernel (codegen/cpu/conv.py: small ones and
+    depthwise ones) rather than the runtime's BLAS paths."""
+    from .conv import wants_native  # (conv.py builds on thunk_kernels, which imports this)
+
+    return wants_native(c)
+
+
+def _kernel_step(composite: Composite, c: Instruction, operands, out, symbol: str) -> None:
+    """A kernel computing contraction `c` alone, from its operands' buffers into `out`."""
+    comp = Computation(f"{symbol}.computation", is_fusion=True)
+    params = [comp.add(Instruction(Opcode.PARAMETER, o.shape, name=f"{symbol}.p{k}",
+                                   attrs=Attrs(parameter_number=k)))
+              for k, o in enumerate(c.operands)]
+    comp.root = comp.add(Instruction(c.opcode, c.shape, params, name=c.name, called=c.called,
+                                     attrs=c.attrs))
+    composite.specs.append(KernelSpec.for_computation(comp, symbol))
+    buffers = [list(ref) for ref in operands] + [list(out)]
+    composite.steps.append({"kind": "kernel", "symbol": symbol, "buffers": buffers})
 
 
 def _contraction_step(c: Instruction, operands, out) -> dict:
