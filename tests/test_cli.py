@@ -95,7 +95,7 @@ def test_output_and_report(bundle, tmp_path):
 def test_profile_and_reference(bundle):
     r = hlo_run(bundle, "--inputs", SAMPLES / f"{SAMPLE}.inputs.npz", "--profile", "--reference")
     assert r.exit_code == 0, r.output
-    assert "total ms" in r.output and "dot" in r.output
+    assert "total ms" in r.output and "fusion" in r.output
 
 
 def test_deterministic_bundles(tmp_path):

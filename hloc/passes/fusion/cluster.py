@@ -12,7 +12,9 @@ outside keeps the original) is final. Each member carries two facts for the cost
 Duplication is limited to cheap producers that drag at most `duplicate` instructions along (a
 copy's cheap operands are copied too, since the original keeps reading them), so a copy never
 drags a whole subgraph with it: without that bound, kernels cut by the size limit would each
-recompute the shared part of a wide DAG (Threefry rounds, say).
+recompute the shared part of a wide DAG (Threefry rounds, say). Nor is a producer duplicated
+when it is stored anyway and reads more than it writes (`copy_only_costs`): the copy would
+keep its operands alive next to its own buffer (an LSTM cell's gates next to its state).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...ir import Instruction, Opcode
-from .cost import identity_indexed, is_expensive, producer_class, reuses_operand
+from .cost import can_root_fusion, identity_indexed, is_expensive, producer_class, reuses_operand
 
 Op = Opcode
 
@@ -112,12 +114,26 @@ def duplicable(instr: Instruction, budget: int) -> bool:
     return budget > 0 and not is_expensive(instr) and duplication_cost(instr, budget) <= budget
 
 
+def copy_only_costs(instr: Instruction) -> bool:
+    """Duplicating `instr` into a kernel would only cost: it gets a buffer anyway (it is its
+    computation's root, or a user can never read it through a fused copy: a tuple, a dot or
+    convolution operand, a dynamic-update-slice, ...) and it reads more bytes than it writes,
+    so the copy reads more than the kernel reading its buffer would and keeps those operands
+    alive longer. XLA's fusion likewise duplicates such a producer only when it can fuse into
+    every user."""
+    operand_bytes = sum(o.shape.byte_size for o in dict.fromkeys(instr.operands))
+    if operand_bytes <= instr.shape.byte_size:
+        return False
+    return instr.is_root or any(producer_class(u) in (None, "contraction")
+                                and not can_root_fusion(u) for u in instr.users)
+
+
 def _elementwise(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:
     if reused and is_expensive(producer):
         return False
     if c.will_move(producer):
         return True
-    return duplicable(producer, c.limits.duplicate)
+    return duplicable(producer, c.limits.duplicate) and not copy_only_costs(producer)
 
 
 def _constant(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:

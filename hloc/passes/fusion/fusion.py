@@ -28,8 +28,10 @@ class FusionPass(Pass):
     the elementwise epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce
     joins the elementwise op that alone reads it (XLA CPU style).
 
-    Producers whose other users stay outside are duplicated only when cheap and when the copy
-    drags at most `duplicate` instructions along (0: never duplicate).
+    Producers whose other users stay outside are duplicated only when cheap, when the copy
+    drags at most `duplicate` instructions along (0: never duplicate), and not when the
+    producer gets a buffer anyway (a root, or read by a tuple, a dot, ...) while reading more
+    bytes than it writes: consumers then read its buffer.
 
     Assumes: a valid module (layouts need not be assigned). Guarantees: the module computes the
     same values; expensive producers (transcendentals, divides, reductions, dots) are never

@@ -1,12 +1,15 @@
-"""Algebraic-simplifier rules for dynamic slicing, dot and reduce."""
+"""Algebraic-simplifier rules for dynamic slicing, dot, convolution and reduce."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import ml_dtypes
+import numpy as np
 
 from ...ir import Instruction, Opcode, Shape, SliceDim
+from ...ir.attrs import Window
 from ..rewrite import P, RuleTable, new, splat_value
 
 Op = Opcode
@@ -90,6 +93,41 @@ def dot_degenerate(instr):
     rb = new(Op.BROADCAST, out, [right],
              dimensions=tuple(range(nb)) + tuple(range(n_left, out.rank)))
     return new(Op.MULTIPLY, out, [lb, rb])
+
+
+# ---- convolution ----------------------------------------------------------------------------
+def _folds_into_window(conv: Instruction) -> bool:
+    """conv's input is a pad with (bitwise) zero that only grows spatial dimensions, none base-dilated:
+    the convolution's own zero padding can do it (XLA's FoldConvInputPad)."""
+    pad, window, dn = conv.operands[0], conv.attrs.window, conv.attrs.conv_dnums
+    if pad.opcode != Op.PAD or window is None or dn is None:
+        return False
+    value = splat_value(pad.operands[1])
+    if value is None or np.asarray(value).reshape(1).view(np.uint8).any():
+        return False  # not all-zero bits: a -0.0 pad could leave -0.0 where padding gives +0.0
+    spatial = dict(zip(dn.input_spatial_dimensions, window.dims, strict=True))
+    for d, p in enumerate(pad.attrs.padding):
+        wd = spatial.get(d)
+        if p.interior or p.low < 0 or p.high < 0 or (wd is None and (p.low or p.high)):
+            return False
+        if wd is not None and (wd.base_dilation != 1 or wd.padding_low < 0 or wd.padding_high < 0):
+            return False
+    return True
+
+
+@rule(P(Op.CONVOLUTION, where=_folds_into_window))
+def convolution_pad_input(instr):
+    """convolution(pad(x, 0), w) → convolution(x, w), the pad added to the window's padding.
+    The padded input is never materialized (in MobileNet-style stride-2 blocks it is the
+    largest buffer of the model)."""
+    pad, kernel = instr.operands
+    dims = list(instr.attrs.window.dims)
+    for i, d in enumerate(instr.attrs.conv_dnums.input_spatial_dimensions):
+        p = pad.attrs.padding[d]
+        dims[i] = replace(dims[i], padding_low=dims[i].padding_low + p.low,
+                          padding_high=dims[i].padding_high + p.high)
+    attrs = replace(instr.attrs, window=Window(tuple(dims)))
+    return Instruction(Op.CONVOLUTION, instr.shape, [pad.operands[0], kernel], attrs=attrs)
 
 
 # ---- reduce ----------------------------------------------------------------------------------
