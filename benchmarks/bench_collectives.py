@@ -5,14 +5,13 @@ Launches itself under the environment's mpiexec with 2 and 4 ranks. Each rank ti
 user writing MPI by hand gets) and `MpiCommunicator.all_reduce` / `all_gather` (what a
 collective runs through in hloc: nonblocking, polled without spinning, with a timeout) into
 the same output buffers (as a collective thunk passes its result buffers as `out=`), the two
-alternating so load drifts hit both alike. Rank 0 prints the median bus bandwidth
-(bytes x 2(n-1)/n / time for all-reduce, bytes x (n-1)/n for all-gather, per rank) and the
-ratio hloc / raw (target >= 0.9). With more ranks than cores MPICH's blocking calls spin
-and can take seconds each; a case then stops after CASE_S seconds. HLOC_BENCH_RANKS=2,4 and HLOC_BENCH_MIB=4,64 pick the cases.
-
-TODO(issue 13, phase 2b): the data-parallel training-step scaling benchmark (1, 2 and 4
-ranks, time per step and efficiency) needs CPU collective thunks; add it here once
-`samples/spmd/dp_train_step` compiles for --target cpu.
+alternating (raw first on even repetitions, hloc first on odd ones) so load drifts hit both
+alike. Rank 0 prints the median bus bandwidth (bytes x 2(n-1)/n / time for all-reduce,
+bytes x (n-1)/n for all-gather, per rank), the ratio hloc / raw of the medians (target >=
+0.9) and the median of the per-repetition ratios ("paired", steadier on a busy machine). With more ranks than cores MPICH's blocking calls spin
+and can take seconds each; a case then stops after CASE_S seconds. HLOC_BENCH_RANKS=2,4 and
+HLOC_BENCH_MIB=4,64 pick the cases. The data-parallel training step's scaling over 1, 2 and
+4 ranks is bench_scaling.py.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import numpy as np
 
 SIZES_MIB = tuple(int(v) for v in os.environ.get("HLOC_BENCH_MIB", "4,64").split(","))
 RANKS = tuple(int(v) for v in os.environ.get("HLOC_BENCH_RANKS", "2,4").split(","))
-REPS = {4: 15, 64: 3}
+REPS = {4: 40, 64: 5}
 CASE_S = 20.0
 
 
@@ -69,27 +68,29 @@ def worker() -> None:
         x = np.random.default_rng(world.Get_rank()).standard_normal(mib << 18).astype(np.float32)
         for name, (raw, ours, factor) in _cases(MPI, world, comm, x).items():
             raw(), ours()  # warm-up: connections, sub-communicators, page faults
-            t_raw, t_ours = [], []
-            for _ in range(REPS[mib]):
+            t_raw: list[float] = []
+            t_ours: list[float] = []
+            for rep in range(REPS[mib]):
                 # Blocking MPI spins; with more ranks than cores one op can take seconds:
                 # stop the case after CASE_S (rank 0 decides, every rank follows).
                 if world.bcast(sum(t_raw) + sum(t_ours) > CASE_S, root=0):
                     break
-                world.Barrier()
-                t_raw += _time(raw, 1)
-                world.Barrier()
-                t_ours += _time(ours, 1)
+                for fn, times in [(raw, t_raw), (ours, t_ours)][::1 if rep % 2 == 0 else -1]:
+                    world.Barrier()
+                    times += _time(fn, 1)
             r, o = statistics.median(t_raw), statistics.median(t_ours)
+            paired = statistics.median(a / b for a, b in zip(t_raw, t_ours, strict=True))
             if world.Get_rank() == 0:  # each row as it is measured
                 moved, n = x.nbytes * factor, world.Get_size()
                 print(f"{name:<11} {mib:>4} MiB {n:>5}  {r * 1e3:>9.2f} {moved / r / 1e9:>8.2f}"
-                      f"  {o * 1e3:>9.2f} {moved / o / 1e9:>8.2f}  {r / o:>6.2f}", flush=True)
+                      f"  {o * 1e3:>9.2f} {moved / o / 1e9:>8.2f}  {r / o:>6.2f}  {paired:>6.2f}",
+                      flush=True)
 
 
 def main() -> int:
     from hloc.cli.launch import _command
 
-    print("collective  size      ranks  raw ms    raw GB/s  hloc ms   hloc GB/s  hloc/raw")
+    print("collective  size      ranks  raw ms    raw GB/s  hloc ms   hloc GB/s  hloc/raw  paired")
     status = 0
     for n in RANKS:
         cmd, env = _command(n, [])

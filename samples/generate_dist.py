@@ -6,18 +6,21 @@ Run with JAX on forced host devices (JAX is a dev-only dependency):
     ... samples/generate_dist.py --only dp_train_step      # one sample
     ... samples/generate_dist.py --list
 
-For every sample NAME it writes into ``samples/spmd/``:
+For every sample NAME it writes into ``samples/spmd/`` (the benchmark-size ``dp_scaling_nN``
+steps into ``benchmarks/cases/spmd/``, where the sample tests do not run them):
 
   NAME.pb            the UNPARTITIONED module JAX lowers (Shardy ``xla.sdy.*`` attributes,
                      global shapes): what hloc must refuse, pointing at the files below
   NAME.opt.pb        XLA:CPU's optimized module (``compiled.runtime_executable().hlo_modules()[0]``):
   NAME.opt.hlo       per-device shapes, collectives; as HloModuleProto and as text
   NAME.spmd.pb       the HloProto XLA dumps right after the ``spmd-partitioning`` pass
+                     (none for a one-device module: XLA does not partition it)
   NAME.inputs.npz    arg0, arg1, ...: the GLOBAL arrays the JAX user passed
   NAME.expected.npz  out0, out1, ...: XLA's GLOBAL outputs (the assembled jax.Array values)
   NAME.json          devices, device ids, mesh, each parameter's and output's sharding, tolerance
 
-Determinism: inputs come from ``numpy.random.default_rng(crc32(name))``; each sample runs in a
+Determinism: inputs come from ``numpy.random.default_rng(crc32(seed))`` (seed: the name, or the
+family's name for samples sharing inputs); each sample runs in a
 fresh subprocess (module id 0) with checkout-independent source locations, as generate.py does.
 """
 
@@ -37,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+BENCH_DIR = HERE.parent / "benchmarks" / "cases" / "spmd"
 sys.path.insert(0, str(HERE))
 from generate import configure_jax, dump_json, save_npz, xla_dtype_name  # noqa: E402
 
@@ -49,6 +53,8 @@ class DistSample:
     build: object  # (rng, jax devices) -> (jitted fn, global numpy args)
     rtol: float = 1e-5
     atol: float = 1e-5
+    seed: str = ""  # default: the name
+    out_dir: Path = HERE / "spmd"  # where it is written unless --out says otherwise
 
 
 DIST: dict[str, DistSample] = {}
@@ -131,15 +137,15 @@ def _jit_sharded_matmul(rng, devs):
                     rng.standard_normal((8, 6), np.float32))
 
 
-@dist_sample("dp_train_step", "data-parallel MLP training step on 4 devices: batch sharded, params "
-             "replicated, gradient all-reduce, SGD update", 4, rtol=1e-4, atol=1e-5)
-def _dp_train_step(rng, devs):
+def _dp_step(rng, devs, n: int, batch: int, d_in: int, hidden: int, d_out: int):
+    """An MLP's SGD step, data-parallel over `n` devices: batch sharded, params replicated,
+    gradients all-reduced (by the partitioner)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-    mesh = _mesh(devs[:4], (4,), ("data",))
-    rep, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    mesh = _mesh(devs[:n], (n,), ("data",))
+    rep, batched = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
 
     def loss(p, x, y):
         h = jnp.tanh(x @ p["w1"] + p["b1"])
@@ -149,12 +155,36 @@ def _dp_train_step(rng, devs):
         value, grads = jax.value_and_grad(loss)(p, x, y)
         return jax.tree_util.tree_map(lambda a, g: a - 0.1 * g, p, grads), value
 
-    params = {"b1": np.zeros(16, np.float32),
-              "w1": (rng.standard_normal((8, 16)) * 0.3).astype(np.float32),
-              "w2": (rng.standard_normal((16, 4)) * 0.3).astype(np.float32)}
-    jitted = jax.jit(step, in_shardings=(rep, batch, batch), out_shardings=(rep, rep))
-    return jitted, (params, rng.standard_normal((16, 8), np.float32),
-                    rng.standard_normal((16, 4), np.float32))
+    params = {"b1": np.zeros(hidden, np.float32),
+              "w1": (rng.standard_normal((d_in, hidden)) * 0.3).astype(np.float32),
+              "w2": (rng.standard_normal((hidden, d_out)) * 0.3).astype(np.float32)}
+    jitted = jax.jit(step, in_shardings=(rep, batched, batched), out_shardings=(rep, rep))
+    return jitted, (params, rng.standard_normal((batch, d_in), np.float32),
+                    rng.standard_normal((batch, d_out), np.float32))
+
+
+@dist_sample("dp_train_step", "data-parallel MLP training step on 4 devices: batch sharded, params "
+             "replicated, gradient all-reduce, SGD update", 4, rtol=1e-4, atol=1e-5)
+def _dp_train_step(rng, devs):
+    return _dp_step(rng, devs, 4, batch=16, d_in=8, hidden=16, d_out=4)
+
+
+# The scaling benchmark's inputs (benchmarks/bench_scaling.py): the same step at a size that
+# takes milliseconds (global batch 1024, MLP 64-512-8: about 0.25 GFLOP a step) on 1, 2 and
+# 4 devices, with the same global inputs (strong scaling: a fixed global batch).
+DP_SCALING = {"batch": 1024, "d_in": 64, "hidden": 512, "d_out": 8}
+
+
+def _dp_scaling(n: int):
+    def build(rng, devs):
+        return _dp_step(rng, devs, n, **DP_SCALING)
+    return build
+
+
+for _n in (1, 2, 4):
+    dist_sample(f"dp_scaling_n{_n}", f"the dp_train_step MLP at benchmark size (global batch "
+                f"{DP_SCALING['batch']}, 64-512-8) on {_n} device(s)", _n, rtol=1e-4, atol=1e-5,
+                seed="dp_scaling", out_dir=BENCH_DIR)(_dp_scaling(_n))
 
 
 @dist_sample("mesh2d_transformer", "2-D mesh (data=2 x model=2) transformer layer: attention "
@@ -195,10 +225,10 @@ def _sharding_text(sharding, ndim: int) -> str:
     return str(sharding._to_xla_hlo_sharding(ndim))
 
 
-def _spmd_dump(dump_dir: str) -> bytes:
+def _spmd_dump(dump_dir: str, devices: int) -> bytes | None:
     found = sorted(glob.glob(os.path.join(dump_dir, "*after_spmd-partitioning*.pb")))
-    assert found, f"no spmd-partitioning dump in {dump_dir}"
-    return Path(found[0]).read_bytes()
+    assert found or devices == 1, f"no spmd-partitioning dump in {dump_dir}"
+    return Path(found[0]).read_bytes() if found else None
 
 
 def _describe(a, sharding) -> dict:
@@ -206,12 +236,13 @@ def _describe(a, sharding) -> dict:
             "sharding": _sharding_text(sharding, a.ndim)}
 
 
-def run_worker(name: str, out_root: Path, dump_dir: str) -> None:
+def run_worker(name: str, out_root: Path | None, dump_dir: str) -> None:
     s = DIST[name]
     jax = configure_jax(False)
     devs = jax.devices()
     assert len(devs) >= 4, "set XLA_FLAGS=--xla_force_host_platform_device_count=4"
-    jitted, args = s.build(np.random.default_rng(zlib.crc32(name.encode()) & 0x7FFFFFFF), devs)
+    seed = zlib.crc32((s.seed or name).encode()) & 0x7FFFFFFF
+    jitted, args = s.build(np.random.default_rng(seed), devs)
     leaves = jax.tree_util.tree_leaves(args)
     lowered = jitted.lower(*args)
     compiled = lowered.compile()
@@ -219,12 +250,14 @@ def run_worker(name: str, out_root: Path, dump_dir: str) -> None:
     outs = [np.asarray(o) for o in jax.tree_util.tree_leaves(compiled(*args))]
     in_sh = jax.tree_util.tree_leaves(compiled.input_shardings[0])
     out_sh = jax.tree_util.tree_leaves(compiled.output_shardings)
-    base = out_root / name
+    base = (out_root or s.out_dir) / name
     base.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{base}.pb").write_bytes(lowered.compiler_ir("hlo").as_serialized_hlo_module_proto())
     Path(f"{base}.opt.pb").write_bytes(opt.as_serialized_hlo_module_proto())
     Path(f"{base}.opt.hlo").write_text(opt.to_string())
-    Path(f"{base}.spmd.pb").write_bytes(_spmd_dump(dump_dir))
+    spmd = _spmd_dump(dump_dir, s.devices)
+    if spmd is not None:
+        Path(f"{base}.spmd.pb").write_bytes(spmd)
     save_npz(Path(f"{base}.inputs.npz"), {f"arg{i}": a for i, a in enumerate(leaves)})
     save_npz(Path(f"{base}.expected.npz"), {f"out{i}": a for i, a in enumerate(outs)})
     meta = {
@@ -240,18 +273,20 @@ def run_worker(name: str, out_root: Path, dump_dir: str) -> None:
     Path(f"{base}.json").write_text(dump_json(meta))
 
 
-def _spawn(name: str, out_root: Path) -> int:
+def _spawn(name: str, out_root: str | None) -> int:
     with tempfile.TemporaryDirectory() as dump:
         flags = (f"--xla_force_host_platform_device_count=4 --xla_dump_to={dump} "
                  "--xla_dump_hlo_pass_re=spmd-partitioning --xla_dump_hlo_as_proto")
         env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-        cmd = [sys.executable, __file__, "--worker", name, "--out", str(out_root), "--dump", dump]
+        cmd = [sys.executable, __file__, "--worker", name, "--dump", dump,
+               *(["--out", out_root] if out_root else [])]
         return subprocess.run(cmd, env=env).returncode
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(HERE / "spmd"))
+    ap.add_argument("--out", help="write every sample here (default: samples/spmd, "
+                    "benchmarks/cases/spmd for the benchmark's)")
     ap.add_argument("--only", action="append")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker")
@@ -261,9 +296,9 @@ def main(argv=None) -> int:
         print("\n".join(DIST))
         return 0
     if a.worker:
-        run_worker(a.worker, Path(a.out), a.dump)
+        run_worker(a.worker, Path(a.out) if a.out else None, a.dump)
         return 0
-    failed = [n for n in (a.only or list(DIST)) if _spawn(n, Path(a.out)) != 0]
+    failed = [n for n in (a.only or list(DIST)) if _spawn(n, a.out) != 0]
     for n in a.only or list(DIST):
         print(f"[generate_dist] {n}: {'FAILED' if n in failed else 'ok'}", flush=True)
     return 1 if failed else 0

@@ -459,3 +459,20 @@ def test_native_driver_runs_loops_and_branches(flag, tmp_path):
     want = interpret(LOOPS, args)
     assert_close(exe.run(args), want)
     assert_close(exe.run_profiled(args)[0], want)
+
+
+def test_a_one_thread_pool_runs_big_products_on_one_blas_thread(monkeypatch):
+    """HLOC_CPU_THREADS=1 (one thread per MPI rank) must not leave a big product to OpenBLAS'
+    own threads, which spin on the cores the other ranks use."""
+    from types import SimpleNamespace
+
+    from hloc.runtime.cpu import blas
+
+    threads: list[int] = []
+    monkeypatch.setattr(blas, "_setter", lambda: lambda n: threads.append(n) or 2)
+    monkeypatch.setattr(parallel, "pool", lambda: SimpleNamespace(threads=1))
+    a, b, out = np.ones((64, 32)), np.ones((32, 48)), np.zeros((64, 48))  # f64: BLAS, not gemm.py
+    run = blas.product_runner(*(SimpleNamespace(a=x) for x in (a, b, out)), None, 64, 48,
+                              10 * blas.SINGLE_THREAD_FLOPS)
+    run()
+    assert threads == [1, 2] and (out == 32).all()  # one thread for the call, then restored

@@ -67,6 +67,22 @@ def test_unpartitioned_module_is_refused(name):
         run_spmd(module, _sample(name)[1])
 
 
+@pytest.mark.parametrize("mesh,refused", [('"data"=1', False), ('"data"=1, "model"=1', False),
+                                         ('"data"=4', True), ('"data"=1, "model"=2', True)])
+def test_a_one_device_shardy_mesh_needs_no_partitioning(mesh, refused):
+    """XLA leaves a one-device module unpartitioned, with its mesh attribute: it runs as is."""
+    from hloc.collectives import unpartitioned_reason
+
+    module = parse_module(f"""HloModule m, frontend_attributes={{xla.sdy.meshes={{mesh = #sdy.mesh<[{mesh}]>}}}}
+
+ENTRY e {{
+  p = f32[8] parameter(0)
+  ROOT n = f32[8] negate(p)
+}}
+""")
+    assert (unpartitioned_reason(module) is not None) == refused
+
+
 def test_sharding_annotations_on_global_shapes_are_refused_but_partitioned_modules_pass():
     text = """HloModule m, num_partitions=2
 

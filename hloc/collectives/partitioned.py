@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hloc.errors import InputError, UnsupportedError
 from hloc.ir import Module
 from hloc.ir.opcodes import Opcode as O
@@ -13,6 +15,9 @@ _DEVICE_OPS = frozenset({
     O.ALL_TO_ALL, O.COLLECTIVE_PERMUTE, O.COLLECTIVE_PERMUTE_START, O.COLLECTIVE_BROADCAST,
     O.PARTITION_ID, O.REPLICA_ID, O.ASYNC_START})
 
+# An axis of a Shardy mesh, `#sdy.mesh<["data"=2, "model"=2]>`: its size.
+_MESH_AXIS = re.compile(r'"[^"]*"\s*=\s*(\d+)')
+
 HOW_TO_PARTITION = (
     "pass the partitioned module instead: XLA's optimized module "
     "(jax.jit(f).lower(...).compile().runtime_executable().hlo_modules()[0]) or the dump after "
@@ -20,9 +25,17 @@ HOW_TO_PARTITION = (
     "--xla_dump_hlo_as_proto')")
 
 
+def _multi_device_mesh(module: Module) -> bool:
+    """A Shardy mesh attribute with an axis of more than one device. XLA partitions only
+    when there are several devices: a one-device module keeps its `"data"=1` mesh, and is
+    ready to run as it is."""
+    return any(int(size) > 1 for k, v in module.frontend_attributes if k.startswith("xla.sdy.")
+               for size in _MESH_AXIS.findall(v))
+
+
 def unpartitioned_reason(module: Module) -> str | None:
     """Why `module` still needs SPMD partitioning, or None when it is ready to run."""
-    if any(k.startswith("xla.sdy.") for k, _ in module.frontend_attributes):
+    if _multi_device_mesh(module):
         return "it carries a Shardy mesh (xla.sdy.meshes)"
     instrs = [i for c in module.computations for i in c.instructions]
     for i in instrs:

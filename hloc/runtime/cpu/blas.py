@@ -131,14 +131,17 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     if native is not None:
         return _native_runner(native, (ca, cb, co), batch or 1, m, n, flops)
     matmul, setter, pool = np.matmul, _setter(), parallel.pool()
-    if setter is None or (flops >= SINGLE_THREAD_FLOPS and pool.threads == 1):
+    if setter is None:
         return lambda: matmul(ca.a, cb.a, out=co.a)
-    if flops < SINGLE_THREAD_FLOPS:
-        def small() -> None:
+    if flops < SINGLE_THREAD_FLOPS or pool.threads == 1:
+        # A pool of one thread (HLOC_CPU_THREADS=1, e.g. one per MPI rank) means one BLAS
+        # thread too: OpenBLAS' own threads spun on the cores the other ranks use (an MLP
+        # step of 0.25 GFLOP took 140 ms instead of 15 ms on a busy 2-core machine).
+        def single() -> None:
             previous = setter(1)
             matmul(ca.a, cb.a, out=co.a)
             setter(previous)
-        return small
+        return single
     pieces = _chunks(batch, m, n, pool.threads * parallel.CHUNKS_PER_THREAD)
 
     def piece(sa, sb, so) -> None:
