@@ -200,3 +200,41 @@ ENTRY e {
     a = np.arange(8, dtype=np.float32)
     got = check_hlo(text, [a, np.array(2**64 - 1, np.uint64)])
     assert got[0].tolist() == [5.0, 6.0, 7.0]
+
+
+TILED_TRANSPOSES = {
+    # 2-D, sizes that are no multiple of the tile.
+    "matrix": """HloModule t
+ENTRY e {
+  x = f32[70,45]{1,0} parameter(0)
+  ROOT t = f32[45,70]{1,0} transpose(x), dimensions={1,0}
+}""",
+    # Batched, with the minor dims swapped, of a fused elementwise op.
+    "batched": """HloModule t
+ENTRY e {
+  x = f32[3,40,33]{2,1,0} parameter(0)
+  n = f32[3,40,33]{2,1,0} negate(x)
+  ROOT t = f32[3,33,40]{2,1,0} transpose(n), dimensions={0,2,1}
+}""",
+    # The input's contiguous dimension lands in the middle of the output.
+    "rank3": """HloModule t
+ENTRY e {
+  x = s32[9,17,36]{2,1,0} parameter(0)
+  ROOT t = s32[36,9,17]{2,1,0} transpose(x), dimensions={2,0,1}
+}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TILED_TRANSPOSES))
+def test_transposes_of_the_contiguous_dimension_run_in_tiles(name):
+    from hloc.codegen.cpu.transpose import TILE
+    from tests.support.kernels import Compiled, entry_spec, parse_module
+
+    text = TILED_TRANSPOSES[name]
+    spec = entry_spec(parse_module(text))
+    info = Compiled([spec]).emitted.metadata.kernels[spec.name]
+    dims = spec.output_shapes[0].dims
+    assert info.segments == ("transpose",)
+    tiles = (-(-dims[-1] // TILE)) * (-(-max(dims[:-1]) // TILE))
+    assert info.parallel_extent % tiles == 0
+    check_hlo(text, chunks=3)

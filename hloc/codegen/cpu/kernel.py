@@ -54,7 +54,7 @@ class Segment:
 # registered with `@special_segment(Opcode.X)` by the modules listed here.
 SPECIAL_SEGMENTS: Registry[Opcode, Callable] = Registry("CPU kernel segment", modules=tuple(
     f"hloc.codegen.cpu.{name}" for name in (
-        "conv", "dot", "fft", "inplace", "reduce", "selscatter", "sort", "topk")))
+        "conv", "dot", "fft", "inplace", "reduce", "selscatter", "sort", "topk", "transpose")))
 special_segment = SPECIAL_SEGMENTS.register
 
 
