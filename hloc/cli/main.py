@@ -138,11 +138,11 @@ class _Progress:
 
 
 def _dump_options(dump_dir, dump_after, dump_format):
-    from ..dump import DumpOptions
-
     directory = dump_dir or os.environ.get("HLOC_DUMP_DIR")
     if not directory:
         return None
+    from ..dump import DumpOptions
+
     return DumpOptions(directory, dump_after, DumpOptions.parse_formats(dump_format))
 
 
