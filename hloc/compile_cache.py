@@ -10,6 +10,11 @@ HLOC_CACHE_DIR=off disables both caches). The directory must be this user's and 
 object cache's `private_cache_dir()`: created 0700, refused if another user owns it or others
 can write it).
 
+Beside the entries, `<file key>.alias` (`lookup_alias`/`store_alias`) maps the key of a model
+file's bytes (`hloc.cached_compile.file_key`) to the key its module compiles under and the
+file's input form, so that a file compiled before is found without loading it. An alias is
+sealed and stored like an entry (a manifest of {"key", "form"} and no members).
+
 Entry layout::
 
     MAGIC (8 bytes) | seal (32 bytes) | body
@@ -138,6 +143,36 @@ def write_file(path: str, data: bytes | str) -> None:
         atomic_write(path, data)
     except OSError as e:
         log.debug("cannot write the compile cache file %s: %s", path, e)
+
+
+def _alias_path(file_key: str) -> str | None:
+    directory = _entry_dir()
+    return None if directory is None else os.path.join(directory, f"{file_key}.alias")
+
+
+def lookup_alias(file_key: str) -> tuple[str, str] | None:
+    """(key, input form) recorded for a model file's key, or None."""
+    path = _alias_path(file_key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            entry = decode_entry(f.read(), _mac_seal(path))
+    except OSError:
+        return None
+    record = entry[0] if entry is not None else {}
+    key, form = record.get("key"), record.get("form")
+    return (key, form) if isinstance(key, str) and isinstance(form, str) else None
+
+
+def store_alias(file_key: str, key: str, form: str) -> None:
+    """Record that the model file with `file_key` compiles under `key` and has `form`."""
+    path = _alias_path(file_key)
+    if path is None:
+        return
+    blob = encode_entry({"key": key, "form": form}, {}, _mac_seal(path))
+    if blob is not None:
+        write_file(path, blob)
 
 
 def store(key: str, manifest: dict, members: dict[str, bytes]) -> None:

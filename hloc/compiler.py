@@ -11,10 +11,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .dump import DumpManager, DumpOptions
 from .errors import InputError
-from .ir import Module
+
+if TYPE_CHECKING:  # imported where used: a compile-cache hit needs neither
+    from .dump import DumpManager, DumpOptions
+    from .ir import Module
 
 log = logging.getLogger("hloc.compiler")
 
@@ -203,9 +206,9 @@ def compile_module(module: Module, options: CompileOptions, *, source=None,
     return result
 
 
-def input_section(data: bytes, loaded, module_name: str) -> dict:
+def input_section(data: bytes, form: str, module_name: str) -> dict:
     """The manifest's `input`: the model file's digest and form, and the module's name."""
-    return {"sha256": hashlib.sha256(data).hexdigest(), "form": loaded.form,
+    return {"sha256": hashlib.sha256(data).hexdigest(), "form": form,
             "module_name": module_name}
 
 
@@ -227,6 +230,7 @@ def compile_model(path: str, options: CompileOptions, *, dump_options: DumpOptio
     twice."""
     from .bundle.assemble import Source
     from .collectives import check_partitioned
+    from .dump import DumpManager
     from .frontend import load_bytes
     from .ir.verifier import verify
 

@@ -12,10 +12,13 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import InputError
-from .ir import Module
 from .util.fs import atomic_write
+
+if TYPE_CHECKING:
+    from .ir import Module
 
 FORMATS = ("text", "proto", "dot")
 

@@ -235,9 +235,11 @@ def test_packaged_schema_path_resolves():
 
 def test_schema_dtype_enum_matches_ir():
     from hloc.bundle.manifest import DTYPE_NAMES
+    from hloc.ir import dtypes
 
     schema = json.loads(SCHEMA.read_text())
     assert schema["$defs"]["dtype"]["enum"] == list(DTYPE_NAMES)
+    assert DTYPE_NAMES == tuple(d.name for d in dtypes._TABLE if d.np_dtype is not None)
 
 
 def _stored_manifest(tmp_path) -> dict:

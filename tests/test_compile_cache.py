@@ -101,6 +101,83 @@ def test_key_follows_module_flags_target_and_compiler(monkeypatch):
     assert len({base, *others.values()}) == len(others) + 1, others
 
 
+def aliases(cache) -> list:
+    return sorted((cache / "bundles").glob("*.alias"))
+
+
+def test_file_compiled_before_hits_without_loading_it(tmp_path, cache, monkeypatch):
+    assert hloc("compile", MLP, "-o", tmp_path / "a.bundle").exit_code == 0
+    assert len(aliases(cache)) == 1
+    forbid_compiling(monkeypatch)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("loaded the model although its file key is in the cache")
+
+    monkeypatch.setattr("hloc.frontend.load_bytes", fail)
+    assert hloc("compile", MLP, "-o", tmp_path / "b.bundle").exit_code == 0
+    assert (tmp_path / "b.bundle").read_bytes() == (tmp_path / "a.bundle").read_bytes()
+
+
+def test_alias_without_its_entry_or_forged_is_not_used(tmp_path, cache):
+    assert hloc("compile", MLP, "-o", tmp_path / "a.bundle").exit_code == 0
+    [entry], [alias] = entries(cache), aliases(cache)
+    entry.unlink()  # the alias now leads nowhere: the file is compiled and stored again
+    assert hloc("compile", MLP, "-o", tmp_path / "b.bundle").exit_code == 0
+    assert entries(cache) == [entry]
+    fast = alias.name.removesuffix(".alias")
+    assert compile_cache.lookup_alias(fast) == (entry.name.removesuffix(".entry"), "HloModuleProto")
+    # Re-sealed with the unkeyed digest (pointing elsewhere), as another user could do.
+    alias.write_bytes(compile_cache.encode_entry({"key": "1" * 64, "form": "text"}, {}))
+    assert compile_cache.lookup_alias(fast) is None
+    assert hloc("compile", MLP, "-o", tmp_path / "c.bundle").exit_code == 0
+    assert (tmp_path / "c.bundle").read_bytes() == (tmp_path / "a.bundle").read_bytes()
+
+
+def test_file_key_follows_bytes_flags_host_and_toolchain(tmp_path, monkeypatch):
+    data = MLP.read_bytes()
+    base = cached_compile.file_key(data, CompileOptions())
+    assert base is not None and base == cached_compile.file_key(data, CompileOptions())
+    others = {
+        "bytes": cached_compile.file_key(data + b" ", CompileOptions()),
+        "opt level": cached_compile.file_key(data, CompileOptions(opt_level=1)),
+        "cpu": cached_compile.file_key(data, CompileOptions(cpu="x86-64-v2")),
+        "target": cached_compile.file_key(data, CompileOptions(target="interpreter")),
+    }
+    pipeline = tmp_path / "p.json"
+    pipeline.write_text('{"passes": []}')
+    others["pipeline"] = cached_compile.file_key(data, CompileOptions(pipeline_file=str(pipeline)))
+    monkeypatch.setattr(cached_compile, "_host_stamp", lambda: "another cpu")
+    others["host"] = cached_compile.file_key(data, CompileOptions())
+    monkeypatch.setattr(cached_compile, "_llvm_library", lambda: "another llvm")
+    others["llvm"] = cached_compile.file_key(data, CompileOptions())
+    monkeypatch.setattr(cached_compile, "__version__", "99.0")
+    others["version"] = cached_compile.file_key(data, CompileOptions())
+    assert len({base, *others.values()}) == len(others) + 1, others
+    assert cached_compile.file_key(data, CompileOptions(target="cuda")) is None
+    monkeypatch.setattr(cached_compile, "_host_stamp", lambda: None)
+    assert cached_compile.file_key(data, CompileOptions()) is None
+
+
+def test_toolchain_stamp_reads_the_installed_versions():
+    import google.protobuf
+    import llvmlite
+    import numpy
+
+    stamp = cached_compile._toolchain_stamp("cpu")
+    assert stamp is not None
+    for version in (numpy.__version__, google.protobuf.__version__, llvmlite.__version__):
+        assert any(version in part for part in stamp), (version, stamp)
+
+
+def test_without_a_file_key_hits_by_the_canonical_key(tmp_path, cache, monkeypatch):
+    monkeypatch.setattr(cached_compile, "_host_stamp", lambda: None)
+    assert hloc("compile", MLP, "-o", tmp_path / "a.bundle").exit_code == 0
+    assert not aliases(cache)
+    forbid_compiling(monkeypatch)
+    assert hloc("compile", MLP, "-o", tmp_path / "b.bundle").exit_code == 0
+    assert (tmp_path / "b.bundle").read_bytes() == (tmp_path / "a.bundle").read_bytes()
+
+
 def test_inspect_shows_the_key(tmp_path, cache):
     assert hloc("compile", MLP, "-o", tmp_path / "a.bundle").exit_code == 0
     summary = json.loads(hloc("inspect", "--json", tmp_path / "a.bundle").output)
@@ -206,12 +283,16 @@ def under(modules: set[str], *prefixes: str) -> list[str]:
 
 def test_import_budget(tmp_path):
     """What each command may import: --help nothing heavy; a CPU compile no runtime, no CUDA
-    code generator, no text parser for a proto, no jsonschema; a cache hit no compiler stages."""
+    code generator or GPU thunk kinds, no text parser for a proto, no jsonschema; a cache hit of a file compiled
+    before neither the compiler nor the IR, NumPy, protobuf or llvmlite (it is found by the
+    file's bytes)."""
     env = {"HLOC_CACHE_DIR": str(tmp_path / "cache")}
     assert not under(imported_by("compile", "--help", env=env),
                      "numpy", "llvmlite", "google", "jsonschema", "hloc.ir", "hloc.compiler")
     miss = imported_by("compile", MLP, "-o", tmp_path / "a.bundle", env=env)
-    assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.text.parser")
+    assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.text.parser",
+                     "hloc.thunks.gpu")
     hit = imported_by("compile", MLP, "-o", tmp_path / "b.bundle", env=env)
-    assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen.cpu", "hloc.schedule",
-                     "hloc.runtime", "jsonschema")
+    assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen", "hloc.schedule",
+                     "hloc.runtime", "jsonschema", "hloc.ir", "hloc.frontend", "hloc.plan",
+                     "numpy", "ml_dtypes", "llvmlite", "google")

@@ -216,13 +216,13 @@ def test_every_kind_has_a_builder_in_every_runtime():
 
 def test_multi_device_kinds_declare_their_buffers_and_round_trip_in_both_formats():
     from hloc.thunks.collectives import Collective, DeviceId
-    from hloc.thunks.serialize import GPU_THUNKS_JSON, THUNKS_JSON
+    from hloc.thunks.serialize import THUNKS_JSON, gpu_thunks_json
 
     coll = Collective("ar", "all-gather-start", (S[0],), (S[1], S[2]))
     dev = DeviceId("p", "partition", S[3])
     assert (coll.reads(), coll.writes()) == ((S[0],), (S[1], S[2]))
     assert (dev.reads(), dev.writes()) == ((), (S[3],))
-    for fmt in (THUNKS_JSON, GPU_THUNKS_JSON):
+    for fmt in (THUNKS_JSON, gpu_thunks_json()):
         for thunk in (coll, dev):
             assert fmt.decode(json.loads(json.dumps(fmt.encode(thunk)))) == thunk
     assert THUNKS_JSON.encode(dev) == {"kind": "device-id", "name": "p", "axis": "partition",

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from ..errors import UnsupportedError
-from ..ir import dtypes
 from .format import member_name_problem
 
 TARGET_KINDS = ("cpu", "cuda", "interpreter")
 # The MODEL forms, spelled as hloc.frontend.load.FORMS spells them.
 INPUT_FORMS = ("HloModuleProto", "HloProto", "HloSnapshot", "HloModuleProtoWithConfig", "text")
-DTYPE_NAMES = tuple(d.name for d in dtypes._TABLE if d.np_dtype is not None)
+# The array element types (hloc.ir.dtypes' types with a NumPy dtype), spelled out so that
+# writing a bundle does not import the IR and NumPy (a compile-cache hit writes one);
+# tests/test_bundle_format.py checks this against hloc.ir.dtypes and the schema.
+DTYPE_NAMES = ("pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16", "u32",
+               "u64", "f16", "bf16", "f32", "f64", "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz",
+               "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4", "f4e2m1fn", "f8e8m0fnu", "c64",
+               "c128")
 
 # A check takes (value, json path, strict) and returns a problem or None.
 Check = Callable[[object, str, bool], "str | None"]
@@ -199,6 +203,8 @@ def manifest_problem(manifest: object, *, strict: bool = False) -> str | None:
 
 def schema_path() -> Path:
     """The installed copy of bundle-manifest.schema.json (package data)."""
+    from importlib import resources
+
     return Path(str(resources.files("hloc") / "schemas" / "bundle-manifest.schema.json"))
 
 

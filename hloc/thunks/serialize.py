@@ -26,15 +26,19 @@ A gemm thunk's "blas" is null or the cuBLAS form of a plain dot (gpu.BlasCall's 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..buffers.assignment import Allocation, Slice
 from ..errors import InputError
 from .base import FieldRole, Role, Thunk, ThunkKind, field_roles
-from .gpu import GPU_THUNK_KINDS, Download, GpuProgram, KernelRecipe, Upload
 from .thunks import THUNK_KINDS, StreamAssignment, ThunkProgram
+
+if TYPE_CHECKING:
+    from .gpu import GpuProgram
 
 VERSION = 1
 GPU_VERSION = 1
@@ -125,7 +129,15 @@ def _tuples(value):
 
 
 THUNKS_JSON = Format("thunks.json", "version", VERSION, THUNK_KINDS)
-GPU_THUNKS_JSON = Format("gpu_thunks.json", "gpu_thunks_version", GPU_VERSION, GPU_THUNK_KINDS)
+
+
+@functools.cache
+def gpu_thunks_json() -> Format:
+    """gpu_thunks.json's format (the GPU kinds are imported on first use: a CPU compile
+    never needs them)."""
+    from .gpu import GPU_THUNK_KINDS
+
+    return Format("gpu_thunks.json", "gpu_thunks_version", GPU_VERSION, GPU_THUNK_KINDS)
 
 
 # ---- parts both programs have -------------------------------------------------------------------
@@ -193,7 +205,7 @@ def program_from_json(data: bytes | str) -> ThunkProgram:
 def gpu_program_to_json(p: GpuProgram, resources: dict | None = None) -> bytes:
     """Deterministic JSON bytes (the bundle member gpu_thunks.json); resources: per-arch
     kernel resources from ptxas, recorded when present."""
-    fmt = GPU_THUNKS_JSON
+    fmt = gpu_thunks_json()
     d = {
         "module": p.module,
         "allocations": _allocations_to_json(p.allocations),
@@ -212,7 +224,9 @@ def gpu_program_to_json(p: GpuProgram, resources: dict | None = None) -> bytes:
 
 def gpu_program_from_json(data: bytes | str) -> tuple[GpuProgram, dict]:
     """The program and the per-arch kernel resources recorded with it."""
-    fmt = GPU_THUNKS_JSON
+    from .gpu import Download, GpuProgram, KernelRecipe, Upload
+
+    fmt = gpu_thunks_json()
     d = fmt.loads(data)
     try:
         program = GpuProgram(

@@ -4,13 +4,16 @@ inspect`). One tree printer serves both; each form has its own one-line thunk su
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..buffers.assignment import Slice
 from .base import Role, Thunk, field_roles
 from .collectives import Collective, DeviceId
-from .gpu import GemmLaunch, GpuProgram, HostCompute, Launch
 from .serialize import GPU_VERSION, VERSION
 from .thunks import Conditional, Copy, Memset, ThunkProgram, While
+
+if TYPE_CHECKING:  # the GPU kinds are imported where used: a CPU compile never needs them
+    from .gpu import GpuProgram, Launch
 
 Line = Callable[[Thunk], str]
 
@@ -89,6 +92,8 @@ def program_to_text(program: ThunkProgram) -> str:
 # ---- gpu_thunks.txt -------------------------------------------------------------------------------
 
 def _launch_line(t: Launch, resources: dict) -> str:
+    from .gpu import GemmLaunch
+
     res = resources.get(t.kernel)
     extra = (f" regs={res['registers']} smem={res['shared_bytes']}"
              f" spills={res['spill_stores']}/{res['spill_loads']}" if res else "")
@@ -102,6 +107,8 @@ def _launch_line(t: Launch, resources: dict) -> str:
 
 
 def _gpu_line(t: Thunk, resources: dict) -> str:
+    from .gpu import HostCompute, Launch
+
     if isinstance(t, Launch):
         return _launch_line(t, resources)
     if isinstance(t, Copy):

@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Callable
 
@@ -88,7 +87,7 @@ def _mac_key(directory: str) -> bytes | None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                      0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
+            f.write(os.urandom(32))
     except FileExistsError:
         pass
     except OSError as e:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
@@ -28,7 +27,7 @@ def open_exclusive_temp(target: str, what: str = "cannot write") -> tuple[str, i
     """A new temp file next to `target` (O_EXCL, O_NOFOLLOW, random name); registered for
     SIGTERM cleanup until `forget_temp`."""
     directory = os.path.dirname(os.path.abspath(target))
-    name = f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+    name = f".{os.path.basename(target)}.{os.getpid()}.{os.urandom(8).hex()}.tmp"
     tmp = os.path.join(directory, name)
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
@@ -101,7 +100,7 @@ def _open_dir(parent_fd: int, name: str, where: str) -> int:
 
 
 def _write_at(dir_fd: int, leaf: str, data: bytes) -> None:
-    tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
+    tmp = f".{leaf}.{os.urandom(8).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -31,7 +31,7 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, PrimitiveType, Shape
 from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
-from ..elemental.memory import linear_offset, row_major, store_element
+from ..elemental.memory import element_pointer, linear_offset, row_major, store_element, strides
 from ..elemental.registry import emits, generic_lowering
 from ..elemental.types import I32, ElemType, elem_type
 from .driver import DRIVER_MAX_WORK
@@ -243,13 +243,16 @@ class TileEmitter:
             max(1, VECTOR_BITS // self.cet.bits)
         self.registers = getattr(target, "vector_registers", 32)
 
-    def emit(self, lo: ir.Value, hi: ir.Value, store) -> None:
-        """Tiles [lo, hi); store(output index, accumulator value) writes each element."""
+    def emit(self, lo: ir.Value, hi: ir.Value, store, store_run=None) -> None:
+        """Tiles [lo, hi); store(output index, accumulator value) writes each element, or
+        `store_run(output index, vector)` the consecutive columns of one accumulator vector
+        starting there, if given (for outputs whose columns are contiguous)."""
         with self.ctx.loop(lo, hi, "tile") as unit:
             index, i0, j0 = self._origin(unit)
             t = self.tiling
             self._split(i0, t.rows, t.m, lambda rows: self._split(
-                j0, t.cols, t.n, lambda cols: self._tile(index, i0, j0, rows, cols, store)))
+                j0, t.cols, t.n, lambda cols: self._tile(index, i0, j0, rows, cols, store,
+                                                         store_run)))
 
     def _origin(self, unit: ir.Value):
         """The output index of a unit's outer dims and its first row and column."""
@@ -280,7 +283,7 @@ class TileEmitter:
             with rest:
                 emit(tail)
 
-    def _tile(self, index: list, i0, j0, rows: int, cols: int, store) -> None:
+    def _tile(self, index: list, i0, j0, rows: int, cols: int, store, store_run) -> None:
         ctx, b, form = self.ctx, self.ctx.builder, self.form
         row_ids = [b.add(i0, ctx.i64(r)) for r in range(rows)]
         col_ids = [b.add(j0, ctx.i64(c)) for c in range(cols)]
@@ -300,6 +303,9 @@ class TileEmitter:
         for r, row in enumerate(slots):
             for slot, chunk, vec in zip(row, chunks, vecs, strict=True):
                 acc = b.load(slot, typ=vec)
+                if store_run is not None and form.col_dim is not None:
+                    store_run(self._at(index, row_ids[r], chunk[0]), acc)
+                    continue
                 for c, col in enumerate(chunk):
                     store(self._at(index, row_ids[r], col),
                           b.extract_element(acc, ir.Constant(I32, c)))
@@ -389,7 +395,15 @@ class DotSegment(Segment):
         def store(index, value):
             store_element(kb.ctx, shape, ptr, index, convert_value(kb.ctx, tiles.cet, out_et, value))
 
-        tiles.emit(lo, hi, store)
+        def store_run(index, vector):  # the output's columns are contiguous, no conversion
+            at = element_pointer(kb.ctx, out_et, ptr, linear_offset(kb.ctx, shape, index))
+            b = kb.ctx.builder
+            b.store(vector, b.bitcast(at, vector.type.as_pointer()), align=out_et.bits // 8)
+
+        col = tiles.form.col_dim
+        whole = (out_et == tiles.cet and out_et.value_type == out_et.storage_type
+                 and col is not None and strides(shape)[col] == 1)
+        tiles.emit(lo, hi, store, store_run if whole else None)
 
 
 @emits(Opcode.DOT, target="cpu")
@@ -408,7 +422,11 @@ def dot(ctx, instr: Instruction, gens):
         return b.gep(buffer, [linear_offset(ctx, shape, index)], inbounds=True,
                      source_etype=cet.value_type)
 
+    def store_run(index, vector):  # row-major: a tile row's columns are consecutive
+        b.store(vector, b.bitcast(slot(index), vector.type.as_pointer()), align=cet.bits // 8)
+
     if tiles.tiling.extent:
-        tiles.emit(ctx.i64(0), ctx.i64(tiles.tiling.extent), lambda i, v: b.store(v, slot(i)))
+        tiles.emit(ctx.i64(0), ctx.i64(tiles.tiling.extent), lambda i, v: b.store(v, slot(i)),
+                   store_run)
     out_et = elem_type(instr.shape.element_type)
     return lambda index: convert_value(ctx, cet, out_et, b.load(slot(index), typ=cet.value_type))

@@ -1,0 +1,123 @@
+"""`hloc compile` as a whole command (a new process: Python start, imports, compile, write)
+against XLA's compile of the same module, over the samples (samples/NAME.pb).
+
+Per sample: the fastest of `--repeat` cold compiles (`--no-cache`), the fastest of as many
+compile-cache hits (the cache in a temporary directory, filled by one untimed compile, which
+also writes the bytecode), and XLA:CPU's compile of the same HloModuleProto (the fastest of
+three, in the jax venv's warm process: benchmarks/xla_worker.py via JAXENV; empty without
+one). Then geometric means, and the ratio of hloc's whole command to XLA's compile (issue
+16's goal: at most 1.5, and at most 0.25 s for a small module).
+
+    .venv/bin/python benchmarks/bench_compile.py [-k SUBSTR] [--repeat 3] [--no-xla]
+        [--root CHECKOUT]   # time another checkout's hloc (e.g. a baseline) with this script
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+
+def hloc_command(root: Path, args: list[str], env: dict) -> tuple[float, float]:
+    """(wall, CPU) seconds of one `hloc ARGS` process (run from `root`, so that its hloc is
+    the one run). CPU time (user + system, all threads) is steadier on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "hloc.cli.main", *args], cwd=root, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def fastest(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return min(w for w, _ in runs), min(c for _, c in runs)
+
+
+def time_sample(root: Path, pb: Path, tmp: Path, repeat: int) -> dict:
+    """The fastest whole-command compile without ("cold") and with ("hit") the cache, wall
+    and CPU ("cold_cpu", "hit_cpu")."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(root), HLOC_CACHE_DIR=str(tmp / "cache"))
+    out = str(tmp / f"{pb.stem}.bundle")
+    hloc_command(root, ["compile", str(pb), "-o", out], env)  # fills the cache, writes .pyc
+    cold = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache"], env)
+                    for _ in range(repeat)])
+    hit = fastest([hloc_command(root, ["compile", str(pb), "-o", out], env)
+                   for _ in range(repeat)])
+    return {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
+
+
+def xla_compile_times(jobs: list[dict], tmp: Path) -> dict[str, float]:
+    """XLA's compile time per sample (empty without a jax venv)."""
+    from bench_cpu import XlaWorker
+
+    worker = XlaWorker(tmp, 0.0)
+    times = {}
+    try:
+        for job in jobs:
+            answer = worker.run(job)
+            if "compile_s" in answer:
+                times[job["name"]] = answer["compile_s"]
+    finally:
+        worker.close()
+    return times
+
+
+def report(names: list[str], ours: dict, xla: dict) -> None:
+    from bench_cpu import geomean
+
+    print(f"{'sample':<22} {'cold s':>7} {'cpu s':>7} {'hit s':>7} {'cpu s':>7} {'xla s':>7} "
+          f"{'cold/xla':>8}")
+    for name in names:
+        o, x = ours[name], xla.get(name)
+        ratio = f"{o['cold'] / x:>8.2f}" if x else f"{'-':>8}"
+        print(f"{name[:22]:<22} {o['cold']:>7.3f} {o['cold_cpu']:>7.3f} {o['hit']:>7.3f} "
+              f"{o['hit_cpu']:>7.3f} {x if x else float('nan'):>7.3f} {ratio}")
+
+    def mean(key: str) -> float:
+        return geomean([ours[n][key] for n in names])
+
+    print(f"geomean over {len(names)} samples: cold {mean('cold'):.3f} s "
+          f"(CPU {mean('cold_cpu'):.3f} s), cache hit {mean('hit'):.3f} s "
+          f"(CPU {mean('hit_cpu'):.3f} s)"
+          + (f", xla {geomean(list(xla.values())):.3f} s, cold/xla "
+             f"{geomean([ours[n]['cold'] / xla[n] for n in names if n in xla]):.2f}"
+             if xla else ""))
+
+
+def main(argv=None) -> int:
+    from bench_cpu import sample_jobs
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", default="", help="only samples whose name contains this")
+    ap.add_argument("--repeat", type=int, default=3, help="compiles per measurement (fastest)")
+    ap.add_argument("--no-xla", action="store_true", help="skip XLA's compile times")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the hloc checkout to time")
+    args = ap.parse_args(argv)
+    jobs = [j for j in sample_jobs(False) if args.k in j["name"]]
+    with tempfile.TemporaryDirectory(prefix="hloc-bench-compile-") as d:
+        tmp = Path(d)
+        ours = {}
+        for job in jobs:
+            ours[job["name"]] = time_sample(args.root.resolve(), Path(job["pb"]), tmp,
+                                            args.repeat)
+            print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
+        xla = {} if args.no_xla else xla_compile_times(jobs, tmp)
+    report([j["name"] for j in jobs], ours, xla)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
