@@ -103,9 +103,7 @@ def test_one_object_for_several_kernels_and_metadata():
     kernels = out.metadata.kernels
     assert kernels["rows"].segments == ("loop",) and kernels["rows"].parallel_extent == 64
     assert kernels["cols"].segments == ("column-reduce",)
-    from hloc.codegen.cpu.reduce import BLOCK
-
-    assert kernels["cols"].parallel_extent == -(-1024 // BLOCK)  # 1024 columns in blocks
+    assert kernels["cols"].parallel_extent == 2  # 1024 columns: two units for two threads
     lib = llvm.JitLibrary(out.object_code)
     assert lib.address("rows") and lib.address("cols")
     with pytest.raises(KeyError):

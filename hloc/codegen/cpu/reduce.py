@@ -27,7 +27,8 @@ from .kernel_spec import KernelSpec
 # every input row, which the hardware prefetchers stream far better than 2 KiB runs (a
 # 4096 x 4096 column sum on 2 Zen 3 cores: 2048 took about half the time of 512, in
 # alternating runs). A wide 2-D column reduction therefore has few units (two for 4096
-# columns): memory bandwidth, not cores, bounds it.
+# columns, and never fewer than two where each keeps 64 positions): memory bandwidth, not
+# cores, bounds it.
 BLOCK = 2048
 
 
@@ -57,7 +58,8 @@ class ColumnReduceSegment(Segment):
         self.col = major_to_minor(shape)[-1]
         self.outer = [d for d in major_to_minor(shape) if d in self.kept and d != self.col]
         n_col = shape.dims[self.col]
-        self.block = min(n_col, BLOCK)
+        # At most BLOCK, but at least two units where the columns allow (64 or more each).
+        self.block = min(n_col, BLOCK, max(64, -(-n_col // 2)))
         self.blocks = -(-n_col // self.block)
         self.extent = math.prod(shape.dims[d] for d in self.outer) * self.blocks
 
