@@ -12,6 +12,7 @@ import ctypes
 import math
 import re
 import time
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -67,7 +68,18 @@ def test_two_over_pi_bits_match_published_digits():
 
 # ---- sin / cos / tan accuracy ----------------------------------------------------------------
 
+HARDEST = Path(__file__).parent / "data" / "trig_hardest_f32.txt"
+
+
 def hardest_arguments() -> np.ndarray:
+    """For every binade >= 1, the f32 closest to a multiple of pi/2: the table that
+    search_hardest_arguments produced (the search costs about 15 s of CPU;
+    test_hardest_arguments_table, marked slow, checks the table against it)."""
+    lines = [ln for ln in HARDEST.read_text().splitlines() if not ln.startswith("#")]
+    return np.array([int(h, 16) for h in lines], np.uint32).view(np.float32)
+
+
+def search_hardest_arguments() -> np.ndarray:
     """For every binade >= 1, the f32 closest to a multiple of pi/2 (exhaustive search over
     the 2**23 mantissas in 2.94 fixed point from the exact bits of 2/pi)."""
     nbits = 400
@@ -82,6 +94,12 @@ def hardest_arguments() -> np.ndarray:
         dist = np.minimum(pos, np.uint64(0) - pos)
         found.append(float(mants[int(np.argmin(dist))]) * 2.0 ** (e - 150))
     return np.array(found, np.float32)
+
+
+@pytest.mark.slow
+def test_hardest_arguments_table():
+    assert hardest_arguments().view(np.uint32).tolist() == \
+        search_hardest_arguments().view(np.uint32).tolist()
 
 
 def trig_sweep(seed: int = 0) -> np.ndarray:
@@ -304,10 +322,12 @@ def test_sample_fusions_as_cpu_kernels(name, monkeypatch):
     _require(name, ".opt.pb")
     module = load(SAMPLES / f"{name}.opt.pb").module
     ran = []
+    kernels: dict[str, Compiled] = {}  # a fusion in a loop body is compiled once
 
     def fusion_kernel(ctx, instr, ops):
-        spec = computation_spec(instr.called[0], "fusion")
-        outs = Compiled([spec]).run("fusion", ops)
+        if instr.name not in kernels:
+            kernels[instr.name] = Compiled([computation_spec(instr.called[0], "fusion")])
+        outs = kernels[instr.name].run("fusion", ops)
         ran.append(instr.name)
         return tuple(outs) if instr.shape.is_tuple else outs[0]
 
@@ -320,9 +340,10 @@ def test_sample_fusions_as_cpu_kernels(name, monkeypatch):
 
 @pytest.mark.parametrize("name", FIXED_SAMPLES)
 def test_sample_on_cuda_emulator(name):
+    """XLA's optimized module on the emulator (test_cuda_samples runs the .pb form of every
+    sample there in `make test`, and the .opt.pb forms only in `make test-all`)."""
     _require(name, ".opt.pb")
     from .support.bundles import load_emulated
 
-    for suffix in (".pb", ".opt.pb"):
-        executable = load_emulated(SAMPLES / f"{name}{suffix}")
-        _check_expected(name, executable.run(sample_arrays(name, "inputs")))
+    executable = load_emulated(SAMPLES / f"{name}.opt.pb")
+    _check_expected(name, executable.run(sample_arrays(name, "inputs")))

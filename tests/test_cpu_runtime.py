@@ -19,7 +19,14 @@ from hloc.runtime.cpu import checks, parallel
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
 from tests.test_interp_samples import mismatch
 
-from .support.bundles import compile_bundle, dumped, kernels_json, load_cpu, members
+from .support.bundles import (
+    compile_bundle,
+    dumped,
+    kernels_json,
+    load_cpu,
+    members,
+    sample_bundle,
+)
 from .support.run import interpret, run_cases
 from .support.values import assert_close
 
@@ -151,7 +158,7 @@ ENTRY e {
 
 
 def test_kernels_json_lists_kernels_composites_and_fallbacks(tmp_path):
-    mlp = kernels_json(compile_bundle(SAMPLES / "mlp.pb", tmp_path / "m.bundle"))
+    mlp = kernels_json(sample_bundle(SAMPLES / "mlp.pb", tmp_path / "m.bundle"))
     assert mlp["kernels"] and not mlp["fallbacks"]
     big = kernels_json(compile_bundle(_BIG_LAYER, tmp_path / "b.bundle"))
     steps = [s["kind"] for c in big["composites"].values() for s in c["steps"]]
@@ -197,7 +204,7 @@ def test_ten_small_kernels_run_well_under_a_millisecond(tmp_path):
 # ---- profiling ------------------------------------------------------------------------------------
 
 def test_profile_rows_count_loop_iterations(tmp_path):
-    bundle = compile_bundle(SAMPLES / "scan_rnn.pb", tmp_path / "r.bundle")
+    bundle = sample_bundle(SAMPLES / "scan_rnn.pb", tmp_path / "r.bundle")
     exe = load_cpu(bundle)
     args = sample_arrays("scan_rnn", "inputs")
     outputs, rows = exe.run_profiled(args)

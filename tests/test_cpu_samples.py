@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 from tests.test_interp_samples import mismatch
 
-from .support.bundles import compile_bundle, load_cpu
+from .support.bundles import load_cpu, sample_bundle
 
 pytestmark = pytest.mark.cpu
 
@@ -23,7 +23,7 @@ CASES = [(name, suffix) for name in sample_names() + sample_names("ops")
 
 @pytest.mark.parametrize("name,suffix", CASES, ids=[f"{n}{s}" for n, s in CASES])
 def test_sample_on_cpu(name, suffix, tmp_path):
-    bundle = compile_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
+    bundle = sample_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     exe = load_cpu(bundle)
     got = exe.run(sample_arrays(name, "inputs"))
     expected = sample_arrays(name, "expected")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import SAMPLES, sample_arrays, sample_names
 
-from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.bundles import kernels_json, load_cpu, sample_bundle
 from .support.kernels import check_hlo
 from .support.run import compare_with_interpreter
 from .support.values import assert_matches
@@ -123,7 +123,7 @@ def _samples_with(op: str) -> list[str]:
 @pytest.mark.parametrize("suffix", [".pb", ".opt.pb"])
 @pytest.mark.parametrize("name", _samples_with("select-and-scatter"))
 def test_samples_match_xla_without_host_fallback(name, suffix, tmp_path):
-    bundle = compile_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
+    bundle = sample_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     fallbacks = kernels_json(bundle)["fallbacks"]
     assert not [f for f in fallbacks.values() if f["opcode"] == "select-and-scatter"], fallbacks
     got = load_cpu(bundle).run(sample_arrays(name, "inputs"))

@@ -19,7 +19,7 @@ from hloc.codegen.cpu import dot as small_dot
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
 from tests.test_interp_samples import mismatch
 
-from .support.bundles import compile_bundle, kernels_json, load_cpu, members
+from .support.bundles import compile_bundle, kernels_json, load_cpu, members, sample_bundle
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -365,7 +365,7 @@ def test_sample_dots_are_native(name, suffix, tmp_path):
     path = SAMPLES / f"{name}{suffix}"
     if not path.exists():
         pytest.skip(f"{path.name} not generated")
-    bundle = compile_bundle(path, tmp_path / "s.bundle")
+    bundle = sample_bundle(path, tmp_path / "s.bundle")
     assert_native_dots(bundle)
     if name == "scan_rnn":
         _loops_in_drivers(bundle)

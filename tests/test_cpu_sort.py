@@ -13,7 +13,7 @@ from hloc.ir import Opcode, dtypes
 from hloc.ir.text.parser import parse_module
 from tests.conftest import SAMPLES, require_samples, sample_arrays
 
-from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.bundles import compile_bundle, kernels_json, load_cpu, sample_bundle
 from .support.kernels import LoadedKernels, emit_kernels
 from .support.run import compare_with_interpreter, interpret
 from .support.values import assert_same_bits
@@ -273,7 +273,7 @@ def _sorts_top_k(instr) -> bool:
 @pytest.mark.parametrize("form", ["pb", "opt.pb"])
 def test_samples_match_xla_without_host_sorts(name, form, tmp_path):
     require_samples()
-    bundle = compile_bundle(str(SAMPLES / f"{name}.{form}"), tmp_path / "m.bundle")
+    bundle = sample_bundle(SAMPLES / f"{name}.{form}", tmp_path / "m.bundle")
     exe = load_cpu(bundle)
     got, rows = exe.run_profiled(sample_arrays(name, "inputs"))
     by_name = {i.name: i for c in exe.module.computations for i in c.instructions}

@@ -3,6 +3,8 @@ simplifier's rules key on) evaluate bit-identically before and after simplificat
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,14 +41,24 @@ KEY_VALUES = {"f32": [0.0, -0.0, 1.0], "s32": [0, 1, -1], "u8": [0, 1, 255],
               "pred": [False, True]}
 
 
+@functools.cache
+def choice(values: tuple):
+    return st.sampled_from(values)
+
+
+# Strategies are built once per (dtype, depth) and reused: building them anew inside every draw
+# cost hypothesis most of this file's time (validating fresh strategy objects), for the same
+# distribution of cases.
+@functools.cache
 def leaf(dtype: str):
     """A parameter or a special-value constant (a splat or a constant array)."""
-    value = st.one_of(st.sampled_from(KEY_VALUES[dtype]), st.sampled_from(SPECIAL[dtype]))
+    value = st.one_of(choice(tuple(KEY_VALUES[dtype])), choice(tuple(SPECIAL[dtype])))
     return st.one_of(
         st.tuples(st.just("param"), st.just(dtype), st.integers(0, 1)),
         st.tuples(st.just("const"), st.just(dtype), value, st.booleans()))
 
 
+@functools.cache
 def operand(dtype: str, depth: int):
     # Leaves twice as likely as subtrees: most rules key on a leaf operand.
     if depth <= 0:
@@ -54,28 +66,35 @@ def operand(dtype: str, depth: int):
     return st.one_of(leaf(dtype), leaf(dtype), expr(dtype, depth))
 
 
+KINDS = ("binary", "binary", "unary", "select", "compare", "convert", "same")
+
+
+@functools.cache
+def expr(dtype: str, depth: int):
+    return _expr(dtype, depth)
+
+
 @st.composite
-def expr(draw, dtype: str, depth: int):
+def _expr(draw, dtype: str, depth: int):
     """An expression tree as nested tuples; equal subtrees become one instruction."""
-    kind = draw(st.sampled_from(["binary", "binary", "unary", "select", "compare", "convert",
-                                 "same"]))
+    kind = draw(choice(KINDS))
     sub = operand(dtype, depth - 1)
     if kind == "binary":
-        return ("op", draw(st.sampled_from(BINARY[dtype])), dtype, draw(sub), draw(sub))
+        return ("op", draw(choice(tuple(BINARY[dtype]))), dtype, draw(sub), draw(sub))
     if kind == "same":  # binary op on one operand twice: x - x, max(x, x), ...
         twice = draw(sub)
-        return ("op", draw(st.sampled_from(BINARY[dtype])), dtype, twice, twice)
+        return ("op", draw(choice(tuple(BINARY[dtype]))), dtype, twice, twice)
     if kind == "unary":
-        return ("op", draw(st.sampled_from(UNARY[dtype])), dtype, draw(sub))
+        return ("op", draw(choice(tuple(UNARY[dtype]))), dtype, draw(sub))
     if kind == "select":
         on_true = draw(sub)
         on_false = on_true if draw(st.integers(0, 3)) == 0 else draw(sub)
         return ("op", Op.SELECT, dtype, draw(operand("pred", depth - 1)), on_true, on_false)
-    source = draw(st.sampled_from(TYPES))
+    source = draw(choice(TYPES))
     if kind == "compare":
         a = draw(operand(source, depth - 1))
         b = a if draw(st.booleans()) else draw(operand(source, depth - 1))
-        return ("compare", draw(st.sampled_from(DIRECTIONS)), dtype, a, b) if dtype == "pred" \
+        return ("compare", draw(choice(tuple(DIRECTIONS))), dtype, a, b) if dtype == "pred" \
             else ("op", Op.CONVERT, dtype, ("compare", "EQ", "pred", a, b))
     inner = draw(operand(dtype, depth - 1))
     via = ("op", Op.CONVERT, source, inner)
@@ -112,6 +131,11 @@ class _Emitter:
         return self.b.op(opcode, f"{dtype}[{N}]", *[self.emit(o) for o in operands])
 
 
+@functools.cache
+def values_of(dtype: str):
+    return st.lists(choice(tuple(SPECIAL[dtype])), min_size=N, max_size=N)
+
+
 TREES = 8  # independent expressions per module: more coverage per example at little cost
 
 
@@ -119,13 +143,13 @@ TREES = 8  # independent expressions per module: more coverage per example at li
 def case(draw):
     trees = []
     for _ in range(TREES):
-        dtype = draw(st.sampled_from(TYPES))
+        dtype = draw(choice(TYPES))
         trees.append(draw(expr(dtype, draw(st.integers(1, 4)))))
     np_types = {"f32": np.float32, "s32": np.int32, "u8": np.uint8, "pred": np.bool_}
     args = []
     for t in TYPES:
         for _ in range(2):
-            values = draw(st.lists(st.sampled_from(SPECIAL[t]), min_size=N, max_size=N))
+            values = draw(values_of(t))
             args.append(np.array(values).astype(np_types[t]))
     return trees, args
 

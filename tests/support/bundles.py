@@ -47,6 +47,20 @@ def compile_bundle(model, path: Path | str, *, target: str = "cpu", edit_manifes
     return Path(path)
 
 
+def sample_bundle(model: Path | str, path: Path | str, **options) -> Path:
+    """compile_bundle for a model file, through hloc's compile cache (the suite's own, one per
+    session and shared by the xdist workers: tests/conftest.py): the tests that check other
+    properties of a sample's default bundle (native dots, no fallbacks, ...) and
+    test_cpu_samples compile it once between them. A hit is byte for byte the bundle a fresh
+    compile writes (test_compile_cache). Only for a compiler nobody patched: the cache key
+    sees the module, the options and hloc's sources, not a monkeypatched registry."""
+    from hloc.cached_compile import compile_cached
+
+    manifest, members = compile_cached(str(model), CompileOptions(**options))
+    write_bundle(path, manifest=manifest, members=members)
+    return Path(path)
+
+
 def load_cpu(path: Path):
     return load_bundle(str(path), "cpu")
 
