@@ -128,9 +128,20 @@ class KernelTransform:
             yield from list(blk.instructions)
 
     def replace_everywhere(self, old, new) -> None:
+        self.replace_all({old: new})
+
+    def replace_all(self, mapping: dict) -> None:
+        """Every use of each key of `mapping` becomes a use of its value, in one sweep of
+        the function (a sweep per value made long kernels quadratic). No value may be a key."""
+        if not mapping:
+            return
+        by_id = {id(old): (old, new) for old, new in mapping.items()}  # Constants hash by text
         for blk in self.fn.blocks:
             for instr in blk.instructions:
-                replace_use(instr, old, new)
+                for value in _used_values(instr):
+                    found = by_id.get(id(value))
+                    if found is not None:
+                        replace_use(instr, *found)
 
     def _retire_kernel(self) -> None:
         self.kernel.blocks = []
@@ -141,20 +152,23 @@ class KernelTransform:
 
     # ---- registers, parameters, shared memory ---------------------------------------------
     def _replace_params(self) -> None:
+        loads = {}
         for i, old in enumerate(self.kernel.args):
             slot = self.b.gep(self.arg["args"], [ir.Constant(ir.IntType(64), i)], inbounds=True,
                               source_etype=PTR)
-            self.replace_everywhere(old, self.b.load(slot, typ=PTR, name=f"emu.arg{i}"))
+            loads[old] = self.b.load(slot, typ=PTR, name=f"emu.arg{i}")
+        self.replace_all(loads)
 
     def _replace_sregs(self) -> None:
         by_name = {sreg_name(k, a): self.arg[f"{k}.{a}"] for k, a in SREG_ARGS}
-        for instr in self.instructions():
-            name = _callee_name(instr)
-            if name in by_name:
-                self.replace_everywhere(instr, by_name[name])
-                instr.parent.instructions.remove(instr)
+        reads = {instr: by_name[name] for instr in self.instructions()
+                 if (name := _callee_name(instr)) in by_name}
+        self.replace_all(reads)
+        for instr in reads:
+            instr.parent.instructions.remove(instr)
 
     def _replace_shared(self) -> None:
+        casts = {}
         for instr in self.instructions():
             if instr.opname != "addrspacecast" or not isinstance(instr.operands[0],
                                                                  ir.GlobalVariable):
@@ -163,9 +177,10 @@ class KernelTransform:
             if g.addrspace != SHARED_ADDRSPACE:
                 continue
             offset = self.shared[g.name][0]
-            ptr = self.b.gep(self.arg["shared"], [ir.Constant(ir.IntType(64), offset)],
-                             inbounds=True, source_etype=I8)
-            self.replace_everywhere(instr, ptr)
+            casts[instr] = self.b.gep(self.arg["shared"], [ir.Constant(ir.IntType(64), offset)],
+                                      inbounds=True, source_etype=I8)
+        self.replace_all(casts)
+        for instr in casts:
             instr.parent.instructions.remove(instr)
 
     # ---- synchronization points -----------------------------------------------------------
@@ -245,11 +260,13 @@ class KernelTransform:
             for value, pred in phi.incomings:
                 self.b.position_before(pred.terminator)
                 self.b.store(value, slot)
+        loads = {}
         for phi in phis:
             blk = phi.parent
             blk.instructions.remove(phi)
             self.b.position_at_start(blk)
-            self.replace_everywhere(phi, self.b.load(slots[phi], typ=phi.type))
+            loads[phi] = self.b.load(slots[phi], typ=phi.type)
+        self.replace_all(loads)
 
     def _demote_values(self) -> None:
         users: dict[ir.Instruction, list[ir.Instruction]] = {}
@@ -271,12 +288,14 @@ class KernelTransform:
     def _replace_allocas(self) -> None:
         if not self.points:
             return  # one phase: the stack is private to the call and lives long enough
+        slots = {}
         for instr in self.instructions():
             if not isinstance(instr, ir.AllocaInstr):
                 continue
             count = int(instr.operands[0].constant) if instr.operands else 1
-            slot = self.frame_slot(instr.allocated_type, count)
-            self.replace_everywhere(instr, slot)
+            slots[instr] = self.frame_slot(instr.allocated_type, count)
+        self.replace_all(slots)
+        for instr in slots:
             instr.parent.instructions.remove(instr)
 
     def _replace_returns(self) -> None:
@@ -299,6 +318,14 @@ class KernelTransform:
         switch = self.b.switch(self.arg["state"], entry)
         for k, blk in enumerate(self.points, start=1):
             switch.add_case(ir.Constant(I32, k), blk)
+
+
+def _used_values(instr) -> list:
+    """The values `instr` uses, where replace_use looks for them (a phi's incoming values
+    are kept apart from its operands)."""
+    if isinstance(instr, ir.PhiInstr):
+        return [v for v, _ in instr.incomings]
+    return list(instr.operands)
 
 
 def replace_use(instr, old, new) -> None:
