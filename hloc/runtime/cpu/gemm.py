@@ -206,29 +206,33 @@ def work_floats() -> int:
 
 
 LIST_SYMBOL = "hloc_gemm_list"  # what native drivers call (codegen/cpu/driver.py GEMM_LIST)
-_LIST_STUB: list = []
+# Once provided: [address] or [stub, address] (the ctypes stub must stay alive).
+_LIST_PROVIDED: list = []
+_LIST_LOCK = threading.Lock()
 
 
 def provide_list_symbol() -> None:
     """Resolve `hloc_gemm_list` for generated code: hloc_sgemm_list of the native GEMM. Without
     one (no AVX2, HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks
     run one by one), so the symbol resolves to a stub that stops the process if ever called."""
-    if _LIST_STUB:
-        return
     import llvmlite.binding as llvm_binding
 
-    lib = _library()
-    if lib is not None:
-        address = lib.library.address("hloc_sgemm_list")
-    else:
-        def unreachable(_words) -> None:
-            os.write(2, b"hloc: internal error: a native driver called the GEMM without one\n")
-            os.abort()
-        stub = _LIST_TYPE(unreachable)
-        _LIST_STUB.append(stub)
-        address = ctypes.cast(stub, ctypes.c_void_p).value
-    llvm_binding.add_symbol(LIST_SYMBOL, address)
-    _LIST_STUB.append(address)
+    with _LIST_LOCK:
+        if _LIST_PROVIDED:
+            return
+        lib = _library()
+        if lib is not None:
+            address = lib.library.address("hloc_sgemm_list")
+        else:
+            def unreachable(_words) -> None:
+                os.write(2, b"hloc: internal error: a native driver called the GEMM without "
+                            b"one\n")
+                os.abort()
+            stub = _LIST_TYPE(unreachable)
+            _LIST_PROVIDED.append(stub)
+            address = ctypes.cast(stub, ctypes.c_void_p).value
+        llvm_binding.add_symbol(LIST_SYMBOL, address)
+        _LIST_PROVIDED.append(address)
 
 
 def pieces(batch: int, m: int, n: int, parts: int) -> list[tuple[int, ...]]:
