@@ -75,7 +75,12 @@ def erf_ld(x) -> np.ndarray:
     term, total = a.copy(), a.copy()
     for n in range(1, 400):
         term = term * (2 * z) / LD(2 * n + 1)
-        total += term
+        before = total
+        total = total + term
+        # From n = 98 (z <= 49) each term is under half the one before: once one changes no
+        # total, none of the rest can (the sum is the one all 400 terms give).
+        if n >= 98 and np.array_equal(total, before, equal_nan=True):
+            break
     return np.copysign(_TWO_OVER_SQRT_PI * np.exp(-z) * total, x)
 
 
