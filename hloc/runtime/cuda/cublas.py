@@ -223,6 +223,9 @@ def dot_precisions(module) -> dict:
     return out
 
 
+WORKSPACE_BYTES = 32 << 20
+
+
 class CublasGemm:
     """Runs BlasCall descriptors with cuBLAS on a CudaDevice (one handle, created once).
 
@@ -242,6 +245,14 @@ class CublasGemm:
         if status != 0:
             raise CudaError(f"cublasCreate failed (cuBLAS status {status})")
         self.bound_stream: int | None = None
+        # A workspace of its own, so a call captured into a CUDA graph never allocates
+        # (cuBLAS' advice for graphs; 32 MiB is its size for Hopper, enough for older GPUs).
+        allocate = getattr(device, "allocate", None)
+        if allocate is not None and hasattr(self.lib, "cublasSetWorkspace_v2"):
+            fn = self.lib.cublasSetWorkspace_v2
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int
+            self._ok(fn(self.handle, ctypes.c_void_p(allocate(WORKSPACE_BYTES)), WORKSPACE_BYTES),
+                     "cublasSetWorkspace")
 
     def _bind_stream(self) -> None:
         stream = self.device.stream_handle()

@@ -107,11 +107,23 @@ class CudaDevice:
         self.stream = 0
         self.module = check(cu, cu.cuModuleLoadData(image), "loading the kernels")
         self.kernels: dict[str, object] = {}
+        self.extra: list = []
         self._arena(program.allocations)
         num = program.streams.num_streams if program.streams else 1
         self.streams = [check(cu, cu.cuStreamCreate(0), "cuStreamCreate") for _ in range(num)]
         count = len(program.streams.events) if program.streams else 0
         self.events = [check(cu, cu.cuEventCreate(0), "cuEventCreate") for _ in range(count)]
+        # Graph capture (hloc.runtime.cuda.graphs): per stream, one event to order streams
+        # outside a capture and one to fork and join them inside it (an event last recorded
+        # in a capture cannot be waited on outside it). `_captured`: the program's events
+        # recorded in the capture under way; `_stale`: those last recorded in a capture,
+        # which later waits skip (a graph launch orders every stream after the graph).
+        no_timing = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        self._links_out, self._links_in = (
+            [check(cu, cu.cuEventCreate(no_timing), "cuEventCreate") for _ in range(num)]
+            for _ in range(2))
+        self._captured: set[int] | None = None
+        self._stale: set[int] = set()
         self.staging = PinnedStaging(
             cu, [u.slice for u in program.host_to_device if not u.constant],
             [d.slice for d in program.device_to_host])
@@ -126,6 +138,13 @@ class CudaDevice:
 
     def address(self, s) -> int:
         return int(self.base) + self.offsets[s.allocation] + s.offset
+
+    def allocate(self, nbytes: int) -> int:
+        """A device allocation of this executable's own (a library's workspace), kept for its
+        lifetime; its address."""
+        ptr = check(self.cu, self.cu.cuMemAlloc(nbytes), f"allocating {nbytes} bytes of device memory")
+        self.extra.append(ptr)
+        return int(ptr)
 
     def _s(self):
         return self.streams[self.stream]
@@ -209,11 +228,74 @@ class CudaDevice:
         check(self.cu, self.cu.cuCtxSynchronize(), "synchronize")
 
     def record_event(self, event: int) -> None:
+        if self._captured is not None:
+            self._captured.add(event)
+            self._stale.add(event)
+        else:
+            self._stale.discard(event)
         check(self.cu, self.cu.cuEventRecord(self.events[event], self._s()), "cuEventRecord")
 
     def wait_event(self, event: int) -> None:
+        if self._captured is not None and event not in self._captured:
+            return  # recorded before the graph: the fork at its start already orders it
+        if self._captured is None and event in self._stale:
+            return  # recorded in a graph: its launch ordered every stream after it
         check(self.cu, self.cu.cuStreamWaitEvent(self._s(), self.events[event], 0),
               "cuStreamWaitEvent")
+
+    # ---- CUDA graphs (hloc.runtime.cuda.graphs) ------------------------------------------
+    supports_graphs = True
+
+    def enqueue(self, fn) -> None:
+        """Run `fn`, which queues device work on the current stream (a library call)."""
+        fn()
+
+    def _link(self, sources, target) -> None:
+        """`target` waits for the work queued so far on each of `sources` (stream numbers)."""
+        cu = self.cu
+        links = self._links_in if self._captured is not None else self._links_out
+        for k in sources:
+            check(cu, cu.cuEventRecord(links[k], self.streams[k]), "cuEventRecord")
+            check(cu, cu.cuStreamWaitEvent(self.streams[target], links[k], 0),
+                  "cuStreamWaitEvent")
+
+    def begin_capture(self, all_streams: bool) -> None:
+        """Capture what is queued on the current stream from now on; `all_streams`: on stream
+        0, with every other stream forked from it (and first ordered before it)."""
+        cu, others = self.cu, range(1, len(self.streams))
+        if all_streams:
+            self._link(others, 0)
+        check(cu, cu.cuStreamBeginCapture(
+            self._s(), cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture")
+        self._captured = set()
+        if all_streams:
+            for k in others:
+                self._link((0,), k)
+
+    def end_capture(self, all_streams: bool):
+        """The executable graph of the capture (the other streams joined back first)."""
+        cu = self.cu
+        if all_streams:
+            self._link(range(1, len(self.streams)), 0)
+        self._captured = None
+        graph = check(cu, cu.cuStreamEndCapture(self._s()), "cuStreamEndCapture")
+        try:
+            return check(cu, cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            cu.cuGraphDestroy(graph)
+
+    def abort_capture(self) -> None:
+        self._captured = None
+        err, graph = self.cu.cuStreamEndCapture(self._s())
+        if err == self.cu.CUresult.CUDA_SUCCESS and graph is not None and int(graph):
+            self.cu.cuGraphDestroy(graph)
+
+    def launch_graph(self, graph, all_streams: bool) -> None:
+        check(self.cu, self.cu.cuGraphLaunch(graph, self._s()), "cuGraphLaunch")
+        if all_streams:  # later work on any stream runs after the graph
+            for k in range(1, len(self.streams)):
+                self._link((0,), k)
 
     def timed(self, fn) -> float:
         start = check(self.cu, self.cu.cuEventCreate(0), "cuEventCreate")

@@ -50,24 +50,62 @@ class HostMemory:
         return self.arrays[s.allocation][s.offset:s.offset + s.size]
 
     def upload(self, s: Slice, data: bytes) -> None:
+        self._host("upload")
         self.view(s)[:] = np.frombuffer(data, np.uint8)
 
     def download(self, s: Slice) -> bytes:
+        self._host("download")
         return self.view(s).tobytes()
 
     def upload_arrays(self, items) -> None:
         """(slice, array, shape) items written straight into the arena (device layout)."""
+        self._host("upload")
         for s, value, shape in items:
             write_array(self.view(s), value, shape)
 
     def download_arrays(self, items) -> list[np.ndarray]:
+        self._host("download")
         return [read_array(self.view(s), shape) for s, shape in items]
 
     def copy(self, src: Slice, dst: Slice) -> None:
-        self.view(dst)[:] = self.view(src).copy()
+        self.enqueue(lambda: self.view(dst).__setitem__(slice(None), self.view(src).copy()))
 
     def memset(self, dst: Slice, byte: int) -> None:
-        self.view(dst)[:] = byte
+        self.enqueue(lambda: self.view(dst).__setitem__(slice(None), byte))
+
+    # ---- CUDA graphs, as a recording of the queued operations -----------------------------
+    # While capturing, device work is recorded instead of run, and a host transfer is the
+    # error a GPU gives (a capture cannot wait for the host): the runner's graph plan is
+    # checked here exactly as on a GPU. A launch replays the recording.
+    supports_graphs = True
+    _recording: list | None = None
+
+    def enqueue(self, fn) -> None:
+        if self._recording is not None:
+            self._recording.append(fn)
+        else:
+            fn()
+
+    def _host(self, what: str) -> None:
+        if self._recording is not None:
+            raise RuntimeError(f"a host {what} inside a graph capture")
+
+    def begin_capture(self, all_streams: bool) -> None:
+        if self._recording is not None:
+            raise RuntimeError("graph capture already under way")
+        self._recording = []
+
+    def end_capture(self, all_streams: bool) -> tuple:
+        ops, self._recording = tuple(self._recording or ()), None
+        return ops
+
+    def abort_capture(self) -> None:
+        self._recording = None
+
+    def launch_graph(self, graph: tuple, all_streams: bool) -> None:
+        self._host("graph launch")
+        for op in graph:
+            op()
 
     def address(self, s: Slice) -> int:
         return self.base[s.allocation] + s.offset
@@ -78,7 +116,7 @@ class HostMemory:
 
     def launch(self, t: Launch) -> None:
         pointers = [self.address(s) for s in t.args]
-        self.library.launch(t.kernel, t.grid, t.block, pointers)
+        self.enqueue(lambda: self.library.launch(t.kernel, t.grid, t.block, pointers))
 
     def synchronize(self) -> None:
         pass

@@ -32,6 +32,7 @@ from ...thunks.gpu import GemmLaunch, GpuProgram, HostCompute, Launch
 from ...thunks.thunks import Conditional, Copy, Memset, Sequential, While
 from ..executable import ProfileRow
 from ..layouts import memory_order
+from .graphs import MIN_NESTED_NODES, graphs_enabled, nodes, segments
 from .residency import Residency
 
 
@@ -56,7 +57,7 @@ class GpuRunner:
         self.device = device
         # `blas(call, name)` runs a Gemm thunk's BlasCall (cuBLAS or a host BLAS); None: every
         # Gemm thunk launches the GEMM kernel. `blas_calls` counts the thunks it ran.
-        self.blas = blas
+        self._blas = blas
         self.blas_calls = 0
         # Device-side collectives (hloc.runtime.cuda.nccl, set for MPI ranks): runs the
         # Collective thunks it planned as NCCL calls; None: every collective is host-staged.
@@ -68,6 +69,25 @@ class GpuRunner:
         # per-thunk tools; None (the default) costs one test per thunk.
         self.hook: Callable[[Thunk, Callable[[], None]], None] | None = None
         self.residency = Residency(program, len(module.entry.parameters))
+        # CUDA graphs (hloc.runtime.cuda.graphs): captured on first use, keyed by the main
+        # program's segment or the nested sequence; `graphs_on` is False where the device
+        # cannot capture, HLOC_CUDA_GRAPHS=0, or a capture failed once.
+        self.graphs_on = graphs_enabled() and getattr(device, "supports_graphs", False)
+        self.graph_captures = 0
+        self.graph_launches = 0
+        self._graphs: dict[object, Any] = {}
+        self._segments = segments(program.main)
+        self._capturing = False
+
+    @property
+    def blas(self):
+        return self._blas
+
+    @blas.setter
+    def blas(self, engine) -> None:
+        """A new GEMM engine: graphs captured with the old one are dropped."""
+        self._blas = engine
+        self._graphs.clear()
 
     # ---- the three programs ----------------------------------------------------------------
     def run(self, args: Sequence[np.ndarray], profile: bool = False) -> list[np.ndarray]:
@@ -162,23 +182,90 @@ class GpuRunner:
         row.seconds += time.perf_counter() - start
         row.bytes += sum(item[0].size for item in items)
 
+    def _graphs_now(self) -> bool:
+        return self.graphs_on and not self._capturing and self.rows is None and self.hook is None
+
     def _run_main(self) -> None:
-        """Top-level thunks on their streams, with the assignment's events and waits."""
+        """Top-level thunks on their streams, with the assignment's events and waits; each
+        capturable segment as one graph launch when graphs are on."""
+        if not self._graphs_now():
+            self._run_top(0, len(self.program.main))
+            return
+        for seg in self._segments:
+            if seg.graph:
+                self._graph(("main", seg.start), True,
+                            lambda seg=seg: self._run_top(seg.start, seg.stop))
+            else:
+                self._run_top(seg.start, seg.stop)
+
+    def _run_top(self, start: int, stop: int) -> None:
         streams = self.program.streams
+        main = self.program.main
         if streams is None:
-            self.run_sequence(self.program.main)
+            self.run_sequence(main[start:stop])
             return
         waits: dict[int, list[int]] = {}
         for i, event in streams.waits:
             waits.setdefault(i, []).append(event)
         records = {j: (event, s) for event, s, j in streams.events}
-        for i, thunk in enumerate(self.program.main):
+        for i in range(start, stop):
             self.device.stream = streams.streams[i]
             for event in waits.get(i, ()):
                 self.device.wait_event(event)
-            self.run_sequence((thunk,))
+            self.run_sequence((main[i],))
             if i in records:
                 self.device.record_event(records[i][0])
+
+    def run_nested(self, thunks) -> None:
+        """A sequence nested in host-driven control flow (a loop body or condition, a
+        branch): one graph launch per run where it captures to enough operations."""
+        if self._graphs_now():
+            count = nodes(thunks)
+            if count is not None and count >= MIN_NESTED_NODES:
+                self._graph(id(thunks), False, lambda: self.run_sequence(thunks), thunks)
+                return
+        self.run_sequence(thunks)
+
+    def _graph(self, key, all_streams: bool, body: Callable[[], None], owner=None) -> None:
+        """Launch the graph of `key`, capturing `body` into it first if needed. `all_streams`:
+        a segment of the main program (stream 0 forks and joins the others); else the
+        current stream alone. A capture that fails turns graphs off (one line on stderr) and
+        runs `body` directly: nothing ran during the capture."""
+        entry = self._graphs.get(key)
+        if all_streams:
+            self.device.stream = 0
+        if entry is None:
+            self.device.begin_capture(all_streams)
+            self._capturing = True
+            try:
+                body()
+            except InputError:
+                self.device.abort_capture()
+                raise
+            except Exception as e:  # a driver refusing the capture: run without graphs
+                self.device.abort_capture()
+                self._graphs_failed(e)
+                body()
+                return
+            finally:
+                self._capturing = False
+            try:
+                graph = self.device.end_capture(all_streams)
+            except Exception as e:
+                self._graphs_failed(e)
+                body()
+                return
+            # `owner` keeps a nested sequence (and so its id) alive as long as its graph.
+            entry = self._graphs[key] = (graph, owner)
+            self.graph_captures += 1
+        self.device.launch_graph(entry[0], all_streams)
+        self.graph_launches += 1
+
+    def _graphs_failed(self, error: Exception) -> None:
+        import sys
+
+        self.graphs_on = False
+        print(f"hloc: CUDA graphs off for this executable: {error}", file=sys.stderr)
 
     # ---- thunks ------------------------------------------------------------------------------
     def run_sequence(self, thunks) -> None:
@@ -227,7 +314,7 @@ def _gemm(r: GpuRunner, t: GemmLaunch) -> None:
     if t.blas is None or r.blas is None:
         r.device.launch(t)
         return
-    r.blas(t.blas, t.name)
+    r.device.enqueue(lambda: r.blas(t.blas, t.name))
     r.blas_calls += 1
 
 
@@ -245,20 +332,20 @@ def _memset(r: GpuRunner, t: Memset) -> None:
 def _while(r: GpuRunner, t: While) -> None:
     if t.trip_count is not None:
         for _ in range(t.trip_count):
-            r.run_sequence(t.body)
+            r.run_nested(t.body)
         return
     pred = Shape.scalar("pred")
     while True:
-        r.run_sequence(t.condition)
+        r.run_nested(t.condition)
         if not r.scalar(t.predicate, pred):
             return
-        r.run_sequence(t.body)
+        r.run_nested(t.body)
 
 
 @runs(ThunkKind.CONDITIONAL)
 def _conditional(r: GpuRunner, t: Conditional) -> None:
     instr = r.instructions[t.name]
-    r.run_sequence(t.branches[t.branch(r.scalar(t.selector, instr.operands[0].shape))])
+    r.run_nested(t.branches[t.branch(r.scalar(t.selector, instr.operands[0].shape))])
 
 
 @runs(ThunkKind.SEQUENTIAL)
