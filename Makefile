@@ -73,8 +73,8 @@ samples: $(JAXENV)/.installed ## regenerate samples/ and samples/models/ with JA
 bench: $(STAMP) $(JAXENV)/.installed ## run the benchmarks, incl. hloc vs XLA CPU in the same run (CPU=x86-64-v3: an AVX2 build on both sides)
 	JAXENV=$(abspath $(JAXENV)) HLOC_BENCH_CPU=$(CPU) $(PY) benchmarks/run.py
 
-gpu-check: ## on an NVIDIA GPU: gpu tests + GPU benchmarks vs jax's XLA (tools/gpu_check.py; OUT=dir)
-	PYTHONPATH=. $(PYTHON) tools/gpu_check.py --out $(or $(OUT),gpu-check-out)
+gpu-check: ## on an NVIDIA GPU: gpu tests + GPU benchmarks and models vs jax's XLA (tools/gpu_check.py; OUT=dir ONLY=cases,models K=substr)
+	PYTHONPATH=. $(PYTHON) tools/gpu_check.py --out $(or $(OUT),gpu-check-out) $(if $(ONLY),--only $(ONLY)) $(if $(K),-k $(K))
 
 fuzz: $(STAMP) ## fuzz the bundle, proto, text and .npz readers for HLOC_FUZZ_SECONDS (default 60)
 	$(PY) tools/fuzz.py
