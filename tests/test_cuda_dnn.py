@@ -549,3 +549,64 @@ def test_resnet_block_convolutions_are_fused_and_keep_the_kernel(tmp_path):
     program, _ = gpu_program_from_json(bytes(read_bundle(str(path)).members["gpu_thunks.json"]))
     convs = _convs(program)
     assert len(convs) == 2 and all(c.dnn is None for c in convs)
+
+
+# ---- on a real GPU --------------------------------------------------------------------------------
+
+def _cudnn_on_gpu() -> None:
+    from .test_cuda_samples import _cuda_device_available
+
+    if not _cuda_device_available():
+        pytest.skip("needs cuda-bindings and an NVIDIA GPU")
+    try:
+        cudnn.load_cudnn()
+    except CudaError as e:
+        pytest.skip(f"needs libcudnn: {e}")
+
+
+GPU_LAYOUTS = list(LAYOUTS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_LAYOUTS)
+def test_layouts_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    from hloc.runtime import load
+
+    from .support.run import interpret
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    case = LAYOUTS[name]
+    path = compile_text(tmp_path, _text(case), "conv", target="cuda", passes="",
+                        cuda_archs=("sm_80", "sm_90"))
+    exe = load(str(path), "cuda")
+    inputs = _inputs(case)
+    got = exe.run(inputs)
+    assert exe.runner.dnn is not None and exe.runner.dnn_calls == 1
+    rtol, atol = TOLERANCE[case[2].split("[")[0]]
+    assert_close([np.asarray(g) for g in got], interpret(_text(case), inputs), rtol=rtol,
+                 atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,suffix", DESCRIBED)
+def test_samples_through_cudnn_on_gpu(name, suffix, tmp_path, monkeypatch):
+    from hloc.runtime.cuda.driver import CudaExecutable
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    bundle = _bundle(name, tmp_path, ("sm_80", "sm_90"), suffix)
+    exe = CudaExecutable(bundle)
+    described = [c.name for c in _convs(exe.program) if c.dnn is not None]
+    outputs = exe.run(sample_arrays(name, "inputs"))
+    assert sorted(exe.runner.dnn.plans) == sorted(described)  # cuDNN refused none
+    assert exe.runner.dnn_calls == len(described)
+    problems = _problems(name, outputs)
+    assert not problems, "; ".join(problems)
+    again = exe.run(sample_arrays(name, "inputs"))  # descriptors and workspace reused
+    assert exe.runner.dnn_calls == 2 * len(described)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(outputs, again, strict=True))
+    _, rows = exe.run_profiled(sample_arrays(name, "inputs"))
+    assert {r.name for r in rows if r.kind == "convolution"} >= set(described)
