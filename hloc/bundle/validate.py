@@ -14,7 +14,9 @@ and raises InputError("member NAME: problem", path=bundle) at the first problem:
 - parameter, output, constant and upload/download slices are exactly their HLO shape's byte
   size, and every thunk named after an instruction with array results writes slices of those
   results' sizes (kernel outputs, gemm / copy / memset destinations);
-- GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda.cublas.check_call);
+- GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda.cublas.check_call),
+  and so do cuDNN descriptors, whose sizes must also agree with each other
+  (hloc.runtime.cuda.cudnn.check_conv);
 - CPU members (cpu.o, kernels.json): see validate_cpu.py; GPU code images (PTX, cubin):
   see validate_gpu.py.
 
@@ -131,6 +133,8 @@ class ProgramCheck:
                 self.check_slice(value, f"{_label(owner)}.{name}")
             elif type(value).__name__ == "BlasCall":
                 self._blas(owner, value)
+            elif type(value).__name__ == "ConvCall":
+                self._dnn(owner, value)
         self._entry_slices()
         self._thunk_sizes()
 
@@ -165,6 +169,14 @@ class ProgramCheck:
 
         try:
             check_call(call, getattr(owner, "name", "?"))
+        except HlocError as e:
+            raise self.fail(e.message.removeprefix(f"{self.member}: ")) from None
+
+    def _dnn(self, owner, call) -> None:
+        from ..runtime.cuda.cudnn import check_conv
+
+        try:
+            check_conv(call, getattr(owner, "name", "?"))
         except HlocError as e:
             raise self.fail(e.message.removeprefix(f"{self.member}: ")) from None
 

@@ -30,7 +30,7 @@ def inspect_summary(bundle) -> dict:
     memory.setdefault("temp_bytes", None)
     memory.setdefault("constant_bytes", None)
     thunks = m.get("thunks", {}).get("counts", {}) if isinstance(m.get("thunks"), dict) else {}
-    extra: dict[str, object] = {"gpu_gemm": _gpu_gemm(bundle)} if "gpu_thunks.json" in bundle.members else {}
+    extra: dict[str, object] = _gpu_libraries(bundle) if "gpu_thunks.json" in bundle.members else {}
     from ..bundle.signing import bundle_signature
 
     signature = bundle_signature(bundle)
@@ -55,15 +55,19 @@ def inspect_summary(bundle) -> dict:
     }
 
 
-def _gpu_gemm(bundle) -> dict:
-    """A CUDA bundle's Gemm thunks and which of them HLOC_CUDA_GEMM=cublas runs with cuBLAS."""
-    from ..thunks.gpu import GemmLaunch
+def _gpu_libraries(bundle) -> dict:
+    """A CUDA bundle's Gemm thunks and which of them cuBLAS may run (HLOC_CUDA_GEMM), its
+    convolution thunks and which of them cuDNN may run (HLOC_CUDA_CONV)."""
+    from ..thunks.gpu import ConvLaunch, GemmLaunch
     from ..thunks.serialize import gpu_program_from_json
 
     program, _ = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
     gemms = [t for t in program.walk() if isinstance(t, GemmLaunch)]
-    return {"gemm_thunks": len(gemms),
-            "cublas_eligible": [t.name for t in gemms if t.blas is not None]}
+    convs = [t for t in program.walk() if isinstance(t, ConvLaunch)]
+    return {"gpu_gemm": {"gemm_thunks": len(gemms),
+                         "cublas_eligible": [t.name for t in gemms if t.blas is not None]},
+            "gpu_conv": {"conv_thunks": len(convs),
+                         "cudnn_eligible": [t.name for t in convs if t.dnn is not None]}}
 
 
 def _gpu_gemm_line(g: dict) -> str:
@@ -71,6 +75,13 @@ def _gpu_gemm_line(g: dict) -> str:
     shown = "".join(f" %{n}" for n in names[:8]) + (" ..." if len(names) > 8 else "")
     return (f"GPU gemm-kernel thunks: {g['gemm_thunks']}, cuBLAS-eligible "
             f"(HLOC_CUDA_GEMM=cublas): {len(names)}{shown}")
+
+
+def _gpu_conv_line(g: dict) -> str:
+    names = g["cudnn_eligible"]
+    shown = "".join(f" %{n}" for n in names[:8]) + (" ..." if len(names) > 8 else "")
+    return (f"GPU convolution thunks: {g['conv_thunks']}, cuDNN-eligible "
+            f"(HLOC_CUDA_CONV): {len(names)}{shown}")
 
 
 def _devices_lines(d: dict) -> list[str]:
@@ -119,6 +130,8 @@ def format_summary(s: dict) -> str:
         lines.append("thunks: " + ", ".join(f"{k}={v}" for k, v in sorted(s["thunks"].items())))
     if s.get("gpu_gemm", {}).get("gemm_thunks"):
         lines.append(_gpu_gemm_line(s["gpu_gemm"]))
+    if s.get("gpu_conv", {}).get("conv_thunks"):
+        lines.append(_gpu_conv_line(s["gpu_conv"]))
     lines.append("members:")
     for name, size in s["members"].items():
         lines.append(f"  {name:<32} {size:>10} bytes")

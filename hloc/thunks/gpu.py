@@ -3,9 +3,10 @@
 Built from the target-neutral thunk program (hloc.codegen.cuda.build) by mapping every thunk
 to GPU work. It reuses Copy, Memset, While, Conditional and Sequential from thunks.py (While
 copies its predicate to the host after the condition, or a known trip count runs as a host
-loop; Conditional copies its selector to the host) and adds three leaf kinds: Launch (a
+loop; Conditional copies its selector to the host) and adds four leaf kinds: Launch (a
 kernel, with launch dimensions, shared memory and argument slices), GemmLaunch (the tiled
-GEMM kernel, optionally with a cuBLAS form) and HostCompute for the few ops without a GPU
+GEMM kernel, optionally with a cuBLAS form), ConvLaunch (a kernel computing a convolution,
+optionally with a cuDNN form) and HostCompute for the few ops without a GPU
 kernel (LAPACK custom-calls, FFTs above the kernel's size bound): their operands go to the
 host, the reference implementation runs there and the results come back.
 
@@ -109,6 +110,48 @@ class BlasCall:
 
 
 @dataclass(frozen=True)
+class ConvCall:
+    """A plain convolution as one cuDNN forward convolution (legacy API,
+    cudnnConvolutionForward, CUDNN_CROSS_CORRELATION):
+
+        y[n, k, o...] = sum over c < C/groups and taps r...:
+                        x[n, g*C/groups + c, o*stride + r*dilation - padding] * w[k, c, r...]
+
+    with g = k // (K/groups) and x zero outside its spatial extent. Tensors are in cuDNN's
+    semantic order, N (batch), C (feature), then the spatial dims (2 or 3 of them: a 1-D
+    convolution gets a unit spatial dim); `x_strides` and `y_strides` are element strides of
+    those dims in their slices, so any physical layout of the HLO arrays is described. The
+    filter `w` is K (output features) x C/groups x spatial, packed as `w_format` says: "NCHW"
+    (K, C, spatial..., the last dim fastest) or "NHWC" (K, spatial..., C). Padding is the same
+    on both sides of each spatial dim (cuDNN's only form). `dtype` is x's, w's and y's element
+    type (IR name), `compute` the accumulation type (f32).
+    """
+
+    x: Slice
+    w: Slice
+    y: Slice
+    dtype: str
+    compute: str
+    x_dims: tuple[int, ...]
+    x_strides: tuple[int, ...]
+    w_dims: tuple[int, ...]
+    w_format: str
+    y_dims: tuple[int, ...]
+    y_strides: tuple[int, ...]
+    padding: tuple[int, ...]
+    window_strides: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int = 1
+
+    def text(self) -> str:
+        dims = lambda d: "x".join(map(str, d))  # noqa: E731
+        return (f"cudnn[x={dims(self.x_dims)}/{dims(self.x_strides)} w={dims(self.w_dims)} "
+                f"{self.w_format} y={dims(self.y_dims)}/{dims(self.y_strides)} "
+                f"pad={dims(self.padding)} stride={dims(self.window_strides)} "
+                f"dilation={dims(self.dilation)} groups={self.groups} {self.dtype}]")
+
+
+@dataclass(frozen=True)
 class Launch(Thunk):
     """A kernel launch: `kernel` (a KernelRecipe's name) on `args`, the kernel ABI's buffers.
 
@@ -146,6 +189,19 @@ class GemmLaunch(Launch):
 
 
 @dataclass(frozen=True)
+class ConvLaunch(Launch):
+    """A launch of a kernel that computes a convolution (alone, or fused with producers and
+    an epilogue) one output element per thread.
+
+    `dnn` (plain convolutions only: no fused producer or epilogue, layouts and windows cuDNN's
+    strided descriptors can express) describes the same convolution for cuDNN, which
+    HLOC_CUDA_CONV selects at run time."""
+
+    kind: ClassVar[ThunkKind] = ThunkKind.CONVOLUTION
+    dnn: ConvCall | None = None
+
+
+@dataclass(frozen=True)
 class HostCompute(Thunk):
     """Run HLO instruction `name` on the host (reference implementation) between transfers."""
 
@@ -162,8 +218,8 @@ class HostCompute(Thunk):
 
 
 GPU_THUNK_KINDS: dict[ThunkKind, type[Thunk]] = {
-    cls.kind: cls for cls in (Launch, GemmLaunch, Copy, Memset, While, Conditional, Sequential,
-                              HostCompute)} | MULTI_DEVICE_KINDS
+    cls.kind: cls for cls in (Launch, GemmLaunch, ConvLaunch, Copy, Memset, While, Conditional,
+                              Sequential, HostCompute)} | MULTI_DEVICE_KINDS
 
 
 @dataclass(frozen=True)

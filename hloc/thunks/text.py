@@ -92,7 +92,7 @@ def program_to_text(program: ThunkProgram) -> str:
 # ---- gpu_thunks.txt -------------------------------------------------------------------------------
 
 def _launch_line(t: Launch, resources: dict) -> str:
-    from .gpu import GemmLaunch
+    from .gpu import ConvLaunch, GemmLaunch
 
     res = resources.get(t.kernel)
     extra = (f" regs={res['registers']} smem={res['shared_bytes']}"
@@ -101,6 +101,8 @@ def _launch_line(t: Launch, resources: dict) -> str:
     if isinstance(t, GemmLaunch):
         blas = f" cublas-eligible {t.blas.text()}" if t.blas is not None else ""
         gemm = f" m={t.m} n={t.n} k={t.k} batch={t.batch}{blas}"
+    elif isinstance(t, ConvLaunch) and t.dnn is not None:
+        gemm = f" cudnn-eligible {t.dnn.text()}"
     return (f"{t.kind} %{t.name} @{t.kernel} [{t.variant}] grid={list(t.grid)} "
             f"block={list(t.block)}{gemm}{extra} args=("
             + ", ".join(slice_text(s) for s in t.args) + ")")

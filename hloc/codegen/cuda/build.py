@@ -5,7 +5,9 @@ Each kernel is emitted into its own LLVM module as soon as it is planned; an ins
 kernels cannot be emitted (an op without a GPU lowering) becomes a HostCompute thunk instead,
 with a note. Per-kernel modules keep the IR of one kernel independent of every other, which
 the emulator relies on to rebuild and check kernels one by one. A Gemm thunk of a plain dot
-also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel.
+also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel;
+a kernel thunk of a convolution becomes a ConvLaunch, and a plain one records its cuDNN form
+(conv_dnn.conv_call) the same way.
 Copies, memsets and control flow are the same thunk classes in both programs.
 """
 
@@ -15,7 +17,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from llvmlite import ir
@@ -27,6 +29,7 @@ from ...registry import Registry
 from ...thunks import thunks as nt
 from ...thunks.base import Thunk, ThunkKind, map_nested
 from ...thunks.gpu import (
+    ConvLaunch,
     Download,
     GemmLaunch,
     GpuProgram,
@@ -36,6 +39,7 @@ from ...thunks.gpu import (
     Upload,
 )
 from ...thunks.thunks import Sequential
+from .conv_dnn import conv_call, holds_convolution
 from .gemm import blas_call
 from .kernel import emit_kernel
 from .parts import Part, plan_context, plan_parts
@@ -170,6 +174,9 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
         return _host(p, thunk, stream)
     if isinstance(made, GemmLaunch):
         made = replace(made, blas=blas_call(instr, operands, outputs))
+    elif type(made) is Launch and holds_convolution(instr):
+        made = ConvLaunch(**{f.name: getattr(made, f.name) for f in fields(made)},
+                          dnn=conv_call(instr, operands, outputs))
     return made
 
 

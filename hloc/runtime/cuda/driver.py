@@ -15,7 +15,10 @@ marked resident stay on the device between runs (hloc.runtime.cuda.residency).
 
 The Gemm thunks that carry a BLAS descriptor (plain dots) run through cuBLAS whenever
 libcublas loads (the nvidia-cublas wheel, $CUDA_HOME or the system loader), else hloc's GEMM
-kernel; HLOC_CUDA_GEMM=kernel|cublas forces either (hloc.runtime.cuda.cublas).
+kernel; HLOC_CUDA_GEMM=kernel|cublas forces either (hloc.runtime.cuda.cublas). Convolution
+thunks that carry a cuDNN descriptor run through cuDNN the same way whenever libcudnn loads
+and accepts them (the nvidia-cudnn-cu13 wheel, ...), else hloc's kernels with one warning;
+HLOC_CUDA_CONV=kernel|cudnn forces either (hloc.runtime.cuda.cudnn).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import socket
 import numpy as np
 
 from ...errors import HlocError, InputError
-from ...thunks.gpu import GemmLaunch
+from ...thunks.gpu import ConvLaunch, GemmLaunch
 from ...thunks.serialize import gpu_program_from_json
 from ..executable import register_device
 from .program import GpuExecutable, GpuRunner
@@ -140,9 +143,10 @@ class CudaDevice:
         return int(self.base) + self.offsets[s.allocation] + s.offset
 
     def allocate(self, nbytes: int) -> int:
-        """A device allocation of this executable's own (a library's workspace), kept for its
+        """Device memory outside the arena (a library's workspace), kept for the executable's
         lifetime; its address."""
-        ptr = check(self.cu, self.cu.cuMemAlloc(nbytes), f"allocating {nbytes} bytes of device memory")
+        ptr = check(self.cu, self.cu.cuMemAlloc(nbytes), f"allocating {nbytes} bytes of "
+                    "workspace")
         self.extra.append(ptr)
         return int(ptr)
 
@@ -336,7 +340,8 @@ class CudaExecutable(GpuExecutable):
         self.program, self.resources = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
         self.module = load_bytes(bytes(bundle.module_proto), f"{bundle.path}:module.pb").module
         self.memory = CudaDevice(cu, self.program, image)
-        self.runner = GpuRunner(self.program, self.module, self.memory, self._blas())
+        self.runner = GpuRunner(self.program, self.module, self.memory, self._blas(),
+                                self._dnn())
 
     def gpu_identity(self) -> str:
         """host:domain:bus:device of this executable's GPU (ranks sharing a GPU cannot join
@@ -380,6 +385,19 @@ class CudaExecutable(GpuExecutable):
         self.blas = select_gemm(mode, described, lambda: CublasGemm(
             self.memory, precisions=dot_precisions(self.module), tf32=tf32))
         return self.blas
+
+    def _dnn(self):
+        """cuDNN for the descriptor-carrying convolution thunks (HLOC_CUDA_CONV, cudnn), or
+        None: hloc's convolution kernels."""
+        from .cublas import tf32_allowed
+        from .cudnn import CudnnConv, conv_mode, conv_precisions, select_conv
+
+        mode, tf32 = conv_mode(), tf32_allowed()
+        described = any(isinstance(t, ConvLaunch) and t.dnn is not None
+                        for t in self.program.walk())
+        self.dnn = select_conv(mode, described, lambda: CudnnConv(
+            self.memory, self.program, precisions=conv_precisions(self.module), tf32=tf32))
+        return self.dnn
 
 
 register_device("cuda", frozenset({"cuda"}))(CudaExecutable)

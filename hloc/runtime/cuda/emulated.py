@@ -9,7 +9,9 @@ buffer assignment. The GPU thunk schedule runs with its streams serialized.
 Parameters marked resident stay in the arena between runs by the same rule as on a GPU
 (hloc.runtime.cuda.residency), so CI tests it.
 With HLOC_CUDA_GEMM=cublas, Gemm thunks carrying a BLAS descriptor run it through numpy's
-OpenBLAS under cuBLAS' column-major contract (hloc.runtime.cuda.host_blas) instead of the kernel.
+OpenBLAS under cuBLAS' column-major contract (hloc.runtime.cuda.host_blas) instead of the kernel;
+with HLOC_CUDA_CONV=cudnn, convolution thunks carrying a cuDNN descriptor run it under cuDNN's
+contract on the host (hloc.runtime.cuda.host_conv).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from ...thunks.gpu import Launch
 from ...thunks.serialize import gpu_program_from_json
 from ..executable import register_device
 from .cublas import use_cublas
+from .cudnn import use_cudnn
 from .host_blas import HostBlas
+from .host_conv import HostConv
 from .program import GpuExecutable, GpuRunner
 from .transfers import read_array, write_array
 
@@ -40,6 +44,7 @@ class HostMemory:
         self.stream = 0
         self.arrays = {}
         self.base = {}
+        self.workspaces: list[np.ndarray] = []
         for a in allocations:
             raw = np.zeros(a.size + self.ALIGN, np.uint8)
             skip = (-raw.ctypes.data) % self.ALIGN
@@ -110,6 +115,12 @@ class HostMemory:
     def address(self, s: Slice) -> int:
         return self.base[s.allocation] + s.offset
 
+    def allocate(self, nbytes: int) -> int:
+        """A library's workspace outside the buffer assignment (kept as long as the device)."""
+        raw = np.zeros(nbytes + self.ALIGN, np.uint8)
+        self.workspaces.append(raw)
+        return raw.ctypes.data + (-raw.ctypes.data) % self.ALIGN
+
     def stream_handle(self) -> int:
         """The current stream's number (what a GPU's cudaStream_t stands for here)."""
         return self.stream
@@ -162,7 +173,8 @@ class CudaEmulatedExecutable(GpuExecutable):
     def _new_device(self) -> None:
         self.memory = HostMemory(self.program.allocations, self.library)
         blas = HostBlas(self.memory) if use_cublas() else None
-        self.runner = GpuRunner(self.program, self.module, self.memory, blas)
+        dnn = HostConv(self.memory) if use_cudnn() else None
+        self.runner = GpuRunner(self.program, self.module, self.memory, blas, dnn)
 
     def sibling(self) -> CudaEmulatedExecutable:
         """Another device of the same bundle: the compiled kernels shared (launches allocate

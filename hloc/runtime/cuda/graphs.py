@@ -3,7 +3,7 @@
 A graph is captured once per executable (the arena's addresses never change, so it stays
 valid across runs and parameter uploads) and replayed with one launch, so a run costs one
 host call per graph instead of one per kernel. What can be captured is device work alone:
-kernels, GEMMs (cuBLAS calls are captured too), device copies and memsets, sequences of
+kernels, GEMMs and convolutions (cuBLAS and cuDNN calls are captured too), device copies and memsets, sequences of
 them, and while loops with a known trip count, unrolled into the graph while the graph stays
 under MAX_NODES. A thunk that needs the host mid-program (a while loop's predicate read
 back, a conditional's selector, a HostCompute, a collective, partition-id) ends a graph;
@@ -25,7 +25,8 @@ MAX_NODES = 8192
 # A sequence nested in host-driven control flow becomes a graph from this many operations.
 MIN_NESTED_NODES = 2
 
-_DEVICE_WORK = frozenset({ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.COPY, ThunkKind.MEMSET})
+_DEVICE_WORK = frozenset({ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTION, ThunkKind.COPY,
+                          ThunkKind.MEMSET})
 
 
 def graphs_enabled(env: Mapping[str, str] = os.environ) -> bool:

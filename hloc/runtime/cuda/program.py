@@ -11,7 +11,8 @@ time the uploads and downloads as rows of their own, with their bytes. While loo
 their predicate to the host after each condition run (or run a known trip count), and
 conditionals copy their selector. HostCompute thunks run the reference implementation of
 their instruction on downloaded operands. Gemm thunks with a BLAS descriptor go to the
-runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM=cublas).
+runner's `blas` engine when the device set one up (HLOC_CUDA_GEMM), convolution thunks with
+a cuDNN descriptor to its `dnn` engine when that set them up (HLOC_CUDA_CONV).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ...errors import InputError
 from ...ir import Module, Shape
 from ...registry import Registry
 from ...thunks.base import Thunk, ThunkKind
-from ...thunks.gpu import GemmLaunch, GpuProgram, HostCompute, Launch
+from ...thunks.gpu import ConvLaunch, GemmLaunch, GpuProgram, HostCompute, Launch
 from ...thunks.thunks import Conditional, Copy, Memset, Sequential, While
 from ..executable import ProfileRow
 from ..layouts import memory_order
@@ -51,7 +52,7 @@ def from_device_bytes(data: bytes, shape: Shape) -> np.ndarray:
 class GpuRunner:
     """Runs a GpuProgram on a device object."""
 
-    def __init__(self, program: GpuProgram, module: Module, device, blas=None):
+    def __init__(self, program: GpuProgram, module: Module, device, blas=None, dnn=None):
         self.program = program
         self.module = module
         self.device = device
@@ -59,6 +60,11 @@ class GpuRunner:
         # Gemm thunk launches the GEMM kernel. `blas_calls` counts the thunks it ran.
         self._blas = blas
         self.blas_calls = 0
+        # `dnn(call, name)` runs a convolution thunk's ConvCall (cuDNN or the host stand-in)
+        # for the thunks `dnn.runs(name)` accepts; None: every one launches its kernel.
+        # `dnn_calls` counts the thunks it ran.
+        self._dnn = dnn
+        self.dnn_calls = 0
         # Device-side collectives (hloc.runtime.cuda.nccl, set for MPI ranks): runs the
         # Collective thunks it planned as NCCL calls; None: every collective is host-staged.
         self.collectives = None
@@ -87,6 +93,16 @@ class GpuRunner:
     def blas(self, engine) -> None:
         """A new GEMM engine: graphs captured with the old one are dropped."""
         self._blas = engine
+        self._graphs.clear()
+
+    @property
+    def dnn(self):
+        return self._dnn
+
+    @dnn.setter
+    def dnn(self, engine) -> None:
+        """A new convolution engine: graphs captured with the old one are dropped."""
+        self._dnn = engine
         self._graphs.clear()
 
     # ---- the three programs ----------------------------------------------------------------
@@ -316,6 +332,15 @@ def _gemm(r: GpuRunner, t: GemmLaunch) -> None:
         return
     r.device.enqueue(lambda: r.blas(t.blas, t.name))
     r.blas_calls += 1
+
+
+@runs(ThunkKind.CONVOLUTION)
+def _convolution(r: GpuRunner, t: ConvLaunch) -> None:
+    if t.dnn is None or r.dnn is None or not r.dnn.runs(t.name):
+        r.device.launch(t)
+        return
+    r.device.enqueue(lambda: r.dnn(t.dnn, t.name))
+    r.dnn_calls += 1
 
 
 @runs(ThunkKind.COPY)

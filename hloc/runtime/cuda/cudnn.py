@@ -1,0 +1,494 @@
+"""cuDNN for the convolution thunks that carry a cuDNN descriptor (plain convolutions).
+
+The switch, HLOC_CUDA_CONV (`conv_mode`), mirrors HLOC_CUDA_GEMM (hloc.runtime.cuda.cublas):
+- unset, empty or `auto` (the default): on `--device cuda`, cuDNN whenever libcudnn loads and
+  sets up, else hloc's convolution kernels with one warning (`select_conv`); on
+  `--device cuda-emulated`, the kernels;
+- `kernel`: hloc's kernels for every convolution;
+- `cudnn`: cuDNN, and a clear error when libcudnn is missing or cudnnCreate fails; on
+  `cuda-emulated`, the same descriptors through a host implementation of cuDNN's contract
+  (hloc.runtime.cuda.host_conv), so the descriptors are tested without a GPU.
+A convolution cuDNN refuses at setup (a descriptor it does not support, no algorithm within
+the workspace limit) runs hloc's kernel, with one warning per executable.
+
+Each described thunk is one cudnnConvolutionForward call of the legacy API (cuDNN 8 and 9
+ship it: libcudnn.so.9 is a dispatcher that dlopens libcudnn_graph/ops/cnn/... by soname,
+which is why the sub-libraries next to it are preloaded with RTLD_GLOBAL first). Descriptors,
+the algorithm (cudnnGetConvolutionForwardAlgorithm_v7's best supported, non-FFT choice) and
+one workspace (a slot per stream of the schedule: convolutions on different streams may run
+at once) are made once per executable; the handle is bound to the schedule's current stream
+before each call.
+
+Precision, as XLA's GPU back end decides it for convolutions (TF32 allowed when every operand
+precision is at most HIGH) and as hloc does for dots: HLOC_CUDA_TF32 unset or 0 computes every
+f32 convolution in full f32 (CUDNN_FMA_MATH: no tensor cores); HLOC_CUDA_TF32=1 applies XLA's
+rule (CUDNN_TENSOR_OP_MATH, which is TF32 for f32 data on Ampere and later). f16 and bf16
+convolutions use tensor cores (CUDNN_TENSOR_OP_MATH), accumulating in f32.
+
+libcudnn is found, in order, in the nvidia-cudnn-cu13 / -cu12 wheel, under $CUDA_HOME /
+$CUDA_PATH, and by the system loader.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+
+from ...errors import InputError
+from ...ir import dtypes
+from ...thunks.gpu import ConvCall, ConvLaunch
+from .cublas import PRECISION_HIGH, _newest_first, _wheel_dirs
+
+CONV_ENV = "HLOC_CUDA_CONV"
+CONV_MODES = ("auto", "kernel", "cudnn")
+
+# cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9; unchanged since 8).
+CUDNN_STATUS_SUCCESS = 0
+CUDNN_DATA_TYPE = {"f32": 0, "f16": 2, "bf16": 9}  # FLOAT, HALF, BFLOAT16
+CUDNN_DATA_FLOAT = 0
+CUDNN_TENSOR_FORMAT = {"NCHW": 0, "NHWC": 1}
+CUDNN_CROSS_CORRELATION = 1
+CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_FMA_MATH = 0, 1, 3
+# cudnnConvolutionFwdAlgo_t: 0 IMPLICIT_GEMM, 1 IMPLICIT_PRECOMP_GEMM, 2 GEMM, 3 DIRECT, 4 FFT,
+# 5 FFT_TILING, 6 WINOGRAD, 7 WINOGRAD_NONFUSED. The FFT-based ones round differently enough
+# from a direct sum to fail f32 comparisons on large windows: never chosen.
+ALGORITHMS = {0: "implicit-gemm", 1: "implicit-precomp-gemm", 2: "gemm", 3: "direct",
+              6: "winograd"}
+WORKSPACE_LIMIT = 1 << 28  # bytes per convolution (and stream)
+log = logging.getLogger(__name__)
+_SYSTEM_NAMES = ("libcudnn.so.9", "libcudnn.so.8", "libcudnn.so")
+# libcudnn.so.9's sub-libraries, dependencies first (cuDNN 8 has ops_infer/cnn_infer...).
+_SUBLIBRARIES = ("libcudnn_graph", "libcudnn_engines_precompiled",
+                 "libcudnn_engines_runtime_compiled", "libcudnn_heuristic", "libcudnn_ops",
+                 "libcudnn_cnn", "libcudnn_ops_infer", "libcudnn_ops_train",
+                 "libcudnn_cnn_infer", "libcudnn_cnn_train")
+_warned: set[str] = set()
+
+
+def conv_mode(env: Mapping[str, str] = os.environ) -> str:
+    """HLOC_CUDA_CONV as one of CONV_MODES (InputError for an unknown value)."""
+    value = env.get(CONV_ENV, "").strip().lower() or "auto"
+    if value not in CONV_MODES:
+        raise InputError(f"{CONV_ENV}={env.get(CONV_ENV)!r}: expected 'auto', 'kernel' or "
+                         "'cudnn'")
+    return value
+
+
+def use_cudnn(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether HLOC_CUDA_CONV forces cuDNN (`cudnn`); the emulator's switch."""
+    return conv_mode(env) == "cudnn"
+
+
+def warn_once(message: str) -> None:
+    """One logging warning per distinct message and process."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+def select_conv(mode: str, has_descriptors: bool, make: Callable):
+    """The DNN engine for `--device cuda`: `make()` builds it (CudaError when libcudnn is
+    missing or unusable). auto → cuDNN when it sets up, else None (hloc's kernels, one
+    warning); cudnn → it must; kernel, or no described convolution → None (not loaded)."""
+    from .driver import CudaError
+
+    if mode == "kernel" or not has_descriptors:
+        return None
+    if mode == "cudnn":
+        return make()
+    try:
+        return make()
+    except CudaError as e:
+        warn_once(f"cuDNN not used, hloc's convolution kernels instead: {e}")
+        return None
+
+
+# ---- descriptors --------------------------------------------------------------------------------
+
+def _ints(values, low: int) -> bool:
+    return all(type(v) is int and low <= v < 2**31 for v in values)
+
+
+def out_size(size: int, filt: int, pad: int, stride: int, dilation: int) -> int:
+    """cuDNN's output size of one spatial dim (cudnnGetConvolutionNdForwardOutputDim)."""
+    span = size + 2 * pad - ((filt - 1) * dilation + 1)
+    return span // stride + 1 if span >= 0 else 0
+
+
+def filter_strides(call: ConvCall) -> tuple[int, ...]:
+    """Element strides of the filter's K, C, spatial dims in its packed format."""
+    dims = call.w_dims
+    order = (list(range(len(dims))) if call.w_format == "NCHW"
+             else [0, *range(2, len(dims)), 1])
+    out, step = [0] * len(dims), 1
+    for d in reversed(order):
+        out[d] = step
+        step *= dims[d]
+    return tuple(out)
+
+
+def _reach(dims, steps) -> int:
+    return sum((d - 1) * s for d, s in zip(dims, steps, strict=True)) + 1
+
+
+def _well_formed(call: ConvCall) -> bool:
+    nd = len(call.x_dims)
+    shapes = (call.x_dims, call.x_strides, call.w_dims, call.y_dims, call.y_strides)
+    window = (call.padding, call.window_strides, call.dilation)
+    if nd not in (4, 5) or any(len(v) != nd for v in shapes) or any(
+            len(v) != nd - 2 for v in window):
+        return False
+    if call.dtype not in CUDNN_DATA_TYPE or call.compute != "f32" or (
+            call.w_format not in CUDNN_TENSOR_FORMAT):
+        return False
+    return (all(_ints(v, 1) for v in shapes) and _ints(call.padding, 0)
+            and _ints(call.window_strides + call.dilation, 1) and _ints((call.groups,), 1))
+
+
+def _consistent(call: ConvCall) -> bool:
+    (n, c, *xs), (k, cg, *ws), (yn, yk, *ys) = call.x_dims, call.w_dims, call.y_dims
+    if n != yn or k != yk or c != cg * call.groups or k % call.groups:
+        return False
+    return all(out_size(*v) == y for v, y in zip(
+        zip(xs, ws, call.padding, call.window_strides, call.dilation, strict=True), ys,
+        strict=True))
+
+
+def check_conv(call: ConvCall, name: str) -> None:
+    """InputError unless the descriptor is well formed, its sizes agree (channels, groups,
+    cuDNN's output size) and every tensor it touches lies inside its slice (a damaged or
+    hand-edited gpu_thunks.json must not make cuDNN read or write outside a buffer)."""
+    if not _well_formed(call) or not _consistent(call):
+        raise InputError(f"gpu_thunks.json: bad cuDNN descriptor for %{name}")
+    size = dtypes.info(dtypes.from_name(call.dtype)).byte_size
+    for label, dims, steps, s in (("x", call.x_dims, call.x_strides, call.x),
+                                  ("w", call.w_dims, filter_strides(call), call.w),
+                                  ("y", call.y_dims, call.y_strides, call.y)):
+        if _reach(dims, steps) * size > s.size:
+            raise InputError(f"gpu_thunks.json: cuDNN descriptor for %{name} reaches past "
+                             f"its {label} slice")
+
+
+def conv_precisions(module) -> dict:
+    """{thunk name: the PrecisionConfig of its convolution}: a convolution's own name, and a
+    fusion's whose fused computation holds one."""
+    out = {}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode.value == "convolution":
+                out[instr.name] = instr.attrs.precision_config
+            elif instr.opcode.value == "fusion" and instr.called:
+                convs = [i for i in instr.called[0].instructions
+                         if i.opcode.value == "convolution"]
+                if convs:
+                    out[instr.name] = convs[0].attrs.precision_config
+    return out
+
+
+def math_type(call: ConvCall, precision, tf32: bool) -> int:
+    """The cudnnMathType_t for `call`: f16/bf16 on tensor cores; f32 in full f32 (FMA) unless
+    TF32 is on and every operand precision is at most HIGH (XLA's rule)."""
+    if call.dtype != "f32":
+        return CUDNN_TENSOR_OP_MATH
+    levels = precision.operand_precision if precision is not None else ()
+    if tf32 and max(levels, default=0) <= PRECISION_HIGH:
+        return CUDNN_TENSOR_OP_MATH
+    return CUDNN_FMA_MATH
+
+
+# ---- finding libcudnn ---------------------------------------------------------------------------
+
+def candidates(env: Mapping[str, str] = os.environ,
+               wheel_dirs: Callable[[], list[str]] = _wheel_dirs) -> Iterator[str]:
+    """Paths (or loader names) to try, best first."""
+    for root in wheel_dirs():
+        for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
+            yield from _newest_first(os.path.join(root, sub, "libcudnn.so.*"))
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDNN_HOME"):
+        home = env.get(var)
+        if not home:
+            continue
+        for sub in ("lib64", "lib", "targets/*/lib"):
+            yield from _newest_first(os.path.join(home, sub, "libcudnn.so.*"))
+    found = ctypes.util.find_library("cudnn")
+    yield from ((found,) if found else ()) + _SYSTEM_NAMES
+
+
+def _open_global(path: str):
+    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def _preload(directory: str, loader: Callable) -> list:
+    """The sub-libraries next to libcudnn.so.N, loaded first so that the dispatcher's dlopen
+    by soname finds them already in the process (a wheel's directory is on no search path)."""
+    loaded = []
+    for base in _SUBLIBRARIES:
+        for path in _newest_first(os.path.join(directory, base + ".so.*"))[:1]:
+            try:
+                loaded.append(loader(path))
+            except OSError as e:  # e.g. runtime-compiled engines without libnvrtc: optional
+                log.debug("cuDNN sub-library %s not loaded: %s", path, e)
+    return loaded
+
+
+class CudnnLibrary:
+    """libcudnn's dispatcher plus the sub-libraries preloaded from its directory; `fn(name)`
+    finds a symbol in the first of them that exports it."""
+
+    def __init__(self, main, subs=()):
+        self.main = main
+        self.libs = [main, *reversed(subs)]
+
+    def fn(self, name: str):
+        for lib in self.libs:
+            f = getattr(lib, name, None)
+            if f is not None:
+                return f
+        raise AttributeError(name)
+
+    def has(self, name: str) -> bool:
+        try:
+            self.fn(name)
+        except AttributeError:
+            return False
+        return True
+
+
+def load_cudnn(env: Mapping[str, str] = os.environ, loader: Callable = _open_global,
+               wheel_dirs: Callable[[], list[str]] = _wheel_dirs) -> CudnnLibrary:
+    """The first libcudnn that loads and has the legacy convolution API; CudaError if none."""
+    from .driver import CudaError
+
+    failures = []
+    for path in candidates(env, wheel_dirs):
+        subs = _preload(os.path.dirname(path), loader) if os.sep in path else []
+        try:
+            lib = CudnnLibrary(loader(path), subs)
+        except OSError as e:
+            if os.sep in path:
+                failures.append(f"{path}: {e}")
+            continue
+        if lib.has("cudnnConvolutionForward") and lib.has("cudnnCreate"):
+            return lib
+        failures.append(f"{path}: no cudnnConvolutionForward")
+    why = f" ({failures[0]})" if failures else ""
+    raise CudaError(f"libcudnn was not found{why} ({CONV_ENV}=cudnn needs it): install "
+                    f"nvidia-cudnn-cu13 (pip install 'hloc[cuda]'), set CUDA_HOME, or set "
+                    f"{CONV_ENV}=kernel")
+
+
+# ---- cuDNN --------------------------------------------------------------------------------------
+
+class _AlgoPerf(ctypes.Structure):
+    """cudnnConvolutionFwdAlgoPerf_t."""
+
+    _fields_ = [("algo", ctypes.c_int), ("status", ctypes.c_int), ("time", ctypes.c_float),
+                ("memory", ctypes.c_size_t), ("determinism", ctypes.c_int),
+                ("mathType", ctypes.c_int), ("reserved", ctypes.c_int * 3)]
+
+
+_VP, _INT, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_PVP, _PINT = ctypes.POINTER(_VP), ctypes.POINTER(_INT)
+# name: (restype, argtypes), as cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h declare them.
+PROTOTYPES = {
+    "cudnnGetVersion": (_SIZE, []),
+    "cudnnGetErrorString": (ctypes.c_char_p, [_INT]),
+    "cudnnCreate": (_INT, [_PVP]),
+    "cudnnSetStream": (_INT, [_VP, _VP]),
+    "cudnnCreateTensorDescriptor": (_INT, [_PVP]),
+    "cudnnSetTensorNdDescriptor": (_INT, [_VP, _INT, _INT, _PINT, _PINT]),
+    "cudnnDestroyTensorDescriptor": (_INT, [_VP]),
+    "cudnnCreateFilterDescriptor": (_INT, [_PVP]),
+    "cudnnSetFilterNdDescriptor": (_INT, [_VP, _INT, _INT, _INT, _PINT]),
+    "cudnnDestroyFilterDescriptor": (_INT, [_VP]),
+    "cudnnCreateConvolutionDescriptor": (_INT, [_PVP]),
+    "cudnnSetConvolutionNdDescriptor": (_INT, [_VP, _INT, _PINT, _PINT, _PINT, _INT, _INT]),
+    "cudnnSetConvolutionGroupCount": (_INT, [_VP, _INT]),
+    "cudnnSetConvolutionMathType": (_INT, [_VP, _INT]),
+    "cudnnDestroyConvolutionDescriptor": (_INT, [_VP]),
+    "cudnnGetConvolutionNdForwardOutputDim": (_INT, [_VP, _VP, _VP, _INT, _PINT]),
+    "cudnnGetConvolutionForwardAlgorithmMaxCount": (_INT, [_VP, _PINT]),
+    "cudnnGetConvolutionForwardAlgorithm_v7": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, _PINT, ctypes.POINTER(_AlgoPerf)]),
+    "cudnnGetConvolutionForwardWorkspaceSize": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, ctypes.POINTER(_SIZE)]),
+    "cudnnConvolutionForward": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _INT, _VP, _SIZE, _VP, _VP, _VP]),
+}
+
+
+def _bind(lib: CudnnLibrary) -> dict:
+    from .driver import CudaError
+
+    out = {}
+    for name, (restype, argtypes) in PROTOTYPES.items():
+        try:
+            fn = lib.fn(name)
+        except AttributeError:
+            raise CudaError(f"libcudnn has no {name}") from None
+        fn.restype, fn.argtypes = restype, argtypes
+        out[name] = fn
+    return out
+
+
+def _ints_array(values) -> ctypes.Array:
+    return (_INT * len(values))(*values)
+
+
+class _Refused(Exception):
+    """cuDNN cannot run one descriptor (the thunk keeps hloc's kernel)."""
+
+
+class _Plan:
+    """One convolution's descriptors, algorithm and workspace size."""
+
+    def __init__(self):
+        self.x = _VP()
+        self.w = _VP()
+        self.y = _VP()
+        self.conv = _VP()
+        self.algo = 0
+        self.math = CUDNN_FMA_MATH
+        self.workspace = 0
+
+
+class CudnnConv:
+    """Runs ConvCall descriptors with cuDNN on a CudaDevice: one handle, every described
+    convolution of `program` set up once (descriptors, algorithm, one workspace).
+
+    `precisions` ({thunk name: PrecisionConfig}) and `tf32` pick each call's math type
+    (`math_type`). `runs(name)` says whether a thunk's convolution was set up; the others
+    keep hloc's kernel."""
+
+    def __init__(self, device, program, lib=None, precisions=None, tf32: bool = False):
+        from .driver import CudaError
+
+        self.lib = lib if lib is not None else load_cudnn()
+        self.f = _bind(self.lib)
+        self.device = device
+        self.handle = _VP()
+        status = self.f["cudnnCreate"](ctypes.byref(self.handle))
+        if status != CUDNN_STATUS_SUCCESS:
+            raise CudaError(f"cudnnCreate failed ({self._why(status)})")
+        self.bound_stream: int | None = None
+        self.plans: dict[str, _Plan] = {}
+        self._set_up(program, precisions or {}, tf32)
+        self.streams = program.streams.num_streams if program.streams else 1
+        self.slot = -(-max((p.workspace for p in self.plans.values()), default=0) // 256) * 256
+        self.workspace = device.allocate(self.slot * self.streams) if self.slot else 0
+
+    def _set_up(self, program, precisions, tf32: bool) -> None:
+        refused = []
+        for t in program.walk():
+            if not isinstance(t, ConvLaunch) or t.dnn is None or t.name in self.plans:
+                continue
+            try:
+                check_conv(t.dnn, t.name)
+                self.plans[t.name] = self._plan(t.dnn, math_type(t.dnn, precisions.get(t.name),
+                                                                 tf32))
+            except (_Refused, InputError) as e:
+                refused.append(f"%{t.name} ({e})")
+        if refused:
+            warn_once(f"cuDNN refused {len(refused)} convolution(s), hloc's kernel runs them: "
+                      + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else ""))
+
+    def _why(self, status: int) -> str:
+        try:
+            text = self.f["cudnnGetErrorString"](status)
+        except Exception:  # the message is a courtesy; the status code is the fact
+            text = None
+        return f"cuDNN status {status}" + (f": {text.decode()}" if text else "")
+
+    def _ok(self, status: int, what: str) -> None:
+        if status != CUDNN_STATUS_SUCCESS:
+            raise _Refused(f"{what}: {self._why(status)}")
+
+    def _plan(self, call: ConvCall, math: int) -> _Plan:
+        f, p = self.f, _Plan()
+        dt = CUDNN_DATA_TYPE[call.dtype]
+        for desc, create in ((p.x, "cudnnCreateTensorDescriptor"),
+                             (p.y, "cudnnCreateTensorDescriptor"),
+                             (p.w, "cudnnCreateFilterDescriptor"),
+                             (p.conv, "cudnnCreateConvolutionDescriptor")):
+            self._ok(f[create](ctypes.byref(desc)), create)
+        nd = len(call.x_dims)
+        for desc, dims, steps in ((p.x, call.x_dims, call.x_strides),
+                                  (p.y, call.y_dims, call.y_strides)):
+            self._ok(f["cudnnSetTensorNdDescriptor"](desc, dt, nd, _ints_array(dims),
+                                                     _ints_array(steps)),
+                     "cudnnSetTensorNdDescriptor")
+        self._ok(f["cudnnSetFilterNdDescriptor"](p.w, dt, CUDNN_TENSOR_FORMAT[call.w_format],
+                                                 nd, _ints_array(call.w_dims)),
+                 "cudnnSetFilterNdDescriptor")
+        self._ok(f["cudnnSetConvolutionNdDescriptor"](
+            p.conv, nd - 2, _ints_array(call.padding), _ints_array(call.window_strides),
+            _ints_array(call.dilation), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+            "cudnnSetConvolutionNdDescriptor")
+        self._ok(f["cudnnSetConvolutionGroupCount"](p.conv, call.groups),
+                 "cudnnSetConvolutionGroupCount")
+        self._ok(f["cudnnSetConvolutionMathType"](p.conv, math), "cudnnSetConvolutionMathType")
+        out = (_INT * nd)()
+        self._ok(f["cudnnGetConvolutionNdForwardOutputDim"](p.conv, p.x, p.w, nd, out),
+                 "cudnnGetConvolutionNdForwardOutputDim")
+        if tuple(out) != call.y_dims:
+            raise _Refused(f"cuDNN's output dims {tuple(out)} are not {call.y_dims}")
+        self._algorithm(p, math)
+        return p
+
+    def _algorithm(self, p: _Plan, math: int) -> None:
+        """The first algorithm of cuDNN's heuristic order that is supported, not FFT-based,
+        keeps full f32 when asked (FMA) and needs at most WORKSPACE_LIMIT bytes."""
+        f, h = self.f, self.handle
+        count = _INT(0)
+        self._ok(f["cudnnGetConvolutionForwardAlgorithmMaxCount"](h, ctypes.byref(count)),
+                 "cudnnGetConvolutionForwardAlgorithmMaxCount")
+        n = min(max(count.value, 1), 64)
+        perfs, got = (_AlgoPerf * n)(), _INT(0)
+        self._ok(f["cudnnGetConvolutionForwardAlgorithm_v7"](
+            h, p.x, p.w, p.conv, p.y, n, ctypes.byref(got), perfs),
+            "cudnnGetConvolutionForwardAlgorithm_v7")
+        for perf in perfs[:max(0, min(got.value, n))]:
+            if (perf.status != CUDNN_STATUS_SUCCESS or perf.algo not in ALGORITHMS
+                    or perf.memory > WORKSPACE_LIMIT
+                    or (math == CUDNN_FMA_MATH and perf.mathType != CUDNN_FMA_MATH)):
+                continue
+            if f["cudnnSetConvolutionMathType"](p.conv, perf.mathType) != CUDNN_STATUS_SUCCESS:
+                continue
+            size = _SIZE(0)
+            if f["cudnnGetConvolutionForwardWorkspaceSize"](
+                    h, p.x, p.w, p.conv, p.y, perf.algo, ctypes.byref(size)) != 0:
+                continue
+            if size.value <= WORKSPACE_LIMIT:
+                p.algo, p.math, p.workspace = perf.algo, perf.mathType, size.value
+                return
+        raise _Refused(f"no supported algorithm among {got.value} (math type {math})")
+
+    def runs(self, name: str) -> bool:
+        return name in self.plans
+
+    def _bind_stream(self) -> None:
+        stream = self.device.stream_handle()
+        if stream != self.bound_stream:
+            self._call(self.f["cudnnSetStream"](self.handle, _VP(stream)), "cudnnSetStream")
+            self.bound_stream = stream
+
+    def _call(self, status: int, what: str) -> None:
+        from .driver import CudaError
+
+        if status != CUDNN_STATUS_SUCCESS:
+            raise CudaError(f"{what} failed ({self._why(status)})")
+
+    def __call__(self, call: ConvCall, name: str) -> None:
+        p = self.plans[name]
+        self._bind_stream()
+        slot = getattr(self.device, "stream", 0) % self.streams
+        space = _VP(self.workspace + slot * self.slot) if p.workspace else _VP()
+        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        ptr = lambda s: _VP(self.device.address(s))  # noqa: E731
+        self._call(self.f["cudnnConvolutionForward"](
+            self.handle, ctypes.byref(alpha), p.x, ptr(call.x), p.w, ptr(call.w), p.conv,
+            p.algo, space, p.workspace, ctypes.byref(beta), p.y, ptr(call.y)),
+            f"cudnnConvolutionForward for %{name}")

@@ -1,0 +1,612 @@
+"""HLOC_CUDA_CONV=cudnn without a GPU.
+
+Convolution thunks of plain convolutions carry a cuDNN descriptor (hloc.thunks.gpu.ConvCall).
+On `cuda-emulated` the descriptor runs on the host under cuDNN's contract
+(hloc.runtime.cuda.host_conv), so its dims, strides, filter format, padding, window strides,
+dilation and groups are checked against the reference interpreter (layout cases, samples).
+The libcudnn loader and the cuDNN argument marshalling are tested with fakes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+
+from hloc.errors import InputError
+from hloc.runtime.cuda import cudnn
+from hloc.runtime.cuda.driver import CudaError
+from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
+from hloc.runtime.cuda.host_conv import convolve
+from hloc.thunks import gpu as gt
+from hloc.thunks.serialize import gpu_program_from_json, gpu_program_to_json
+
+from .conftest import SAMPLES, sample_arrays
+from .support.run import emulate_hlo
+from .support.values import assert_close
+from .test_cuda_samples import _bundle, _problems
+from .trust_support import compile_text, repack
+
+CONV = """HloModule m
+
+ENTRY e {{
+  x = {x} parameter(0)
+  w = {w} parameter(1)
+  ROOT c = {y} convolution(x, w), window={{{window}}}, dim_labels={labels}{extra}
+}}
+"""
+# name: (x, w, y, window, dim_labels, extra attributes, (w_format, padding, groups) expected).
+# Compiled with no passes, so the layouts reach the convolution thunk as written.
+LAYOUTS = {
+    "nchw": ("f32[2,3,9,8]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}", "f32[2,4,9,8]{3,2,1,0}",
+             "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", "", ("NCHW", (1, 1), 1)),
+    "nhwc_ohwi": ("f32[2,9,8,3]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}", "f32[2,9,8,4]{3,2,1,0}",
+                  "size=3x3 pad=1_1x1_1", "b01f_o01i->b01f", "", ("NHWC", (1, 1), 1)),
+    "x_and_y_nhwc_in_memory": ("f32[2,3,9,8]{1,3,2,0}", "f32[4,3,3,2]{3,2,1,0}",
+                               "f32[2,4,7,7]{1,3,2,0}", "size=3x2", "bf01_oi01->bf01", "",
+                               ("NCHW", (0, 0), 1)),
+    "filter_ohwi_layout": ("f32[2,3,9,8]{3,2,1,0}", "f32[4,3,3,2]{1,3,2,0}",
+                           "f32[2,4,7,7]{3,2,1,0}", "size=3x2", "bf01_oi01->bf01", "",
+                           ("NHWC", (0, 0), 1)),
+    "grouped": ("f32[2,4,7,7]{3,2,1,0}", "f32[6,2,3,3]{3,2,1,0}", "f32[2,6,7,7]{3,2,1,0}",
+                "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", ", feature_group_count=2",
+                ("NCHW", (1, 1), 2)),
+    "depthwise": ("f32[2,9,8,4]{3,2,1,0}", "f32[8,3,3,1]{3,2,1,0}", "f32[2,9,8,8]{3,2,1,0}",
+                  "size=3x3 pad=1_1x1_1", "b01f_o01i->b01f", ", feature_group_count=4",
+                  ("NCHW", (1, 1), 4)),  # one input feature per group: both formats
+    "strided_dilated": ("f32[2,3,11,9]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}",
+                        "f32[2,4,6,9]{3,2,1,0}", "size=3x2 stride=2x1 pad=2_2x1_1 rhs_dilate=2x2",
+                        "bf01_oi01->bf01", "", ("NCHW", (2, 1), 1)),
+    # Padding 1 low, 0 high, stride 2 over 8: cuDNN's symmetric 1 gives the same 4 outputs.
+    "asymmetric_same_size": ("f32[1,2,8,8]{3,2,1,0}", "f32[3,2,3,3]{3,2,1,0}",
+                             "f32[1,3,4,4]{3,2,1,0}", "size=3x3 stride=2x2 pad=1_0x1_0",
+                             "bf01_oi01->bf01", "", ("NCHW", (1, 1), 1)),
+    "one_d": ("f32[3,4,17]{2,1,0}", "f32[5,4,3]{2,1,0}", "f32[3,5,9]{2,1,0}",
+              "size=3 stride=2 pad=1_1", "bf0_oi0->bf0", "", ("NCHW", (0, 1), 1)),
+    "three_d": ("f32[1,2,5,6,7]{4,3,2,1,0}", "f32[3,2,2,3,2]{4,3,2,1,0}",
+                "f32[1,3,4,2,6]{4,3,2,1,0}", "size=2x3x2 stride=1x2x1",
+                "bf012_oi012->bf012", "", ("NCHW", (0, 0, 0), 1)),
+    "f16": ("f16[2,3,9,8]{3,2,1,0}", "f16[4,3,3,3]{3,2,1,0}", "f16[2,4,9,8]{3,2,1,0}",
+            "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", "", ("NCHW", (1, 1), 1)),
+}
+# Convolutions cuDNN's legacy descriptors cannot express: hloc's kernel, no descriptor.
+NO_DESCRIPTOR = {
+    "hwio_filter": ("f32[2,9,8,3]{3,2,1,0}", "f32[3,3,3,4]{3,2,1,0}", "f32[2,9,8,4]{3,2,1,0}",
+                    "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", ""),
+    "batch_groups": ("f32[4,3,7,7]{3,2,1,0}", "f32[6,3,3,3]{3,2,1,0}", "f32[2,6,5,5]{3,2,1,0}",
+                     "size=3x3", "bf01_oi01->bf01", ", batch_group_count=2"),
+    "lhs_dilation": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}", "f32[2,4,9,9]{3,2,1,0}",
+                     "size=3x3 pad=1_1x1_1 lhs_dilate=2x2", "bf01_oi01->bf01", ""),
+    "asymmetric": ("f32[1,2,8,8]{3,2,1,0}", "f32[3,2,3,3]{3,2,1,0}", "f32[1,3,4,4]{3,2,1,0}",
+                   "size=3x3 stride=2x2 pad=0_1x0_1", "bf01_oi01->bf01", ""),
+    "negative_padding": ("f32[2,3,9,8]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}",
+                         "f32[2,4,8,7]{3,2,1,0}", "size=3x2 pad=-1_2x1_-1", "bf01_oi01->bf01", ""),
+    "reversed": ("f32[2,3,9,8]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}", "f32[2,4,7,7]{3,2,1,0}",
+                 "size=3x2 rhs_reversal=1x0", "bf01_oi01->bf01", ""),
+}
+TOLERANCE = {"f32": (1e-5, 1e-5), "f16": (1e-2, 1e-2)}
+
+
+def _text(case) -> str:
+    x, w, y, window, labels, extra = case[:6]
+    return CONV.format(x=x, w=w, y=y, window=window, labels=labels, extra=extra)
+
+
+def _array(text: str, rng) -> np.ndarray:
+    dtype, dims = text.split("[")[0], text.split("[")[1].split("]")[0].split(",")
+    return rng.standard_normal([int(d) for d in dims]).astype({"f32": np.float32,
+                                                               "f16": np.float16}[dtype])
+
+
+def _inputs(case, seed=7):
+    rng = np.random.default_rng(seed)
+    return [_array(case[0], rng), _array(case[1], rng)]
+
+
+def _convs(program) -> list[gt.ConvLaunch]:
+    return [t for t in program.walk() if isinstance(t, gt.ConvLaunch)]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_descriptor_layouts_on_host_conv(name, monkeypatch):
+    case = LAYOUTS[name]
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    got, want, ex = emulate_hlo(_text(case), _inputs(case), passes="")
+    (conv,) = _convs(ex.program)
+    assert conv.dnn is not None
+    assert (conv.dnn.w_format, conv.dnn.padding, conv.dnn.groups) == case[6]
+    assert ex.runner.dnn_calls == 1
+    rtol, atol = TOLERANCE[case[2].split("[")[0]]
+    assert_close(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", NO_DESCRIPTOR)
+def test_unexpressible_convolutions_keep_the_kernel(name, monkeypatch):
+    case = NO_DESCRIPTOR[name]
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    got, want, ex = emulate_hlo(_text(case), _inputs(case), passes="")
+    assert [c.dnn for c in _convs(ex.program)] == [None]
+    assert ex.runner.dnn_calls == 0
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_fused_epilogue_gets_no_descriptor_and_kernel_is_the_default(monkeypatch):
+    text = """HloModule m
+
+ENTRY e {
+  x = f32[2,3,9,8]{3,2,1,0} parameter(0)
+  w = f32[4,3,3,3]{3,2,1,0} parameter(1)
+  b = f32[4] parameter(2)
+  c = f32[2,4,9,8]{3,2,1,0} convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01
+  bb = f32[2,4,9,8]{3,2,1,0} broadcast(b), dimensions={1}
+  ROOT r = f32[2,4,9,8]{3,2,1,0} add(c, bb)
+}
+"""
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    case = LAYOUTS["nchw"]
+    bias = np.linspace(-1, 1, 4, dtype=np.float32)
+    got, want, ex = emulate_hlo(text, [*_inputs(case), bias])
+    convs = _convs(ex.program)
+    assert convs and all(c.dnn is None for c in convs)
+    assert_close(got, want, atol=1e-5)
+    monkeypatch.delenv("HLOC_CUDA_CONV")
+    got, want, ex = emulate_hlo(_text(case), _inputs(case))
+    assert [c.dnn is not None for c in _convs(ex.program)] == [True]
+    assert ex.runner.dnn is None and ex.runner.dnn_calls == 0  # the kernel unless asked for
+    assert_close(got, want, atol=1e-5)
+
+
+class _Altered:
+    """A DNN engine that runs every descriptor with some fields changed."""
+
+    def __init__(self, engine, **changes):
+        self.engine, self.changes = engine, changes
+
+    def runs(self, name):
+        return True
+
+    def __call__(self, call, name):
+        self.engine(dataclasses.replace(call, **self.changes), name)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("change", [
+    lambda c: dict(x_strides=(*c.x_strides[:2], c.x_strides[3], c.x_strides[2])),
+    lambda c: dict(y_strides=(c.y_strides[0], c.y_strides[1], c.y_strides[3], c.y_strides[2])),
+    lambda c: dict(w_format="NHWC")])
+def test_a_wrong_descriptor_fails_the_comparison(change, monkeypatch):
+    case = LAYOUTS["nchw"]
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    inputs = _inputs(case)
+    _, want, ex = emulate_hlo(_text(case), inputs, passes="")
+    call = _convs(ex.program)[0].dnn
+    ex.runner.dnn = _Altered(ex.runner.dnn, **change(call))
+    got = ex.run(inputs)
+    assert not np.allclose(got[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.cpu
+def test_descriptor_outside_its_slice_or_inconsistent_is_refused(monkeypatch):
+    case = LAYOUTS["nchw"]
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    _, _, ex = emulate_hlo(_text(case), _inputs(case), passes="")
+    call = _convs(ex.program)[0].dnn
+    for bad in (dict(y_strides=(call.y_strides[0] + 1, *call.y_strides[1:])),
+                dict(x_dims=(3, *call.x_dims[1:])), dict(groups=2), dict(padding=(2, 1)),
+                dict(window_strides=(2, 1)), dict(w_format="CHWN"), dict(dtype="s32"),
+                dict(w_dims=(4, 3, 3)), dict(dilation=(0, 1)), dict(x_strides=(1.5, 1, 1, 1))):
+        with pytest.raises(InputError, match="cuDNN descriptor"):
+            ex.runner.dnn(dataclasses.replace(call, **bad), "c")
+
+
+@pytest.mark.cpu
+def test_descriptor_json_round_trip_and_tampered_bundle(tmp_path, monkeypatch):
+    monkeypatch.delenv("HLOC_CUDA_CONV", raising=False)
+    case = LAYOUTS["grouped"]
+    _, _, ex = emulate_hlo(_text(case), _inputs(case), passes="")
+    back, _ = gpu_program_from_json(gpu_program_to_json(ex.program))
+    assert back == ex.program and _convs(back)[0].dnn is not None
+    path = compile_text(tmp_path, _text(case), "conv", target="cuda")
+
+    def widen(doc):
+        thunk = next(t for t in doc["main"] if t["kind"] == "convolution")
+        thunk["dnn"]["y_dims"][0] = 4
+
+    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": widen})
+    from hloc.runtime import load
+
+    with pytest.raises(InputError, match="cuDNN descriptor"):
+        load(str(bad), "cuda-emulated")
+    assert load(str(path), "cuda-emulated") is not None
+
+
+def test_conv_env_values(monkeypatch):
+    assert cudnn.conv_mode({}) == "auto" and cudnn.use_cudnn({}) is False
+    assert cudnn.use_cudnn({"HLOC_CUDA_CONV": "cuDNN"}) is True
+    assert cudnn.conv_mode({"HLOC_CUDA_CONV": " kernel "}) == "kernel"
+    with pytest.raises(InputError, match="HLOC_CUDA_CONV"):
+        cudnn.conv_mode({"HLOC_CUDA_CONV": "miopen"})
+
+
+def test_select_conv_falls_back_with_one_warning(caplog):
+    def broken():
+        raise CudaError("libcudnn was not found")
+
+    made = []
+    assert cudnn.select_conv("kernel", True, lambda: made.append(1)) is None
+    assert cudnn.select_conv("auto", False, lambda: made.append(1)) is None and not made
+    cudnn._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="hloc.runtime.cuda.cudnn"):
+        assert cudnn.select_conv("auto", True, broken) is None
+        assert cudnn.select_conv("auto", True, broken) is None
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    with pytest.raises(CudaError):
+        cudnn.select_conv("cudnn", True, broken)
+
+
+def test_math_types_follow_xla_tf32_rule():
+    from hloc.ir.attrs import PrecisionConfig
+
+    call = gt.ConvCall(gt.Slice(0, 0, 4), gt.Slice(0, 0, 4), gt.Slice(0, 0, 4), "f32", "f32",
+                       (1, 1, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1), "NCHW", (1, 1, 1, 1),
+                       (1, 1, 1, 1), (0, 0), (1, 1), (1, 1))
+    highest = PrecisionConfig(operand_precision=(2, 2))
+    assert cudnn.math_type(call, None, False) == cudnn.CUDNN_FMA_MATH
+    assert cudnn.math_type(call, None, True) == cudnn.CUDNN_TENSOR_OP_MATH
+    assert cudnn.math_type(call, highest, True) == cudnn.CUDNN_FMA_MATH
+    assert cudnn.math_type(dataclasses.replace(call, dtype="bf16"), None, False) == 1
+
+
+# ---- finding libcudnn ---------------------------------------------------------------------------
+
+class _FakeLib:
+    def __init__(self, symbols=("cudnnConvolutionForward", "cudnnCreate")):
+        for s in symbols:
+            setattr(self, s, object())
+
+
+def _touch(path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not really a library")
+    return str(path)
+
+
+def test_cudnn_from_the_wheel_with_its_sublibraries_first(tmp_path):
+    lib = tmp_path / "site" / "nvidia" / "cudnn" / "lib"
+    main = _touch(lib / "libcudnn.so.9")
+    subs = [_touch(lib / f"{n}.so.9") for n in ("libcudnn_cnn", "libcudnn_graph", "libcudnn_ops")]
+    _touch(lib / "libcudnn_engines_runtime_compiled.so.9")
+    home = _touch(tmp_path / "cuda" / "lib64" / "libcudnn.so.9")
+    tried: list[str] = []
+
+    def load(path):
+        tried.append(path)
+        if "runtime_compiled" in path:
+            raise OSError("libnvrtc.so.13: cannot open shared object file")
+        return _FakeLib() if path == main else _FakeLib(())
+
+    found = cudnn.load_cudnn({"CUDA_HOME": str(tmp_path / "cuda")}, load,
+                             lambda: [str(tmp_path / "site" / "nvidia")])
+    assert home not in tried and tried[-1] == main
+    graph, ops, cnn = subs[1], subs[2], subs[0]
+    assert tried.index(graph) < tried.index(ops) < tried.index(cnn) < tried.index(main)
+    assert found.has("cudnnConvolutionForward") and not found.has("cudnnFindNothing")
+
+
+def test_cudnn_symbols_from_a_sublibrary_and_not_found_is_one_line(tmp_path):
+    lib = tmp_path / "cuda" / "lib64"
+    main, cnn = _touch(lib / "libcudnn.so.9"), _touch(lib / "libcudnn_cnn.so.9")
+
+    def load(path):
+        if path == cnn:
+            return _FakeLib(("cudnnConvolutionForward",))
+        if path == main:
+            return _FakeLib(("cudnnCreate",))
+        raise OSError(path)
+
+    found = cudnn.load_cudnn({"CUDA_HOME": str(tmp_path / "cuda")}, load, lambda: [])
+    assert found.fn("cudnnConvolutionForward") is not None
+    with pytest.raises(CudaError) as info:
+        cudnn.load_cudnn({}, lambda p: (_ for _ in ()).throw(OSError(p)), lambda: [])
+    message = str(info.value)
+    assert "\n" not in message and "HLOC_CUDA_CONV=cudnn" in message
+    assert "nvidia-cudnn-cu13" in message
+
+
+# ---- the cuDNN calls, against a fake libcudnn that computes on the host -------------------------
+
+class _HostCudnn:
+    """libcudnn's legacy-API entry points hloc uses, as C function pointers (the prototypes of
+    PROTOTYPES, so arguments pass through real ctypes marshalling) whose bodies record the
+    descriptors and compute the convolution with host_conv from what C receives."""
+
+    HANDLE = 0x5EED
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.descs: dict[int, dict] = {}
+        self.streams: list[int] = []
+        self.calls = 0
+        self.fns = {}
+        for name, (restype, argtypes) in cudnn.PROTOTYPES.items():
+            proto = ctypes.CFUNCTYPE(restype, *argtypes)
+            self.fns[name] = proto(getattr(self, "_" + name.removeprefix("cudnn")))
+            setattr(self, name, self.fns[name])
+        # A C string returned from a Python callback would leak: a static buffer instead.
+        self.message = ctypes.create_string_buffer(b"CUDNN_STATUS_FAKE")
+        self.fns["cudnnGetErrorString"] = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int)(
+            lambda status: ctypes.addressof(self.message))
+
+    def has(self, name):
+        return True
+
+    def fn(self, name):
+        return self.fns[name]
+
+    def _new(self, out, kind):
+        key = 0x1000 + len(self.descs)
+        self.descs[key] = {"kind": kind}
+        out[0] = key
+        return 0
+
+    def _GetVersion(self):
+        return 91000
+
+    def _GetErrorString(self, status):
+        raise AssertionError("replaced in __init__")
+
+    def _Create(self, out):
+        out[0] = self.HANDLE
+        return 0
+
+    def _SetStream(self, handle, stream):
+        assert handle == self.HANDLE
+        self.streams.append(stream or 0)
+        return 0
+
+    def _CreateTensorDescriptor(self, out):
+        return self._new(out, "tensor")
+
+    def _CreateFilterDescriptor(self, out):
+        return self._new(out, "filter")
+
+    def _CreateConvolutionDescriptor(self, out):
+        return self._new(out, "conv")
+
+    def _SetTensorNdDescriptor(self, desc, dtype, nd, dims, strides):
+        self.descs[desc].update(dtype=dtype, dims=tuple(dims[:nd]), strides=tuple(strides[:nd]))
+        return 0
+
+    def _SetFilterNdDescriptor(self, desc, dtype, fmt, nd, dims):
+        self.descs[desc].update(dtype=dtype, format=fmt, dims=tuple(dims[:nd]))
+        return 0
+
+    def _SetConvolutionNdDescriptor(self, desc, n, pad, stride, dilation, mode, compute):
+        assert (mode, compute) == (1, 0)  # CROSS_CORRELATION, FLOAT
+        self.descs[desc].update(pad=tuple(pad[:n]), stride=tuple(stride[:n]),
+                                dilation=tuple(dilation[:n]), groups=1)
+        return 0
+
+    def _SetConvolutionGroupCount(self, desc, groups):
+        self.descs[desc]["groups"] = groups
+        return 0
+
+    def _SetConvolutionMathType(self, desc, math):
+        self.descs[desc]["math"] = math
+        return 0
+
+    def _destroy(self, desc):
+        return 0
+
+    _DestroyTensorDescriptor = _DestroyFilterDescriptor = _destroy
+    _DestroyConvolutionDescriptor = _destroy
+
+    def _GetConvolutionNdForwardOutputDim(self, conv, x, w, nd, out):
+        c, xd, wd = self.descs[conv], self.descs[x]["dims"], self.descs[w]["dims"]
+        out[0], out[1] = xd[0], wd[0]
+        for i in range(nd - 2):
+            out[2 + i] = cudnn.out_size(xd[2 + i], wd[2 + i], c["pad"][i], c["stride"][i],
+                                        c["dilation"][i])
+        return 0
+
+    def _GetConvolutionForwardAlgorithmMaxCount(self, handle, count):
+        count[0] = 8
+        return 0
+
+    def _GetConvolutionForwardAlgorithm_v7(self, handle, x, w, conv, y, n, got, perfs):
+        # Heuristic order: an FFT first (never chosen), one in the wrong math type, then one.
+        rows = [(4, 0, 3), (1, 0, 0), (0, 0, 3)]
+        for i, (algo, status, math) in enumerate(rows):
+            perfs[i].algo, perfs[i].status, perfs[i].mathType = algo, status, math
+            perfs[i].memory = 64
+        got[0] = len(rows)
+        return 0
+
+    def _GetConvolutionForwardWorkspaceSize(self, handle, x, w, conv, y, algo, size):
+        assert algo == 0
+        size[0] = 64
+        return 0
+
+    def _ConvolutionForward(self, handle, alpha, xd, x, wd, w, conv, algo, space, space_size,
+                            beta, yd, y):
+        assert handle == self.HANDLE and algo == 0 and space and space_size == 64
+        assert ctypes.c_float.from_address(alpha).value == 1.0
+        assert ctypes.c_float.from_address(beta).value == 0.0
+        X, W, Y, C = self.descs[xd], self.descs[wd], self.descs[yd], self.descs[conv]
+        assert C["math"] == cudnn.CUDNN_FMA_MATH and X["dtype"] == W["dtype"] == Y["dtype"] == 0
+
+        def view(address, dims, strides):
+            count = sum((d - 1) * s for d, s in zip(dims, strides, strict=True)) + 1
+            flat = np.ctypeslib.as_array((ctypes.c_float * count).from_address(address))
+            return np.lib.stride_tricks.as_strided(flat, dims, [4 * s for s in strides])
+
+        call = gt.ConvCall(None, None, None, "f32", "f32", X["dims"], X["strides"], W["dims"],
+                           ("NCHW", "NHWC")[W["format"]], Y["dims"], Y["strides"], C["pad"],
+                           C["stride"], C["dilation"], C["groups"])
+        xs = view(x, X["dims"], X["strides"])
+        ws = view(w, W["dims"], cudnn.filter_strides(call))
+        view(y, Y["dims"], Y["strides"])[...] = convolve(call, xs, ws)
+        self.calls += 1
+        return 0
+
+
+class _StreamedMemory:
+    """Emulated device memory that also reports a current stream, as CudaDevice does."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.stream = 0
+
+    def address(self, s):
+        return self.memory.address(s)
+
+    def allocate(self, nbytes):
+        return self.memory.allocate(nbytes)
+
+    def stream_handle(self) -> int:
+        return 1000 + self.stream
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["x_and_y_nhwc_in_memory", "depthwise", "one_d"])
+def test_cudnn_arguments_through_a_host_cudnn(name, monkeypatch):
+    case = LAYOUTS[name]
+    monkeypatch.delenv("HLOC_CUDA_CONV", raising=False)
+    inputs = _inputs(case)
+    _, want, ex = emulate_hlo(_text(case), inputs, passes="")
+    fake = _HostCudnn(ex.memory)
+    engine = cudnn.CudnnConv(_StreamedMemory(ex.memory), ex.program, lib=fake)
+    assert engine.runs(_convs(ex.program)[0].name) and engine.slot == 256
+    ex.runner.dnn = engine
+    got = ex.run(inputs)
+    assert fake.calls == 1 and ex.runner.dnn_calls == 1
+    assert fake.streams == [1000]  # bound once, to the schedule's stream
+    assert_close(got, want, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_cudnn_refusing_a_descriptor_keeps_the_kernel(monkeypatch, caplog):
+    case = LAYOUTS["nchw"]
+    monkeypatch.delenv("HLOC_CUDA_CONV", raising=False)
+    inputs = _inputs(case)
+    _, want, ex = emulate_hlo(_text(case), inputs, passes="")
+    fake = _HostCudnn(ex.memory)
+    refuse = ctypes.CFUNCTYPE(*cudnn.PROTOTYPES["cudnnSetFilterNdDescriptor"][:1],
+                              *cudnn.PROTOTYPES["cudnnSetFilterNdDescriptor"][1])(
+        lambda *args: 3000)  # CUDNN_STATUS_NOT_SUPPORTED
+    fake.fns["cudnnSetFilterNdDescriptor"] = refuse
+    cudnn._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="hloc.runtime.cuda.cudnn"):
+        engine = cudnn.CudnnConv(_StreamedMemory(ex.memory), ex.program, lib=fake)
+    assert not engine.plans and engine.workspace == 0
+    assert "cuDNN refused 1 convolution" in caplog.text and "CUDNN_STATUS_FAKE" in caplog.text
+    ex.runner.dnn = engine
+    got = ex.run(inputs)
+    assert fake.calls == 0 and ex.runner.dnn_calls == 0
+    assert_close(got, want, atol=1e-5)
+
+
+# ---- samples ------------------------------------------------------------------------------------
+
+# Samples with plain convolutions cuDNN's descriptors express (NCHW/NHWC-packed filters).
+# XLA's optimized forms (.opt.pb) use HWIO filters: none there.
+DESCRIBED = [("ops/conv_padding_dilation", ".pb")]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name,suffix", DESCRIBED + [("ops/conv_padding_dilation", ".opt.pb"),
+                                                     ("conv_variants", ".pb"), ("cnn", ".pb")])
+def test_sample_with_host_conv(name, suffix, tmp_path, monkeypatch):
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    bundle = _bundle(name, tmp_path, ("sm_80",), suffix)
+    program, _ = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
+    described = [c for c in _convs(program) if c.dnn is not None]
+    assert bool(described) == ((name, suffix) in DESCRIBED)
+    ex = CudaEmulatedExecutable(bundle)
+    outputs = ex.run(sample_arrays(name, "inputs"))
+    assert ex.runner.dnn_calls == len(described)
+    problems = _problems(name, outputs)
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.cpu
+def test_resnet_block_convolutions_are_fused_and_keep_the_kernel(tmp_path):
+    """The ResNet block benchmark (jax's HWIO filters, each convolution fused with its
+    scale/bias/ReLU epilogue): no cuDNN form today, so hloc's kernels run it."""
+    from hloc.bundle import read_bundle
+
+    from .support.bundles import compile_bundle
+
+    path = tmp_path / "rb.bundle"
+    compile_bundle(SAMPLES.parent / "benchmarks" / "cases" / "resnet_block.pb", path,
+                   target="cuda", cuda_archs=("sm_80",))
+    program, _ = gpu_program_from_json(bytes(read_bundle(str(path)).members["gpu_thunks.json"]))
+    convs = _convs(program)
+    assert len(convs) == 2 and all(c.dnn is None for c in convs)
+
+
+# ---- on a real GPU --------------------------------------------------------------------------------
+
+def _cudnn_on_gpu() -> None:
+    from .test_cuda_samples import _cuda_device_available
+
+    if not _cuda_device_available():
+        pytest.skip("needs cuda-bindings and an NVIDIA GPU")
+    try:
+        cudnn.load_cudnn()
+    except CudaError as e:
+        pytest.skip(f"needs libcudnn: {e}")
+
+
+GPU_LAYOUTS = list(LAYOUTS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_LAYOUTS)
+def test_layouts_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    from hloc.runtime import load
+
+    from .support.run import interpret
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    case = LAYOUTS[name]
+    path = compile_text(tmp_path, _text(case), "conv", target="cuda", passes="",
+                        cuda_archs=("sm_80", "sm_90"))
+    exe = load(str(path), "cuda")
+    inputs = _inputs(case)
+    got = exe.run(inputs)
+    assert exe.runner.dnn is not None and exe.runner.dnn_calls == 1
+    rtol, atol = TOLERANCE[case[2].split("[")[0]]
+    assert_close([np.asarray(g) for g in got], interpret(_text(case), inputs), rtol=rtol,
+                 atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,suffix", DESCRIBED)
+def test_samples_through_cudnn_on_gpu(name, suffix, tmp_path, monkeypatch):
+    from hloc.runtime.cuda.driver import CudaExecutable
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    bundle = _bundle(name, tmp_path, ("sm_80", "sm_90"), suffix)
+    exe = CudaExecutable(bundle)
+    described = [c.name for c in _convs(exe.program) if c.dnn is not None]
+    outputs = exe.run(sample_arrays(name, "inputs"))
+    assert sorted(exe.runner.dnn.plans) == sorted(described)  # cuDNN refused none
+    assert exe.runner.dnn_calls == len(described)
+    problems = _problems(name, outputs)
+    assert not problems, "; ".join(problems)
+    again = exe.run(sample_arrays(name, "inputs"))  # descriptors and workspace reused
+    assert exe.runner.dnn_calls == 2 * len(described)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(outputs, again, strict=True))
+    _, rows = exe.run_profiled(sample_arrays(name, "inputs"))
+    assert {r.name for r in rows if r.kind == "convolution"} >= set(described)
