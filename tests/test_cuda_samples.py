@@ -60,7 +60,10 @@ def test_sample_emulated(name, suffix, tmp_path):
         assert f"kernels.{arch}.ptx" in members
         if ptxas.find_ptxas():
             assert f"kernels.{arch}.cubin" in members
-    outputs = CudaEmulatedExecutable(bundle).run(sample_arrays(name, "inputs"))
+    ex = CudaEmulatedExecutable(bundle)
+    outputs = ex.run(sample_arrays(name, "inputs"))
+    # Through CUDA graphs (the default), and no capture was refused on the way.
+    assert ex.runner.graphs_on
     problems = _problems(name, outputs)
     if problems and name in APPROX_LIMITS:
         pytest.xfail("; ".join(problems))
@@ -102,7 +105,9 @@ def test_sample_on_gpu(name, tmp_path):
     from hloc.runtime.cuda.driver import CudaExecutable
 
     bundle = _bundle(name, tmp_path, archs=("sm_80", "sm_90"))
-    outputs = CudaExecutable(bundle).run(sample_arrays(name, "inputs"))
+    ex = CudaExecutable(bundle)
+    outputs = ex.run(sample_arrays(name, "inputs"))
+    assert ex.runner.graphs_on  # captured and launched as CUDA graphs, none refused
     problems = _problems(name, outputs)
     if problems and name in APPROX_LIMITS:
         pytest.xfail("; ".join(problems))

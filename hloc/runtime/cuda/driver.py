@@ -290,10 +290,17 @@ class CudaDevice:
             cu.cuGraphDestroy(graph)
 
     def abort_capture(self) -> None:
+        """End whatever capture a failure left open, on every stream (nothing of it ran)."""
+        cu = self.cu
         self._captured = None
-        err, graph = self.cu.cuStreamEndCapture(self._s())
-        if err == self.cu.CUresult.CUDA_SUCCESS and graph is not None and int(graph):
-            self.cu.cuGraphDestroy(graph)
+        active = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+        for stream in self.streams:
+            err, status = cu.cuStreamIsCapturing(stream)
+            if err != cu.CUresult.CUDA_SUCCESS or status == active:
+                continue
+            _, graph = cu.cuStreamEndCapture(stream)
+            if graph is not None and int(graph):
+                cu.cuGraphDestroy(graph)
 
     def launch_graph(self, graph, all_streams: bool) -> None:
         check(self.cu, self.cu.cuGraphLaunch(graph, self._s()), "cuGraphLaunch")

@@ -99,8 +99,13 @@ class HostMemory:
         if self._recording is not None:
             raise RuntimeError("graph capture already under way")
         self._recording = []
+        self._origin = self.stream
 
     def end_capture(self, all_streams: bool) -> tuple:
+        # A GPU ends a capture only on the stream that began it (else: unmatched).
+        if self.stream != self._origin:
+            raise RuntimeError(f"capture begun on stream {self._origin} ended on stream "
+                               f"{self.stream}")
         ops, self._recording = tuple(self._recording or ()), None
         return ops
 

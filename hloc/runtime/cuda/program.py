@@ -248,32 +248,39 @@ class GpuRunner:
         current stream alone. A capture that fails turns graphs off (one line on stderr) and
         runs `body` directly: nothing ran during the capture."""
         entry = self._graphs.get(key)
-        if all_streams:
-            self.device.stream = 0
+        # A graph is captured on, ended on and launched into one stream: stream 0 for a
+        # segment (the thunks it runs move the device between streams), else the current one.
+        stream = 0 if all_streams else self.device.stream
         if entry is None:
+            self.device.stream = stream
             self.device.begin_capture(all_streams)
             self._capturing = True
             try:
                 body()
             except InputError:
+                self.device.stream = stream
                 self.device.abort_capture()
                 raise
             except Exception as e:  # a driver refusing the capture: run without graphs
+                self.device.stream = stream
                 self.device.abort_capture()
                 self._graphs_failed(e)
                 body()
                 return
             finally:
                 self._capturing = False
+            self.device.stream = stream
             try:
                 graph = self.device.end_capture(all_streams)
             except Exception as e:
+                self.device.abort_capture()
                 self._graphs_failed(e)
                 body()
                 return
             # `owner` keeps a nested sequence (and so its id) alive as long as its graph.
             entry = self._graphs[key] = (graph, owner)
             self.graph_captures += 1
+        self.device.stream = stream
         self.device.launch_graph(entry[0], all_streams)
         self.graph_launches += 1
 
