@@ -26,60 +26,89 @@ from ..elemental.windows import window_tap
 from .gemm import compute_type
 
 
+class ConvTerms:
+    """The terms of a convolution's output elements: term (c, taps...) of output `index` is
+    lhs[...] * rhs[...] for input feature c of the element's group and one window tap per
+    spatial dimension (zero where the tap falls on padding or between dilated elements)."""
+
+    def __init__(self, ctx, instr: Instruction, gens):
+        self.ctx = ctx
+        self.lhs_gen, self.rhs_gen = gens
+        self.dn = instr.attrs.conv_dnums
+        self.window = instr.attrs.window.dims
+        self.lhs, self.rhs = instr.operands[0].shape, instr.operands[1].shape
+        self.out_et = elem_type(instr.shape.element_type)
+        if self.out_et.kind == "pred":
+            raise UnsupportedError(f"pred convolution %{instr.name}")
+        self.cet = compute_type(instr)
+        self.l_et, self.r_et = elem_type(self.lhs.element_type), elem_type(self.rhs.element_type)
+        self.groups = instr.attrs.feature_group_count or 1
+        batch_groups = instr.attrs.batch_group_count or 1
+        self.cg = self.rhs.dims[self.dn.kernel_input_feature_dimension]
+        self.og = instr.shape.dims[self.dn.output_feature_dimension] // (self.groups * batch_groups)
+        self.nb = self.lhs.dims[self.dn.input_batch_dimension] // batch_groups
+        # The reduction, major to minor: input feature of the group, then the window taps.
+        self.sizes = [self.cg] + [wd.size for wd in self.window]
+        self.count = math.prod(self.sizes)
+
+    def zero(self) -> ir.Value:
+        return const(self.cet, 0)
+
+    def element(self, index) -> tuple:
+        """What every term of output element `index` shares."""
+        b, ctx, dn = self.ctx.builder, self.ctx, self.dn
+        o = index[dn.output_feature_dimension]
+        q = b.udiv(o, ctx.i64(max(1, self.og)))
+        bg, g = b.udiv(q, ctx.i64(self.groups)), b.urem(q, ctx.i64(self.groups))
+        in_batch = b.add(b.mul(bg, ctx.i64(self.nb)), index[dn.output_batch_dimension])
+        return index, o, g, in_batch
+
+    def add(self, element: tuple, ivs, acc: ir.Value) -> ir.Value:
+        """acc + the term of `element` at reduction position ivs = (c, taps...)."""
+        ctx, b, dn, lhs, rhs = self.ctx, self.ctx.builder, self.dn, self.lhs, self.rhs
+        index, o, g, in_batch = element
+        c, taps = ivs[0], ivs[1:]
+        li = [ctx.i64(0)] * lhs.rank
+        ri = [ctx.i64(0)] * rhs.rank
+        li[dn.input_batch_dimension] = in_batch
+        li[dn.input_feature_dimension] = b.add(b.mul(g, ctx.i64(self.cg)), c)
+        ri[dn.kernel_output_feature_dimension] = o
+        ri[dn.kernel_input_feature_dimension] = c
+        valid = ir.Constant(I1, 1)
+        for i, (wd, tap) in enumerate(zip(self.window, taps, strict=True)):
+            ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
+                                 lhs.dims[dn.input_spatial_dimensions[i]])
+            valid = b.and_(valid, ok)
+            li[dn.input_spatial_dimensions[i]] = pos
+            ri[dn.kernel_spatial_dimensions[i]] = (
+                b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
+
+        def product():
+            x = convert_value(ctx, self.l_et, self.cet, self.lhs_gen(li))
+            y = convert_value(ctx, self.r_et, self.cet, self.rhs_gen(ri))
+            return b.fadd(acc, b.fmul(x, y)) if self.cet.is_float else b.add(acc, b.mul(x, y))
+
+        return ctx.select_branch(valid, product, lambda: acc)
+
+    def combine(self, a: ir.Value, c: ir.Value) -> ir.Value:
+        b = self.ctx.builder
+        return b.fadd(a, c) if self.cet.is_float else b.add(a, c)
+
+    def finish(self, acc: ir.Value) -> ir.Value:
+        return convert_value(self.ctx, self.cet, self.out_et, acc)
+
+
 @emits(Opcode.CONVOLUTION, target="cuda")
 def convolution(ctx, instr: Instruction, gens):
-    lhs_gen, rhs_gen = gens
-    dn = instr.attrs.conv_dnums
-    window = instr.attrs.window.dims
-    lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
-    out_et = elem_type(instr.shape.element_type)
-    if out_et.kind == "pred":
-        raise UnsupportedError(f"pred convolution %{instr.name}")
-    cet = compute_type(instr)
-    l_et, r_et = elem_type(lhs.element_type), elem_type(rhs.element_type)
-    groups = instr.attrs.feature_group_count or 1
-    batch_groups = instr.attrs.batch_group_count or 1
-    cg = rhs.dims[dn.kernel_input_feature_dimension]
-    og = instr.shape.dims[dn.output_feature_dimension] // (groups * batch_groups)
-    nb = lhs.dims[dn.input_batch_dimension] // batch_groups
-    b = ctx.builder
+    terms = ConvTerms(ctx, instr, gens)
 
     def generate(index):
-        o = index[dn.output_feature_dimension]
-        q = b.udiv(o, ctx.i64(max(1, og)))
-        bg, g = b.udiv(q, ctx.i64(groups)), b.urem(q, ctx.i64(groups))
-        in_batch = b.add(b.mul(bg, ctx.i64(nb)), index[dn.output_batch_dimension])
-
-        def body(ivs, accs):
-            c, taps = ivs[0], ivs[1:]
-            li = [ctx.i64(0)] * lhs.rank
-            ri = [ctx.i64(0)] * rhs.rank
-            li[dn.input_batch_dimension] = in_batch
-            li[dn.input_feature_dimension] = b.add(b.mul(g, ctx.i64(cg)), c)
-            ri[dn.kernel_output_feature_dimension] = o
-            ri[dn.kernel_input_feature_dimension] = c
-            valid = ir.Constant(I1, 1)
-            for i, (wd, tap) in enumerate(zip(window, taps, strict=True)):
-                ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
-                               lhs.dims[dn.input_spatial_dimensions[i]])
-                valid = b.and_(valid, ok)
-                li[dn.input_spatial_dimensions[i]] = pos
-                ri[dn.kernel_spatial_dimensions[i]] = (
-                    b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
-
-            def product():
-                x = convert_value(ctx, l_et, cet, lhs_gen(li))
-                y = convert_value(ctx, r_et, cet, rhs_gen(ri))
-                return b.fadd(accs[0], b.fmul(x, y)) if cet.is_float else \
-                    b.add(accs[0], b.mul(x, y))
-
-            return [ctx.select_branch(valid, product, lambda: accs[0])]
-
-        bounds = [(ctx.i64(0), ctx.i64(cg))] + [(ctx.i64(0), ctx.i64(wd.size)) for wd in window]
-        if math.prod(hi.constant for _, hi in bounds) == 0:
-            acc = const(cet, 0)
-        else:
-            (acc,) = accumulate_loops(ctx, bounds, [const(cet, 0)], body)
-        return convert_value(ctx, cet, out_et, acc)
+        if terms.count == 0:
+            return terms.finish(terms.zero())
+        element = terms.element(index)
+        bounds = [(ctx.i64(0), ctx.i64(n)) for n in terms.sizes]
+        (acc,) = accumulate_loops(ctx, bounds, [terms.zero()],
+                                  lambda ivs, accs: [terms.add(element, ivs, accs[0])])
+        return terms.finish(acc)
 
     return generate

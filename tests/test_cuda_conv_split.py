@@ -1,0 +1,95 @@
+"""Convolutions whose outputs share threads (hloc.codegen.cuda.conv_split): the weight
+gradients of a training step, alone and fused with the SGD update, on the emulator against
+the interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hloc.codegen.cuda import conv_split
+
+from .support.bundles import variants
+from .support.run import emulate_hlo
+
+# A weight gradient as JAX lowers it (batch as the contracted feature, the activations'
+# spatial extent as the window), fused with w - lr * grad.
+WGRAD = """HloModule wgrad
+
+fused {
+  x = f32[{n},{h},{w},{ci}] parameter(0)
+  dy = f32[{n},{h},{w},{co}] parameter(1)
+  w = f32[3,3,{ci},{co}] parameter(2)
+  g = f32[3,3,{ci},{co}] convolution(x, dy), window={size={h}x{w} pad=1_1x1_1}, dim_labels=f01b_i01o->01bf
+  lr = f32[] constant(0.01)
+  lrb = f32[3,3,{ci},{co}] broadcast(lr), dimensions={}
+  step = f32[3,3,{ci},{co}] multiply(lrb, g)
+  ROOT new = f32[3,3,{ci},{co}] subtract(w, step)
+}
+
+ENTRY e {
+  x = f32[{n},{h},{w},{ci}] parameter(0)
+  dy = f32[{n},{h},{w},{co}] parameter(1)
+  w = f32[3,3,{ci},{co}] parameter(2)
+  ROOT f = f32[3,3,{ci},{co}] fusion(x, dy, w), kind=kOutput, calls=fused
+}
+"""
+
+# A plain convolution with few outputs and a long sum (a 1x1 output window over a big input).
+LONG = """HloModule long
+
+ENTRY e {
+  x = f32[2,32,32,{ci}] parameter(0)
+  k = f32[32,32,{ci},8] parameter(1)
+  ROOT c = f32[2,1,1,8] convolution(x, k), window={size=32x32}, dim_labels=b01f_01io->b01f
+}
+"""
+
+
+def _text(template: str, **sizes) -> str:
+    for key, value in sizes.items():
+        template = template.replace("{" + key + "}", str(value))
+    return template
+
+
+def _args(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("n,h,ci,co", [(16, 16, 3, 16),   # few outputs: a block per output
+                                       (8, 16, 13, 36)])  # more: a warp each, the last block part-full
+def test_weight_gradient_with_its_update(n, h, ci, co):
+    text = _text(WGRAD, n=n, h=h, w=h, ci=ci, co=co)
+    args = _args([(n, h, h, ci), (n, h, h, co), (3, 3, ci, co)])
+    got, want, ex = emulate_hlo(text, args, passes="")
+    assert variants(ex)["conv.split"] == 1
+    recipe = next(r for r in ex.program.kernels if r.variant == "conv.split")
+    outputs, terms = 9 * ci * co, n * h * h
+    assert recipe.param("group") == conv_split.group_size(outputs, terms)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_both_group_sizes_are_exercised():
+    assert conv_split.group_size(9 * 3 * 16, 16 * 16 * 16) == conv_split.BLOCK
+    assert conv_split.group_size(9 * 16 * 32, 8 * 16 * 16) == conv_split.WARP
+
+
+@pytest.mark.cpu
+def test_a_long_plain_convolution():
+    text = _text(LONG, ci=64)
+    args = _args([(2, 32, 32, 64), (32, 32, 64, 8)], seed=1)
+    got, want, ex = emulate_hlo(text, args, passes="")
+    assert variants(ex)["conv.split"] == 1
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cpu
+def test_short_sums_stay_in_the_loop_kernel():
+    text = _text(WGRAD, n=1, h=4, w=4, ci=16, co=16)
+    args = _args([(1, 4, 4, 16), (1, 4, 4, 16), (3, 3, 16, 16)])
+    got, want, ex = emulate_hlo(text, args, passes="")
+    assert variants(ex)["conv.split"] == 0
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
