@@ -168,8 +168,15 @@ ENTRY e {
   ROOT r = f32[48,96] maximum(s, zb)
 }"""
     ins = [random_array(s, "f32", RNG) for s in ((48, 80), (80, 96), (96,))]
-    ex = check(text, ins, ["gemm.tiled"], rtol=1e-4, atol=1e-4)
-    assert len(ex.program.kernels) == 1  # the epilogue is in the GEMM kernel
+    # A dot of parameters cuBLAS can run: the dot alone, then the epilogue in place.
+    ex = check(text, ins, ["gemm.tiled", "loop"], rtol=1e-4, atol=1e-4)
+    assert len(ex.program.kernels) == 2
+    # An epilogue that changes the type (the dot's values do not fit the output): it stays
+    # in the GEMM kernel.
+    fused = text.replace("ROOT r = f32[48,96] maximum(s, zb)",
+                         "m = f32[48,96] maximum(s, zb)\n  ROOT r = f16[48,96] convert(m)")
+    ex = check(fused, ins, ["gemm.tiled"], rtol=1e-3, atol=1e-3)
+    assert len(ex.program.kernels) == 1
 
 
 def test_grouped_dilated_convolution():

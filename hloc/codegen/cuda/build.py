@@ -40,6 +40,7 @@ from ...thunks.gpu import (
 )
 from ...thunks.thunks import Sequential
 from .conv_dnn import conv_call, holds_convolution
+from .epilogue import find_core
 from .gemm import blas_call
 from .kernel import emit_kernel
 from .parts import Part, plan_context, plan_parts
@@ -165,7 +166,8 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
     instr = p.instr(thunk.name)
     operands, outputs = thunk.reads(), thunk.writes()
     try:
-        parts = plan_parts(plan_context(instr, p.target, operands, outputs))
+        pc = plan_context(instr, p.target, operands, outputs)
+        parts = plan_parts(pc)
     except UnsupportedError as e:
         p.notes.append(f"%{instr.name} runs on the host: {e}")
         return _host(p, thunk, stream)
@@ -174,6 +176,13 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
         return _host(p, thunk, stream)
     if isinstance(made, GemmLaunch):
         made = replace(made, blas=blas_call(instr, operands, outputs))
+    elif ("core_only", 1) in parts[0].params:
+        # A dot whose epilogue runs as a second kernel (gemm.splits_epilogue): its GEMM part
+        # writes the output, so cuBLAS can run it.
+        first = made.thunks[0]
+        core = find_core(pc.items[parts[0].items[0]].instr)
+        blas = blas_call(instr, operands, outputs, dot=core)
+        made = replace(made, thunks=(replace(first, blas=blas),) + made.thunks[1:])
     elif type(made) is Launch and holds_convolution(instr):
         made = ConvLaunch(**{f.name: getattr(made, f.name) for f in fields(made)},
                           dnn=conv_call(instr, operands, outputs))

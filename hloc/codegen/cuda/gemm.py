@@ -22,7 +22,7 @@ from llvmlite import ir
 from ...ir import Instruction, Opcode, PrimitiveType
 from ...thunks.gpu import BlasCall
 from ..elemental.convert import convert_value
-from ..elemental.memory import strides
+from ..elemental.memory import store_element, strides
 from ..elemental.scalar import const
 from ..elemental.types import ElemType, elem_type
 from .epilogue import find_core, store_with_core
@@ -96,8 +96,31 @@ def plan_gemm(pc: PlanContext, k: int) -> list[Part] | None:
     cet = compute_type(dot)
     size = 8 if cet.bits == 64 else 4
     launch = dims((-(-ds.n // TILE), -(-ds.m // TILE), ds.b), (T, T))
-    return [Part("gemm.tiled", (k,), launch, shared_bytes=2 * TK * TILE * size,
-                 block_threads=T * T, gemm=(ds.b, ds.m, ds.n, ds.k))]
+    split = splits_epilogue(pc, k, dot)
+    gemm = Part("gemm.tiled", (k,), launch, (("core_only", 1),) if split else (),
+                shared_bytes=2 * TK * TILE * size, block_threads=T * T,
+                gemm=(ds.b, ds.m, ds.n, ds.k))
+    if not split:
+        return [gemm]
+    from .loop import plan_loop
+
+    return [gemm, plan_loop(pc, (k,), core_from_output=True)]
+
+
+def splits_epilogue(pc: PlanContext, k: int, dot: Instruction) -> bool:
+    """Whether a dot with an elementwise epilogue runs as the dot alone, writing the output
+    buffer (a GEMM cuBLAS can run: `epilogue_blas_call`), then the epilogue in place. Only
+    where the dot's values fit the output as they are (same element type) and no operand of
+    the fusion shares the output's buffer (the dot would overwrite what the epilogue reads)."""
+    item = pc.items[k]
+    if item.instr is dot or len(item.outputs) != 1 or len(pc.items) != 1:
+        return False
+    out = pc.output_shapes[item.outputs[0]]
+    if out.element_type != dot.shape.element_type or out.dims != dot.shape.dims:
+        return False
+    if not pc.output_slices or pc.overlaps_operands(item.outputs[0]):
+        return False
+    return _dot_blas_form(pc.instr, dot) is not None
 
 
 class GemmEmitter:
@@ -199,7 +222,11 @@ class GemmEmitter:
                              + [ni[d] for d in self.ds.n_dims])
                     value = b.load(acc[i][j], typ=self.cet.value_type)
                     value = convert_value(kb.ctx, self.cet, out_et, value)
-                    store_with_core(kb, self.item, self.dot, index, [value])
+                    if kb.recipe.param("core_only", 0):  # the epilogue is a kernel of its own
+                        (k,) = self.item.outputs
+                        store_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], index, value)
+                    else:
+                        store_with_core(kb, self.item, self.dot, index, [value])
 
 
 @variant("gemm.tiled")
@@ -283,14 +310,34 @@ def _blas_types(lhs, rhs, out) -> str | None:
     return compute
 
 
-def blas_call(instr: Instruction, operand_slices, output_slices) -> BlasCall | None:
+def blas_call(instr: Instruction, operand_slices, output_slices,
+              dot: Instruction | None = None) -> BlasCall | None:
     """The cuBLAS form of a Gemm thunk's instruction when it is a plain dot of parameters
-    (or of transposed parameters) with no fused epilogue, else None."""
-    dot = kernel_computation(instr).root
+    (or of transposed parameters) with no fused epilogue, else None. With `dot`: the form of
+    that dot (the core of an epilogue split off by `splits_epilogue`), writing the output."""
+    dot = dot if dot is not None else kernel_computation(instr).root
     if dot.opcode != Opcode.DOT:
         return None
     if len(operand_slices) != len(instr.operands) or len(output_slices) != 1:
         return None  # tuple-shaped operands or results
+    found = _dot_blas_form(instr, dot)
+    if found is None:
+        return None
+    compute, lhs_p, rhs_p, form = found
+    lhs_op, rhs_op = dot.operands
+    # The call's A is the HLO rhs when it computes out^T = rhs^T lhs^T ("swapped").
+    first, second = (1, 0) if form["swapped"] else (0, 1)
+    slices, names = (operand_slices[lhs_p], operand_slices[rhs_p]), [
+        o.shape.dtype.name for o in dot.operands]
+    call = BlasCall(slices[first], slices[second], output_slices[0], a_type=names[first],
+                    b_type=names[second], c_type=dot.shape.dtype.name, compute=compute, **form)
+    too_big = (call.m, call.n, call.k, call.lda, call.ldb, call.ldc, call.batch)
+    return call if max(too_big) <= _INT_MAX else None
+
+
+def _dot_blas_form(instr: Instruction, dot: Instruction):
+    """(compute type, lhs parameter, rhs parameter, _strided_call's form) of `dot` in the
+    kernel computation of `instr` writing `instr`'s output, or None."""
     lhs_op, rhs_op = dot.operands
     compute = _blas_types(lhs_op, rhs_op, dot)
     if compute is None:
@@ -300,14 +347,7 @@ def blas_call(instr: Instruction, operand_slices, output_slices) -> BlasCall | N
         form = _strided_call(DotShape.of(dot), lhs, rhs, strides(instr.shape))
     except _NoBlas:
         return None
-    # The call's A is the HLO rhs when it computes out^T = rhs^T lhs^T ("swapped").
-    first, second = (1, 0) if form["swapped"] else (0, 1)
-    slices, names = (operand_slices[lhs_p], operand_slices[rhs_p]), [
-        o.shape.dtype.name for o in dot.operands]
-    call = BlasCall(slices[first], slices[second], output_slices[0], a_type=names[first],
-                    b_type=names[second], c_type=dot.shape.dtype.name, compute=compute, **form)
-    too_big = (call.m, call.n, call.k, call.lda, call.ldb, call.ldc, call.batch)
-    return call if max(too_big) <= _INT_MAX else None
+    return compute, lhs_p, rhs_p, form
 
 
 def _strided_call(ds: DotShape, lhs: list[int], rhs: list[int], out: list[int]) -> dict:

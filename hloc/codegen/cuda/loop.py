@@ -13,7 +13,7 @@ from llvmlite import ir
 from ...ir import Shape
 from ..elemental.compose import flatten
 from ..elemental.indexing import delinearize
-from ..elemental.memory import major_to_minor, store_element
+from ..elemental.memory import load_element, major_to_minor, store_element
 from .kernel import KernelBuild, dims, variant
 from .parts import Part, PlanContext
 
@@ -30,12 +30,16 @@ def loop_launch(n: int, unroll: int, target, block: int = BLOCK):
     return dims((blocks,), (threads,))
 
 
-def plan_loop(pc: PlanContext, items: tuple[int, ...]) -> Part:
+def plan_loop(pc: PlanContext, items: tuple[int, ...], core_from_output: bool = False) -> Part:
+    """The loop kernel of `items`; `core_from_output`: of one item whose core (a dot an
+    earlier part wrote into the output buffer) is read back from the output, element by
+    element, and its epilogue applied in place."""
     shape = pc.output_shapes[pc.items[items[0]].outputs[0]]
     n = max(1, shape.num_elements)
     unroll = 4 if n >= UNROLL_FROM and n % 4 == 0 else 1
     launch = loop_launch(n, unroll, pc.target)
-    return Part("loop", items, launch, (("unroll", unroll),), block_threads=launch.block[0])
+    params = (("unroll", unroll),) + ((("core_from_output", 1),) if core_from_output else ())
+    return Part("loop", items, launch, params, block_threads=launch.block[0])
 
 
 def physical_index(kb: KernelBuild, shape: Shape, linear: ir.Value) -> list[ir.Value]:
@@ -48,6 +52,14 @@ def physical_index(kb: KernelBuild, shape: Shape, linear: ir.Value) -> list[ir.V
 
 
 def store_items(kb: KernelBuild, items, index: list[ir.Value]) -> None:
+    if kb.recipe.param("core_from_output", 0):
+        from .epilogue import find_core, store_with_core
+
+        (item,) = items
+        (k,) = item.outputs
+        value = load_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], index)
+        store_with_core(kb, item, find_core(item.instr), index, [value])
+        return
     for item in items:
         values = flatten(kb.gen(item.instr)(index))
         for k, v in zip(item.outputs, values, strict=True):
