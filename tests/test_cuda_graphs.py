@@ -191,3 +191,19 @@ def test_graphs_on_a_gpu(bundles, monkeypatch):
             args = _inputs(name, graphed, seed)
             _same(graphed.run(args), direct.run(args))
         assert graphed.runner.graphs_on and graphed.runner.graph_launches > 0, name
+
+
+@pytest.mark.cpu
+def test_inspect_shows_the_graph_plan(bundles):
+    import json
+
+    from .test_cli import hloc
+
+    result = hloc("inspect", bundles["while_dynamic"], "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)["gpu_graphs"]
+    assert plan["host_driven"] >= 1 and plan["graphs"] >= 1
+    assert any("while" in line and "host-driven" in line for line in plan["segments"])
+    text = hloc("inspect", bundles["scan_rnn"]).output
+    assert "CUDA graphs (HLOC_CUDA_GRAPHS): 1 of the main program's stretches, 0 host-driven" \
+        in text

@@ -64,7 +64,13 @@ def _gpu_libraries(bundle) -> dict:
     program, _ = gpu_program_from_json(bytes(bundle.members["gpu_thunks.json"]))
     gemms = [t for t in program.walk() if isinstance(t, GemmLaunch)]
     convs = [t for t in program.walk() if isinstance(t, ConvLaunch)]
-    return {"gpu_gemm": {"gemm_thunks": len(gemms),
+    from ..runtime.cuda.graphs import describe, segments
+
+    graphed = [s for s in segments(program.main) if s.graph]
+    return {"gpu_graphs": {"graphs": len(graphed),
+                           "host_driven": len(segments(program.main)) - len(graphed),
+                           "segments": describe(program.main)},
+            "gpu_gemm": {"gemm_thunks": len(gemms),
                          "cublas_eligible": [t.name for t in gemms if t.blas is not None]},
             "gpu_conv": {"conv_thunks": len(convs),
                          "cudnn_eligible": [t.name for t in convs if t.dnn is not None]}}
@@ -75,6 +81,11 @@ def _gpu_gemm_line(g: dict) -> str:
     shown = "".join(f" %{n}" for n in names[:8]) + (" ..." if len(names) > 8 else "")
     return (f"GPU gemm-kernel thunks: {g['gemm_thunks']}, cuBLAS-eligible "
             f"(HLOC_CUDA_GEMM=cublas): {len(names)}{shown}")
+
+
+def _gpu_graphs_line(g: dict) -> str:
+    return (f"CUDA graphs (HLOC_CUDA_GRAPHS): {g['graphs']} of the main program's stretches, "
+            f"{g['host_driven']} host-driven thunk(s) between them")
 
 
 def _gpu_conv_line(g: dict) -> str:
@@ -132,6 +143,8 @@ def format_summary(s: dict) -> str:
         lines.append(_gpu_gemm_line(s["gpu_gemm"]))
     if s.get("gpu_conv", {}).get("conv_thunks"):
         lines.append(_gpu_conv_line(s["gpu_conv"]))
+    if "gpu_graphs" in s:
+        lines.append(_gpu_graphs_line(s["gpu_graphs"]))
     lines.append("members:")
     for name, size in s["members"].items():
         lines.append(f"  {name:<32} {size:>10} bytes")
