@@ -47,8 +47,15 @@ class ConvTerms:
         self.cg = self.rhs.dims[self.dn.kernel_input_feature_dimension]
         self.og = instr.shape.dims[self.dn.output_feature_dimension] // (self.groups * batch_groups)
         self.nb = self.lhs.dims[self.dn.input_batch_dimension] // batch_groups
-        # The reduction, major to minor: input feature of the group, then the window taps.
-        self.sizes = [self.cg] + [wd.size for wd in self.window]
+        # The reduction's axes (0: input feature of the group, 1 + i: window tap i), major to
+        # minor in the order of the lhs dims they walk in memory: the innermost loop (and the
+        # neighbouring threads of conv.split) then read neighbouring lhs elements.
+        walks = [self.dn.input_feature_dimension] + list(self.dn.input_spatial_dimensions)
+        position = {d: k for k, d in enumerate(reversed(self.lhs.layout.minor_to_major))} \
+            if self.lhs.layout is not None else {d: d for d in range(self.lhs.rank)}
+        self.axes = sorted(range(len(walks)), key=lambda a: position[walks[a]])
+        natural = [self.cg] + [wd.size for wd in self.window]
+        self.sizes = [natural[a] for a in self.axes]
         self.count = math.prod(self.sizes)
 
     def zero(self) -> ir.Value:
@@ -64,10 +71,12 @@ class ConvTerms:
         return index, o, g, in_batch
 
     def add(self, element: tuple, ivs, acc: ir.Value) -> ir.Value:
-        """acc + the term of `element` at reduction position ivs = (c, taps...)."""
+        """acc + the term of `element` at reduction position `ivs` (one value per axis, in
+        the order of `sizes`)."""
         ctx, b, dn, lhs, rhs = self.ctx, self.ctx.builder, self.dn, self.lhs, self.rhs
         index, o, g, in_batch = element
-        c, taps = ivs[0], ivs[1:]
+        natural = [ivs[self.axes.index(a)] for a in range(len(self.axes))]
+        c, taps = natural[0], natural[1:]
         li = [ctx.i64(0)] * lhs.rank
         ri = [ctx.i64(0)] * rhs.rank
         li[dn.input_batch_dimension] = in_batch
