@@ -146,7 +146,7 @@ def test_unexpressible_convolutions_keep_the_kernel(name, monkeypatch):
 
 
 @pytest.mark.cpu
-def test_fused_epilogue_gets_no_descriptor_and_kernel_is_the_default(monkeypatch):
+def test_fused_epilogue_is_split_and_kernel_is_the_default(monkeypatch):
     text = """HloModule m
 
 ENTRY e {
@@ -162,8 +162,8 @@ ENTRY e {
     case = LAYOUTS["nchw"]
     bias = np.linspace(-1, 1, 4, dtype=np.float32)
     got, want, ex = emulate_hlo(text, [*_inputs(case), bias])
-    convs = _convs(ex.program)
-    assert convs and all(c.dnn is None for c in convs)
+    (conv,) = _convs(ex.program)
+    assert conv.variant == "conv.core" and not conv.dnn.w_strides and ex.runner.dnn_calls == 1
     assert_close(got, want, atol=1e-5)
     monkeypatch.delenv("HLOC_CUDA_CONV")
     got, want, ex = emulate_hlo(_text(case), _inputs(case))
@@ -579,20 +579,26 @@ def test_sample_with_host_conv(name, suffix, tmp_path, monkeypatch):
     assert not problems, "; ".join(problems)
 
 
+# Convolution fusions of ResNets: every convolution is described (HWIO filters converted),
+# those with an epilogue split. (model, convolutions, split ones)
+RESNETS = [pytest.param(SAMPLES.parent / "benchmarks" / "cases" / "resnet_block.pb", 2, 2,
+                        id="resnet_block"),
+           pytest.param(SAMPLES.parent / "samples" / "models" / "resnet50.pb", 53, 47,
+                        id="resnet50", marks=pytest.mark.slow)]  # a 10 s compile
+
+
 @pytest.mark.cpu
-def test_resnet_block_convolutions_are_fused_and_keep_the_kernel(tmp_path):
-    """The ResNet block benchmark (jax's HWIO filters, each convolution fused with its
-    scale/bias/ReLU epilogue): no cuDNN form today, so hloc's kernels run it."""
+@pytest.mark.parametrize("model,count,split", RESNETS)
+def test_resnet_convolutions_all_get_cudnn_descriptors(model, count, split, tmp_path):
     from hloc.bundle import read_bundle
 
-    from .support.bundles import compile_bundle
+    from .support.bundles import sample_bundle
 
-    path = tmp_path / "rb.bundle"
-    compile_bundle(SAMPLES.parent / "benchmarks" / "cases" / "resnet_block.pb", path,
-                   target="cuda", cuda_archs=("sm_80",))
+    path = sample_bundle(model, tmp_path / "m.bundle", target="cuda", cuda_archs=("sm_80",))
     program, _ = gpu_program_from_json(bytes(read_bundle(str(path)).members["gpu_thunks.json"]))
     convs = _convs(program)
-    assert len(convs) == 2 and all(c.dnn is None for c in convs)
+    assert len(convs) == count and all(c.dnn is not None and c.dnn.w_strides for c in convs)
+    assert sum(c.variant == "conv.core" for c in convs) == split
 
 
 # ---- on a real GPU --------------------------------------------------------------------------------
@@ -663,3 +669,100 @@ def test_samples_through_cudnn_on_gpu(name, suffix, tmp_path, monkeypatch):
     for got in (first, second):
         problems = _problems(name, got)
         assert not problems, "; ".join(problems)
+
+
+# ---- fused convolutions: the convolution into scratch, then the epilogue ----------------------
+
+FUSED = {
+    # conv + bias + ReLU, jax's NHWC activations and HWIO filter.
+    "bias_relu": """HloModule m
+
+ENTRY e {
+  x = f32[2,9,8,3]{3,2,1,0} parameter(0)
+  w = f32[3,3,3,4]{3,2,1,0} parameter(1)
+  b = f32[4]{0} parameter(2)
+  c = f32[2,9,8,4]{3,2,1,0} convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  bb = f32[2,9,8,4]{3,2,1,0} broadcast(b), dimensions={3}
+  a = f32[2,9,8,4]{3,2,1,0} add(c, bb)
+  zero = f32[] constant(0)
+  z = f32[2,9,8,4]{3,2,1,0} broadcast(zero), dimensions={}
+  ROOT r = f32[2,9,8,4]{3,2,1,0} maximum(a, z)
+}
+""",
+    # conv (stride 2, 1x1) + batch-norm scale/shift + residual + ReLU.
+    "bn_residual_relu": """HloModule m
+
+ENTRY e {
+  x = f32[2,9,8,5]{3,2,1,0} parameter(0)
+  w = f32[1,1,5,6]{3,2,1,0} parameter(1)
+  s = f32[6]{0} parameter(2)
+  t = f32[6]{0} parameter(3)
+  res = f32[2,5,4,6]{3,2,1,0} parameter(4)
+  c = f32[2,5,4,6]{3,2,1,0} convolution(x, w), window={size=1x1 stride=2x2}, dim_labels=b01f_01io->b01f
+  sb = f32[2,5,4,6]{3,2,1,0} broadcast(s), dimensions={3}
+  m = f32[2,5,4,6]{3,2,1,0} multiply(c, sb)
+  tb = f32[2,5,4,6]{3,2,1,0} broadcast(t), dimensions={3}
+  a = f32[2,5,4,6]{3,2,1,0} add(m, tb)
+  ar = f32[2,5,4,6]{3,2,1,0} add(a, res)
+  zero = f32[] constant(0)
+  z = f32[2,5,4,6]{3,2,1,0} broadcast(zero), dimensions={}
+  ROOT r = f32[2,5,4,6]{3,2,1,0} maximum(ar, z)
+}
+""",
+}
+
+
+def _fused_inputs(text: str, seed=11) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    params = [line.split("=")[1].split()[0] for line in text.splitlines()
+              if "parameter(" in line]
+    return [_array(p, rng) for p in params]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("mode", ["cudnn", "kernel"])
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_convolution_splits_into_core_and_epilogue(name, mode, monkeypatch):
+    monkeypatch.setenv("HLOC_CUDA_CONV", mode)
+    text = FUSED[name]
+    got, want, ex = emulate_hlo(text, _fused_inputs(text))
+    (split,) = [t for t in ex.program.main if isinstance(t, gt.Sequential)]
+    core, epilogue = split.thunks
+    assert isinstance(core, gt.ConvLaunch) and type(epilogue) is gt.Launch
+    assert (core.variant, epilogue.variant) == ("conv.core", "conv.epilogue")
+    scratch = ex.program.allocations[core.args[-1].allocation]
+    assert scratch.kind == "scratch" and core.dnn.y == core.args[-1] == epilogue.args[-1]
+    assert core.dnn.w_strides and core.dnn.y.size >= 4 * np.prod(core.dnn.y_dims)
+    assert ex.runner.dnn_calls == (mode == "cudnn")
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_a_wrong_scratch_descriptor_fails_the_comparison(monkeypatch):
+    """The epilogue reads what cuDNN's y wrote: y's strides swapped breaks the result."""
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    text = FUSED["bias_relu"]
+    inputs = _fused_inputs(text)
+    _, want, ex = emulate_hlo(text, inputs)
+    call = _convs(ex.program)[0].dnn
+    s = call.y_strides
+    ex.runner.dnn = _Altered(ex.runner.dnn, y_strides=(s[0], s[1], s[3], s[2]))
+    assert not np.allclose(ex.run(inputs)[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.cpu
+def test_split_descriptor_outside_its_scratch_argument_is_refused(tmp_path):
+    """cuDNN's y must lie inside the launch's scratch argument (what graph and stream
+    dependencies know it writes); a bundle whose scratch argument was shrunk is refused."""
+    from hloc.runtime import load
+
+    path = compile_text(tmp_path, FUSED["bias_relu"], "conv", target="cuda")
+    assert load(str(path), "cuda-emulated") is not None
+
+    def shrink(doc):
+        (split,) = [t for t in doc["main"] if t["kind"] == "sequential"]
+        split["thunks"][0]["args"][-1][2] = 256
+
+    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": shrink})
+    with pytest.raises(InputError, match="y slice .* lies in no argument"):
+        load(str(bad), "cuda-emulated")

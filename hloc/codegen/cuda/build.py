@@ -7,7 +7,9 @@ with a note. Per-kernel modules keep the IR of one kernel independent of every o
 the emulator relies on to rebuild and check kernels one by one. A Gemm thunk of a plain dot
 also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel;
 a kernel thunk of a convolution becomes a ConvLaunch, and a plain one records its cuDNN form
-(conv_dnn.conv_call) the same way.
+(conv_dnn.conv_call) the same way; a fusion of a convolution with an elementwise epilogue
+runs as the convolution into scratch (a ConvLaunch with its cuDNN form) then the epilogue
+(conv_split).
 Copies, memsets and control flow are the same thunk classes in both programs.
 """
 
@@ -40,6 +42,7 @@ from ...thunks.gpu import (
 )
 from ...thunks.thunks import Sequential
 from .conv_dnn import conv_call, holds_convolution
+from .conv_split import described
 from .gemm import blas_call
 from .kernel import emit_kernel
 from .parts import Part, plan_context, plan_parts
@@ -174,6 +177,8 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
         return _host(p, thunk, stream)
     if isinstance(made, GemmLaunch):
         made = replace(made, blas=blas_call(instr, operands, outputs))
+    elif (split := described(made, instr, operands)) is not None:
+        made = split
     elif type(made) is Launch and holds_convolution(instr):
         made = ConvLaunch(**{f.name: getattr(made, f.name) for f in fields(made)},
                           dnn=conv_call(instr, operands, outputs))

@@ -1,9 +1,10 @@
 """Epilogues: an elementwise tail computed on the result of a kernel's core op.
 
 Fusions such as `add(dot(a, b), broadcast(bias))` (kOutput) or `divide(reduce(x), n)` (a
-reduce epilogue) have a dot or reduce *core* whose value at index i feeds only elementwise
-ops at the same index i up to the root. Kernels compute the core's value themselves (a GEMM
-tile, a reduction tree) and then evaluate the root's generators with the core's generator
+reduce epilogue) have a dot, reduce or convolution *core* whose value at index i feeds only
+elementwise ops at the same index i up to the root. Kernels compute the core's value
+themselves (a GEMM tile, a reduction tree) or read it back (a convolution cuDNN computed into
+scratch: conv_split) and then evaluate the root's generators with the core's generator
 replaced by that value.
 """
 
@@ -18,7 +19,7 @@ from ..elemental.memory import store_element
 from ..elemental.registry import lookup
 from .kernel import KernelBuild, RootItem
 
-CORE_OPCODES = frozenset({Opcode.DOT, Opcode.REDUCE})
+CORE_OPCODES = frozenset({Opcode.DOT, Opcode.REDUCE, Opcode.CONVOLUTION})
 
 
 def _same_dims(a: Instruction, b: Instruction) -> bool:
@@ -42,7 +43,8 @@ def tail_of(root: Instruction) -> set[Instruction]:
 
 
 def find_core(root: Instruction) -> Instruction | None:
-    """The dot/reduce the root computes elementwise on (or the root itself if it is one)."""
+    """The dot/reduce/convolution the root computes elementwise on (or the root itself if it
+    is one)."""
     if root.opcode in CORE_OPCODES:
         return root
     tail = tail_of(root)

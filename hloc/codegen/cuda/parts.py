@@ -66,7 +66,7 @@ ItemPlanner = Callable[[PlanContext, int], list[Part] | None]
 # Registered with `@plans(Opcode.X)` by the modules listed here.
 ITEM_PLANNERS: Registry[Opcode, ItemPlanner] = Registry("GPU item planner", modules=tuple(
     f"hloc.codegen.cuda.{name}" for name in (
-        "dus", "gemm", "reduce_row", "scatter", "sort", "topk", "transpose")))
+        "conv_split", "dus", "gemm", "reduce_row", "scatter", "sort", "topk", "transpose")))
 # Planners whose kernels handle complex elements; other special kernels (gemm, transpose,
 # sort, ...) are written for real types, so a complex item goes to the loop kernel instead
 # (its elemental dot, transpose, ... handle complex values).
