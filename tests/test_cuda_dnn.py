@@ -766,3 +766,57 @@ def test_split_descriptor_outside_its_scratch_argument_is_refused(tmp_path):
     bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": shrink})
     with pytest.raises(InputError, match="y slice .* lies in no argument"):
         load(str(bad), "cuda-emulated")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    """The split form on a GPU: cuDNN runs the core (filter converted) into the scratch, the
+    epilogue kernel reads it; every described convolution ran (none refused)."""
+    from hloc.runtime import load
+
+    from .support.run import interpret
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    text = FUSED[name]
+    path = compile_text(tmp_path, text, "conv", target="cuda", cuda_archs=("sm_80", "sm_90"))
+    exe = load(str(path), "cuda")
+    inputs = _fused_inputs(text)
+    got = exe.run(inputs)
+    described = [c.name for c in _convs(exe.program) if c.dnn is not None]
+    assert len(described) == 1 and sorted(exe.runner.dnn.plans) == described
+    assert exe.runner.dnn_calls == 1
+    assert_close([np.asarray(g) for g in got], interpret(text, inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["resnet50", "cnn_train_step", "mobilenet_v2"])
+def test_convnets_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    """Whole convnets with HLOC_CUDA_CONV=cudnn: cuDNN set up every described convolution
+    (none refused), ran each once per run (graphs off), and the outputs match XLA's."""
+    from hloc.runtime.cuda.driver import CudaExecutable
+
+    from .support.bundles import compile_bundle
+    from .test_model_samples import MODELS, weights
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    from hloc.bundle import read_bundle
+
+    path = compile_bundle(MODELS / f"{name}.pb", tmp_path / "m.bundle", target="cuda",
+                          cuda_archs=("sm_80", "sm_90"))
+    exe = CudaExecutable(read_bundle(str(path)))
+    described = sorted(c.name for c in _convs(exe.program) if c.dnn is not None)
+    meta = weights.meta(name)
+    got = exe.run(weights.arrays(meta))
+    assert described and sorted(exe.runner.dnn.plans) == described  # none refused
+    assert exe.runner.dnn_calls == len(described)
+    tol = meta["tolerance"]
+    for i, (g, e) in enumerate(zip(got, weights.expected(name), strict=True)):
+        err = float(np.max(np.abs(np.asarray(g, np.float64) - e))) if e.size else 0.0
+        assert np.allclose(g, e, rtol=tol["rtol"], atol=tol["atol"]), f"out{i}: max error {err}"
