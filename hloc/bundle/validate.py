@@ -16,7 +16,9 @@ and raises InputError("member NAME: problem", path=bundle) at the first problem:
   results' sizes (kernel outputs, gemm / copy / memset destinations);
 - GPU BLAS descriptors reach only inside their slices (hloc.runtime.cuda.cublas.check_call),
   and so do cuDNN descriptors, whose sizes must also agree with each other
-  (hloc.runtime.cuda.cudnn.check_conv);
+  (hloc.runtime.cuda.cudnn.check_conv), and whose x, w and y slices lie inside arguments of
+  their launch (a split fusion's y inside its scratch slice: graph and stream dependencies
+  know only the arguments);
 - CPU members (cpu.o, kernels.json): see validate_cpu.py; GPU code images (PTX, cubin):
   see validate_gpu.py.
 
@@ -31,7 +33,8 @@ from ..errors import HlocError, InputError
 from .manifest import entry_section
 
 MAX_ALLOCATION_BYTES = 1 << 46  # 64 TiB: no host or device has more; bounds all arithmetic
-_ALLOCATION_KINDS = frozenset({"parameter", "constant", "output", "temp"})
+# "scratch": the GPU program's per-stream scratch buffers (hloc.codegen.cuda.build).
+_ALLOCATION_KINDS = frozenset({"parameter", "constant", "output", "temp", "scratch"})
 
 
 class MemberProblem(InputError):
@@ -175,10 +178,19 @@ class ProgramCheck:
     def _dnn(self, owner, call) -> None:
         from ..runtime.cuda.cudnn import check_conv
 
+        name = getattr(owner, "name", "?")
+        args = getattr(owner, "args", ())
+        for label, s in (("x", call.x), ("w", call.w), ("y", call.y), *(("args", a) for a in args)):
+            self.check_slice(s, f"{_label(owner)}.dnn.{label}")
         try:
-            check_conv(call, getattr(owner, "name", "?"))
+            check_conv(call, name)
         except HlocError as e:
             raise self.fail(e.message.removeprefix(f"{self.member}: ")) from None
+        for label in ("x", "w", "y"):
+            s = getattr(call, label)
+            if not any(_inside(s, a) for a in args):
+                raise self.fail(f"cuDNN descriptor for %{name}: its {label} slice "
+                                f"{s.to_json()} lies in no argument of its launch")
 
     def _entry_slices(self) -> None:
         from .validate_shapes import entry_slices
@@ -203,3 +215,9 @@ def _label(owner) -> str:
     name = getattr(owner, "name", None)
     kind = getattr(owner, "kind", None) or type(owner).__name__
     return f"{kind} %{name}" if isinstance(name, str) else kind
+
+
+def _inside(s, a) -> bool:
+    """Whether slice s lies inside slice a (slices checked well formed already)."""
+    return s.allocation == a.allocation and a.offset <= s.offset and (
+        s.offset + s.size <= a.offset + a.size)

@@ -122,7 +122,11 @@ class ConvCall:
     convolution gets a unit spatial dim); `x_strides` and `y_strides` are element strides of
     those dims in their slices, so any physical layout of the HLO arrays is described. The
     filter `w` is K (output features) x C/groups x spatial, packed as `w_format` says: "NCHW"
-    (K, C, spatial..., the last dim fastest) or "NHWC" (K, spatial..., C). Padding is the same
+    (K, C, spatial..., the last dim fastest) or "NHWC" (K, spatial..., C), unless `w_strides`
+    is set: then the filter is in any layout (jax's HWIO, OHWI, ...), those are the element
+    strides of its K, C, spatial dims in its slice, and the runtime first converts it into a
+    packed K, C, spatial ("NCHW", the only `w_format` allowed with strides) scratch copy
+    (cudnnTransformTensor into the cuDNN engine's workspace), then convolves. Padding is the same
     on both sides of each spatial dim (cuDNN's only form). `dtype` is x's, w's and y's element
     type (IR name), `compute` the accumulation type (f32).
     """
@@ -142,11 +146,13 @@ class ConvCall:
     window_strides: tuple[int, ...]
     dilation: tuple[int, ...]
     groups: int = 1
+    w_strides: tuple[int, ...] = ()
 
     def text(self) -> str:
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
-        return (f"cudnn[x={dims(self.x_dims)}/{dims(self.x_strides)} w={dims(self.w_dims)} "
-                f"{self.w_format} y={dims(self.y_dims)}/{dims(self.y_strides)} "
+        w = f"/{dims(self.w_strides)}->" if self.w_strides else " "
+        return (f"cudnn[x={dims(self.x_dims)}/{dims(self.x_strides)} w={dims(self.w_dims)}"
+                f"{w}{self.w_format} y={dims(self.y_dims)}/{dims(self.y_strides)} "
                 f"pad={dims(self.padding)} stride={dims(self.window_strides)} "
                 f"dilation={dims(self.dilation)} groups={self.groups} {self.dtype}]")
 
@@ -193,9 +199,13 @@ class ConvLaunch(Launch):
     """A launch of a kernel that computes a convolution (alone, or fused with producers and
     an epilogue) one output element per thread.
 
-    `dnn` (plain convolutions only: no fused producer or epilogue, layouts and windows cuDNN's
-    strided descriptors can express) describes the same convolution for cuDNN, which
-    HLOC_CUDA_CONV selects at run time."""
+    `dnn` (a convolution of parameters, layouts and windows cuDNN's strided descriptors can
+    express) describes the same convolution for cuDNN, which HLOC_CUDA_CONV selects at run
+    time. Either the thunk's instruction is that plain convolution (y is its output), or the
+    convolution is the core of a fusion with an elementwise epilogue: the fusion then runs as
+    a Sequential of this launch (kernel `conv.core`, writing the convolution into the
+    stream's scratch buffer, its last argument, which is also `dnn.y`) and a `conv.epilogue`
+    kernel that reads it from there (hloc.codegen.cuda.conv_core)."""
 
     kind: ClassVar[ThunkKind] = ThunkKind.CONVOLUTION
     dnn: ConvCall | None = None

@@ -7,7 +7,9 @@ with a note. Per-kernel modules keep the IR of one kernel independent of every o
 the emulator relies on to rebuild and check kernels one by one. A Gemm thunk of a plain dot
 also records its cuBLAS form (gemm.blas_call), which the runtime may use instead of the kernel;
 a kernel thunk of a convolution becomes a ConvLaunch, and a plain one records its cuDNN form
-(conv_dnn.conv_call) the same way.
+(conv_dnn.conv_call) the same way; a fusion of a convolution with an elementwise epilogue
+runs as the convolution into scratch (a ConvLaunch with its cuDNN form) then the epilogue
+(conv_core).
 Copies, memsets and control flow are the same thunk classes in both programs.
 """
 
@@ -39,6 +41,7 @@ from ...thunks.gpu import (
     Upload,
 )
 from ...thunks.thunks import Sequential
+from .conv_core import described
 from .conv_dnn import conv_call, holds_convolution
 from .epilogue import find_core
 from .gemm import blas_call
@@ -183,6 +186,8 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
         core = find_core(pc.items[parts[0].items[0]].instr)
         blas = blas_call(instr, operands, outputs, dot=core)
         made = replace(made, thunks=(replace(first, blas=blas),) + made.thunks[1:])
+    elif (split := described(made, instr, operands)) is not None:
+        made = split
     elif type(made) is Launch and holds_convolution(instr):
         made = ConvLaunch(**{f.name: getattr(made, f.name) for f in fields(made)},
                           dnn=conv_call(instr, operands, outputs))

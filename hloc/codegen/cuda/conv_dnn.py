@@ -1,12 +1,16 @@
-"""The cuDNN form of a plain convolution (thunks.gpu.ConvCall).
+"""The cuDNN form of a convolution of parameters (thunks.gpu.ConvCall).
 
 A kernel thunk whose computation is one convolution of parameters (or of transposes of
-parameters: a transpose only permutes strides) with no fused producer or epilogue can also
-run as one cuDNN forward convolution, which the runtime may use instead of the kernel
-(HLOC_CUDA_CONV). The HLO dimension numbers become cuDNN's N, C, spatial order; each array's
-layout becomes explicit element strides (cudnnSetTensorNdDescriptor takes any strides), except
-the filter's: cuDNN's legacy filter descriptor only knows packed K,C,spatial ("NCHW") and
-K,spatial,C ("NHWC"), so any other kernel layout (jax's HWIO among them) gets no descriptor.
+parameters: a transpose only permutes strides) can also run as one cuDNN forward convolution,
+which the runtime may use instead of the kernel (HLOC_CUDA_CONV): the thunk's own
+convolution (`conv_call`), or the core of a fusion with an elementwise epilogue, computed
+into scratch memory that the epilogue kernel reads (`core_call`, used by conv_core). The HLO
+dimension numbers become cuDNN's N, C, spatial order; each array's layout becomes explicit
+element strides (cudnnSetTensorNdDescriptor takes any strides). cuDNN's legacy filter
+descriptor only knows packed K,C,spatial ("NCHW") and K,spatial,C ("NHWC") filters: a packed
+K,C,spatial kernel is described as it is, any other layout (jax's HWIO, OHWI, ...) by its
+strides (`w_strides`), which the runtime converts to packed K,C,spatial before convolving
+(cuDNN 9 refused OHWI filters with full-f32 FMA math on an H200).
 
 Not expressible, so no descriptor (hloc's kernel as before): batch groups, lhs (base)
 dilation, window reversal, negative padding, padding that differs between the two sides of a
@@ -57,14 +61,12 @@ def _packed(dims: list[int], steps: list[int], order: list[int]) -> bool:
     return True
 
 
-def _filter_format(dims: list[int], steps: list[int], dn) -> str:
-    k, c, sp = (dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
-                list(dn.kernel_spatial_dimensions))
-    if _packed(dims, steps, [k, c, *sp]):
-        return "NCHW"
-    if _packed(dims, steps, [k, *sp, c]):
-        return "NHWC"
-    raise _NoDnn
+def _filter(dims: list[int], steps: list[int], dn) -> tuple[int, ...]:
+    """The filter's K, C, spatial element strides when they need converting (any layout
+    but packed K, C, spatial), else ()."""
+    order = [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
+             *dn.kernel_spatial_dimensions]
+    return () if _packed(dims, steps, order) else tuple(steps[d] for d in order)
 
 
 def _window(conv: Instruction, x_spatial: list[int], y_spatial: list[int]):
@@ -104,13 +106,24 @@ def conv_call(instr: Instruction, operand_slices, output_slices) -> ConvCall | N
         return None
     if not instr.shape.is_array or instr.shape.dims != conv.shape.dims:
         return None
+    return core_call(instr, conv, operand_slices, output_slices[0], instr.shape)
+
+
+def core_call(instr: Instruction, conv: Instruction, operand_slices, out_slice,
+              out_shape) -> ConvCall | None:
+    """The cuDNN form of convolution `conv` of kernel thunk `instr` (one of its kernel
+    computation's instructions) writing `out_slice`, an array of `out_shape` (conv's dims, in
+    out_shape's layout), or None when cuDNN cannot express it."""
+    if len(operand_slices) != len(instr.operands):
+        return None
     try:
-        return _call(instr, conv, operand_slices, output_slices[0])
+        return _call(instr, conv, operand_slices, out_slice, out_shape)
     except _NoDnn:
         return None
 
 
-def _call(instr: Instruction, conv: Instruction, operand_slices, out_slice) -> ConvCall:
+def _call(instr: Instruction, conv: Instruction, operand_slices, out_slice,
+          out_shape) -> ConvCall:
     lhs, rhs = conv.operands
     dtype = conv.shape.dtype.name
     if dtype not in DNN_TYPES or {lhs.shape.dtype.name, rhs.shape.dtype.name} != {dtype}:
@@ -124,29 +137,32 @@ def _call(instr: Instruction, conv: Instruction, operand_slices, out_slice) -> C
     (xp, xs), (wp, ws) = (_operand_strides(o, instr) for o in (lhs, rhs))
     x_dims, x_steps = _tensor(lhs.shape.dims, xs, dn.input_batch_dimension,
                               dn.input_feature_dimension, dn.input_spatial_dimensions)
-    y_dims, y_steps = _tensor(conv.shape.dims, strides(instr.shape), dn.output_batch_dimension,
+    y_dims, y_steps = _tensor(conv.shape.dims, strides(out_shape), dn.output_batch_dimension,
                               dn.output_feature_dimension, dn.output_spatial_dimensions)
-    w_format = _filter_format(list(rhs.shape.dims), ws, dn)
+    w_steps = _filter(list(rhs.shape.dims), ws, dn)
     w_dims = [rhs.shape.dims[d] for d in (dn.kernel_output_feature_dimension,
                                           dn.kernel_input_feature_dimension,
                                           *dn.kernel_spatial_dimensions)]
     pads, steps, dilations = _window(conv, x_dims[2:], y_dims[2:])
     if rank == 1:
+        if w_steps:
+            _, w_steps = _unit_spatial(w_dims, list(w_steps))
         (x_dims, x_steps), (y_dims, y_steps) = (_unit_spatial(x_dims, x_steps),
                                                 _unit_spatial(y_dims, y_steps))
         w_dims = [*w_dims[:2], 1, *w_dims[2:]]
         pads, steps, dilations = [0, *pads], [1, *steps], [1, *dilations]
     if min(x_dims + y_dims + w_dims) < 1:
         raise _NoDnn
-    reach = [sum((d - 1) * s for d, s in zip(dims, st, strict=True)) + 1
-             for dims, st in ((x_dims, x_steps), (y_dims, y_steps))]
+    shapes = ((x_dims, x_steps), (y_dims, y_steps)) + (((w_dims, w_steps),) if w_steps else ())
+    reach = [sum((d - 1) * s for d, s in zip(dims, st, strict=True)) + 1 for dims, st in shapes]
     if max(reach + x_dims + y_dims + w_dims) > _INT_MAX:
         raise _NoDnn
     return ConvCall(operand_slices[xp], operand_slices[wp], out_slice, dtype=dtype,
                     compute="f32", x_dims=tuple(x_dims), x_strides=tuple(x_steps),
-                    w_dims=tuple(w_dims), w_format=w_format, y_dims=tuple(y_dims),
+                    w_dims=tuple(w_dims), w_format="NCHW", y_dims=tuple(y_dims),
                     y_strides=tuple(y_steps), padding=tuple(pads), window_strides=tuple(steps),
-                    dilation=tuple(dilations), groups=conv.attrs.feature_group_count or 1)
+                    dilation=tuple(dilations), groups=conv.attrs.feature_group_count or 1,
+                    w_strides=tuple(w_steps))
 
 
 def holds_convolution(instr: Instruction) -> bool:

@@ -31,6 +31,9 @@ from .parts import Part, PlanContext, plans
 
 WARP = 32
 SPLIT_FROM = 512  # terms per output element from which threads share an output
+# Outputs up to which one thread each would leave most of a GPU idle (a forward convolution
+# has far more: it keeps one thread per output, or cuDNN).
+MAX_OUTPUTS = 1 << 15
 # Aim: this many threads in flight; groups grow from a warp to a block until it is reached.
 TARGET_THREADS = 1 << 17
 BLOCK = 256
@@ -47,6 +50,8 @@ def group_size(outputs: int, terms: int) -> int:
 
 @plans(Opcode.CONVOLUTION)
 def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
+    """conv.split for long sums; else a fused convolution cuDNN can run is split off its
+    epilogue (conv_core); else None: the loop kernel."""
     item = pc.items[k]
     core = find_core(item.instr)
     if core is None or core.opcode != Opcode.CONVOLUTION or len(item.outputs) != 1:
@@ -59,8 +64,10 @@ def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
     for wd in core.attrs.window.dims:
         terms *= wd.size
     outputs = pc.output_shapes[item.outputs[0]].num_elements
-    if terms < SPLIT_FROM or outputs == 0 or outputs * terms < (1 << 20):
-        return None
+    if terms < SPLIT_FROM or not 0 < outputs <= MAX_OUTPUTS or outputs * terms < (1 << 20):
+        from .conv_core import plan_split
+
+        return plan_split(pc, k)  # cuDNN's convolution, then the epilogue; or None
     group = group_size(outputs, terms)
     per_block = BLOCK // group
     blocks = -(-outputs // per_block)

@@ -2,9 +2,11 @@
 
 Fusions such as `add(dot(a, b), broadcast(bias))` (kOutput), `divide(reduce(x), n)` (a
 reduce epilogue) or `subtract(w, multiply(lr, convolution(x, dy)))` (a training step's update)
-have a dot, reduce or convolution *core* whose value at index i feeds only elementwise
-ops at the same index i up to the root. Kernels compute the core's value themselves (a GEMM
-tile, a reduction tree) and then evaluate the root's generators with the core's generator
+have a dot, reduce or convolution *core* whose value at index i feeds only elementwise ops at
+the same index i up to the root. Kernels compute the core's value themselves (a GEMM tile, a
+reduction tree) or read it back (a dot cuBLAS wrote into the output: gemm.splits_epilogue; a
+convolution cuDNN wrote into scratch: conv_core) and then evaluate the root's generators with
+the core's generator
 replaced by that value.
 """
 
@@ -43,7 +45,8 @@ def tail_of(root: Instruction) -> set[Instruction]:
 
 
 def find_core(root: Instruction) -> Instruction | None:
-    """The dot/reduce the root computes elementwise on (or the root itself if it is one)."""
+    """The dot/reduce/convolution the root computes elementwise on (or the root itself if it
+    is one)."""
     if root.opcode in CORE_OPCODES:
         return root
     tail = tail_of(root)

@@ -115,8 +115,8 @@ Emitter = Callable[[KernelBuild], None]
 # Kernel variant name -> emitter, registered with `@variant("name")` by the modules listed here.
 VARIANTS: Registry[str, Emitter] = Registry("GPU kernel variant", modules=tuple(
     f"hloc.codegen.cuda.{name}" for name in (
-        "conv_split", "dus", "fft", "gemm", "loop", "reduce_col", "reduce_row", "scatter", "sort",
-        "topk", "transpose")))
+        "conv_core", "conv_split", "dus", "fft", "gemm", "loop", "reduce_col", "reduce_row",
+        "scatter", "sort", "topk", "transpose")))
 variant = VARIANTS.register
 
 

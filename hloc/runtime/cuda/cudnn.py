@@ -17,7 +17,11 @@ which is why the sub-libraries next to it are preloaded with RTLD_GLOBAL first).
 the algorithm (cudnnGetConvolutionForwardAlgorithm_v7's best supported, non-FFT choice) and
 one workspace (a slot per stream of the schedule: convolutions on different streams may run
 at once) are made once per executable; the handle is bound to the schedule's current stream
-before each call.
+before each call. A descriptor with filter strides (ConvCall.w_strides: jax's HWIO filters,
+OHWI, ...) first converts the filter with cudnnTransformTensor into a packed K, C, spatial
+copy that lies in the same slot after the algorithm's workspace, on every call (filters are
+parameters and may change between runs), then convolves the copy with an NCHW filter
+descriptor.
 
 Precision, as XLA's GPU back end decides it for convolutions (TF32 allowed when every operand
 precision is at most HIGH) and as hloc does for dots: HLOC_CUDA_TF32 unset or 0 computes every
@@ -119,7 +123,14 @@ def out_size(size: int, filt: int, pad: int, stride: int, dilation: int) -> int:
 
 
 def filter_strides(call: ConvCall) -> tuple[int, ...]:
-    """Element strides of the filter's K, C, spatial dims in its packed format."""
+    """Element strides of the filter's K, C, spatial dims in its slice: `w_strides` when the
+    filter is converted before convolving, else those of its packed format."""
+    return call.w_strides or packed_filter_strides(call)
+
+
+def packed_filter_strides(call: ConvCall) -> tuple[int, ...]:
+    """Element strides of the filter's K, C, spatial dims packed in `w_format` (the layout
+    cuDNN convolves: the slice's own, or the converted copy's)."""
     dims = call.w_dims
     order = (list(range(len(dims))) if call.w_format == "NCHW"
              else [0, *range(2, len(dims)), 1])
@@ -143,6 +154,9 @@ def _well_formed(call: ConvCall) -> bool:
         return False
     if call.dtype not in CUDNN_DATA_TYPE or call.compute != "f32" or (
             call.w_format not in CUDNN_TENSOR_FORMAT):
+        return False
+    if type(call.w_strides) is not tuple or len(call.w_strides) not in (0, nd) or (
+            call.w_strides and (call.w_format != "NCHW" or not _ints(call.w_strides, 1))):
         return False
     return (all(_ints(v, 1) for v in shapes) and _ints(call.padding, 0)
             and _ints(call.window_strides + call.dilation, 1) and _ints((call.groups,), 1))
@@ -317,7 +331,12 @@ PROTOTYPES = {
         _INT, [_VP, _VP, _VP, _VP, _VP, _INT, ctypes.POINTER(_SIZE)]),
     "cudnnConvolutionForward": (
         _INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _INT, _VP, _SIZE, _VP, _VP, _VP]),
+    # cudnn_ops: converts a filter in any layout to packed K, C, spatial (ConvCall.w_strides).
+    "cudnnTransformTensor": (_INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP]),
 }
+# Without these a library still runs the descriptors that do not need them.
+OPTIONAL = frozenset({"cudnnTransformTensor"})
+ALIGN = 256  # bytes: the workspace and the converted filter within a stream's slot
 
 
 def _bind(lib: CudnnLibrary) -> dict:
@@ -328,6 +347,8 @@ def _bind(lib: CudnnLibrary) -> dict:
         try:
             fn = lib.fn(name)
         except AttributeError:
+            if name in OPTIONAL:
+                continue
             raise CudaError(f"libcudnn has no {name}") from None
         fn.restype, fn.argtypes = restype, argtypes
         out[name] = fn
@@ -342,8 +363,14 @@ class _Refused(Exception):
     """cuDNN cannot run one descriptor (the thunk keeps hloc's kernel)."""
 
 
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
 class _Plan:
-    """One convolution's descriptors, algorithm and workspace size."""
+    """One convolution's descriptors, algorithm and workspace size; for a filter that is
+    converted first, the tensor descriptors of its layout (`w_from`) and of the packed copy
+    (`w_to`), which lies `filter_offset` bytes into the stream's workspace slot."""
 
     def __init__(self):
         self.x = _VP()
@@ -353,6 +380,20 @@ class _Plan:
         self.algo = 0
         self.math = CUDNN_FMA_MATH
         self.workspace = 0
+        self.w_from: _VP | None = None
+        self.w_to: _VP | None = None
+        self.filter_bytes = 0
+
+    @property
+    def filter_offset(self) -> int:
+        return _aligned(self.workspace)
+
+    @property
+    def slot(self) -> int:
+        """Bytes of a stream's workspace slot this convolution needs."""
+        if self.w_to is None:
+            return self.workspace
+        return self.filter_offset + self.filter_bytes
 
 
 class CudnnConv:
@@ -377,7 +418,7 @@ class CudnnConv:
         self.plans: dict[str, _Plan] = {}
         self._set_up(program, precisions or {}, tf32)
         self.streams = program.streams.num_streams if program.streams else 1
-        self.slot = -(-max((p.workspace for p in self.plans.values()), default=0) // 256) * 256
+        self.slot = _aligned(max((p.slot for p in self.plans.values()), default=0))
         self.workspace = device.allocate(self.slot * self.streams) if self.slot else 0
 
     def _set_up(self, program, precisions, tf32: bool) -> None:
@@ -436,7 +477,29 @@ class CudnnConv:
         if tuple(out) != call.y_dims:
             raise _Refused(f"cuDNN's output dims {tuple(out)} are not {call.y_dims}")
         self._algorithm(p, math)
+        if call.w_strides:
+            self._transform(p, call, dt)
         return p
+
+    def _transform(self, p: _Plan, call: ConvCall, dt: int) -> None:
+        """Tensor descriptors converting the filter from its strides to packed K, C, spatial
+        (the filter descriptor's NCHW) with cudnnTransformTensor."""
+        if "cudnnTransformTensor" not in self.f:
+            raise _Refused("this libcudnn has no cudnnTransformTensor (the filter needs "
+                           "converting)")
+        p.w_from, p.w_to = _VP(), _VP()
+        nd = len(call.w_dims)
+        for desc, steps in ((p.w_from, call.w_strides), (p.w_to, packed_filter_strides(call))):
+            self._ok(self.f["cudnnCreateTensorDescriptor"](ctypes.byref(desc)),
+                     "cudnnCreateTensorDescriptor")
+            self._ok(self.f["cudnnSetTensorNdDescriptor"](desc, dt, nd,
+                                                          _ints_array(call.w_dims),
+                                                          _ints_array(steps)),
+                     "cudnnSetTensorNdDescriptor (filter)")
+        count = 1
+        for d in call.w_dims:
+            count *= d
+        p.filter_bytes = count * dtypes.info(dtypes.from_name(call.dtype)).byte_size
 
     def _algorithm(self, p: _Plan, math: int) -> None:
         """The first algorithm of cuDNN's heuristic order that is supported, not FFT-based,
@@ -484,11 +547,18 @@ class CudnnConv:
     def __call__(self, call: ConvCall, name: str) -> None:
         p = self.plans[name]
         self._bind_stream()
-        slot = getattr(self.device, "stream", 0) % self.streams
-        space = _VP(self.workspace + slot * self.slot) if p.workspace else _VP()
+        base = self.workspace + (getattr(self.device, "stream", 0) % self.streams) * self.slot
+        space = _VP(base) if p.workspace else _VP()
         alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         ptr = lambda s: _VP(self.device.address(s))  # noqa: E731
+        w = ptr(call.w)
+        if p.w_to is not None:  # the filter, packed K, C, spatial, after the workspace
+            packed = _VP(base + p.filter_offset)
+            self._call(self.f["cudnnTransformTensor"](
+                self.handle, ctypes.byref(alpha), p.w_from, w, ctypes.byref(beta), p.w_to,
+                packed), f"cudnnTransformTensor for %{name}")
+            w = packed
         self._call(self.f["cudnnConvolutionForward"](
-            self.handle, ctypes.byref(alpha), p.x, ptr(call.x), p.w, ptr(call.w), p.conv,
+            self.handle, ctypes.byref(alpha), p.x, ptr(call.x), p.w, w, p.conv,
             p.algo, space, p.workspace, ctypes.byref(beta), p.y, ptr(call.y)),
             f"cudnnConvolutionForward for %{name}")

@@ -3,7 +3,9 @@ cuDNN under HLOC_CUDA_CONV=cudnn.
 
 The call keeps cuDNN's contract exactly, reading nothing from the HLO: x and y are read and
 written through the descriptor's N, C, spatial dims and element strides, the filter through
-its packed format (NCHW: K, C, spatial; NHWC: K, spatial, C), then a cross-correlation with
+its packed format (NCHW: K, C, spatial; NHWC: K, spatial, C) or, when the descriptor has
+filter strides, through those into a packed K, C, spatial copy (cudnnTransformTensor's part
+on a GPU), then a cross-correlation with
 symmetric zero padding, window strides, dilation and groups (output feature k uses input
 features g*C/groups ... of group g = k // (K/groups)), y = 1 * conv + 0 * y. Sums run in f64
 and are rounded to y's type once, so every number of a descriptor is exercised as the GPU

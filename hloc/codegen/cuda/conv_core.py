@@ -1,0 +1,109 @@
+"""Fused convolutions split in two, so that cuDNN can run the convolution (planned by
+conv_split.plan_conv_split for the convolutions it leaves to cuDNN).
+
+A fusion whose root computes elementwise on one convolution (its epilogue: bias add,
+batch-norm scale and shift, a residual add, ReLU, an SGD update; epilogue.find_core) that
+cuDNN can express (conv_dnn.core_call: a convolution of parameters) runs as two kernels:
+
+- `conv.core`: one thread per element of the convolution, which it stores into the stream's
+  scratch buffer (the kernel's last argument) in the convolution's own layout. Its thunk is a
+  ConvLaunch whose cuDNN form writes the same scratch bytes, so the runtime runs either;
+- `conv.epilogue`: the loop kernel over the fusion's output, with the convolution's value
+  loaded from the scratch instead of recomputed.
+
+Both are one Sequential named after the fusion, on the fusion's stream (each stream has its
+own scratch buffer, so nothing else writes it in between). A plain convolution stays one
+kernel (cuDNN writes its output directly), and so does a fusion whose convolution cuDNN cannot
+express (a fused producer, batch groups, ...) or that has several outputs.
+"""
+
+from __future__ import annotations
+
+from ...buffers.assignment import Slice
+from ...ir import Instruction, Opcode
+from ...thunks.base import Thunk
+from ...thunks.gpu import ConvLaunch, Launch
+from ...thunks.thunks import Sequential
+from ..elemental.memory import load_element, store_element
+from .conv_dnn import core_call
+from .epilogue import find_core, generators_with
+from .kernel import KernelBuild, variant
+from .loop import emit_loop, loop_launch, physical_index, plan_loop
+from .parts import Part, PlanContext
+
+CORE, EPILOGUE = "conv.core", "conv.epilogue"
+SCRATCH_ALIGN = 256
+
+
+def split_core(instr: Instruction, root: Instruction) -> Instruction | None:
+    """The convolution a fusion's single root item computes elementwise on, when the fusion
+    splits (a real epilogue, a convolution cuDNN can express), else None."""
+    if instr.opcode != Opcode.FUSION or not root.shape.is_array:
+        return None
+    conv = find_core(root)
+    if conv is None or conv is root or conv.opcode != Opcode.CONVOLUTION:
+        return None
+    placeholders = [Slice(0, 0, 0)] * len(instr.operands)
+    if core_call(instr, conv, placeholders, Slice(0, 0, 0), conv.shape) is None:
+        return None
+    return conv
+
+
+def plan_split(pc: PlanContext, k: int) -> list[Part] | None:
+    item = pc.items[k]
+    if len(pc.items) != 1 or len(item.outputs) != 1:
+        return None
+    conv = split_core(pc.instr, item.instr)
+    if conv is None:
+        return None
+    scratch = -(-conv.shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    core = loop_launch(max(1, conv.shape.num_elements), 1, pc.target)
+    epilogue = plan_loop(pc, (k,))
+    return [Part(CORE, (k,), core, (("unroll", 1),), scratch_bytes=scratch,
+                 block_threads=core.block[0]),
+            Part(EPILOGUE, (k,), epilogue.launch, epilogue.params, scratch_bytes=scratch,
+                 block_threads=epilogue.block_threads)]
+
+
+def _conv(kb: KernelBuild) -> Instruction:
+    conv = find_core(kb.items()[0].instr)
+    if conv is None or conv.opcode != Opcode.CONVOLUTION or kb.scratch is None:
+        raise ValueError(f"kernel {kb.recipe.name}: no convolution core and scratch")
+    return conv
+
+
+@variant(CORE)
+def emit_core(kb: KernelBuild) -> None:
+    """The convolution alone, into the scratch (the loop kernel's indexing)."""
+    conv = _conv(kb)
+    b = kb.b
+    linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
+    with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, conv.shape.num_elements)))):
+        index = physical_index(kb, conv.shape, linear)
+        store_element(kb.ctx, conv.shape, kb.scratch, index, kb.gen(conv)(index))
+
+
+@variant(EPILOGUE)
+def emit_epilogue(kb: KernelBuild) -> None:
+    """The loop kernel with the convolution's value read back from the scratch."""
+    conv = _conv(kb)
+    kb.gens = generators_with(kb, {id(conv): lambda index: load_element(
+        kb.ctx, conv.shape, kb.scratch, list(index))})
+    emit_loop(kb)
+
+
+def described(made: Thunk, instr: Instruction, operands) -> Thunk | None:
+    """A split fusion's thunks with the core's launch as a ConvLaunch carrying its cuDNN form
+    (y: the scratch slice, the launch's last argument); None when `made` is no split."""
+    if not isinstance(made, Sequential) or len(made.thunks) != 2:
+        return None
+    core, epilogue = made.thunks
+    if not isinstance(core, Launch) or core.variant != CORE or epilogue.variant != EPILOGUE:
+        return None
+    conv = split_core(instr, instr.fused_computation().root)
+    if conv is None:
+        return None
+    call = core_call(instr, conv, operands, core.args[-1], conv.shape)
+    fields = {f: getattr(core, f) for f in ("name", "kernel", "variant", "grid", "block",
+                                             "shared_bytes", "args")}
+    return Sequential(made.name, (ConvLaunch(**fields, dnn=call), epilogue))
