@@ -59,7 +59,8 @@ def _args(shapes, seed=0):
 
 @pytest.mark.cpu
 @pytest.mark.parametrize("n,h,ci,co", [(16, 16, 3, 16),   # few outputs: a block per output
-                                       (8, 16, 13, 36)])  # more: a warp each, the last block part-full
+                                       (8, 16, 13, 36),   # more: tiles, the last part-full
+                                       (16, 16, 12, 12)])  # half a block per output
 def test_weight_gradient_with_its_update(n, h, ci, co):
     text = _text(WGRAD, n=n, h=h, w=h, ci=ci, co=co)
     args = _args([(n, h, h, ci), (n, h, h, co), (3, 3, ci, co)])
@@ -67,14 +68,19 @@ def test_weight_gradient_with_its_update(n, h, ci, co):
     assert variants(ex)["conv.split"] == 1
     recipe = next(r for r in ex.program.kernels if r.variant == "conv.split")
     outputs, terms = 9 * ci * co, n * h * h
-    assert recipe.param("group") == conv_split.group_size(outputs, terms)
+    if outputs >= conv_split.TILE_FROM:  # tiles of 32 outputs by slices of the sum
+        assert recipe.param("slices") == conv_split.tile_slices(outputs, terms)
+    else:  # a group of threads per output
+        assert recipe.param("group") == conv_split.group_size(outputs, terms)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.cpu
-def test_both_group_sizes_are_exercised():
+def test_every_shape_of_the_kernel_is_exercised():
     assert conv_split.group_size(9 * 3 * 16, 16 * 16 * 16) == conv_split.BLOCK
-    assert conv_split.group_size(9 * 16 * 32, 8 * 16 * 16) == conv_split.WARP
+    assert conv_split.group_size(9 * 12 * 12, 16 * 16 * 16) < conv_split.BLOCK
+    assert 9 * 13 * 36 >= conv_split.TILE_FROM > 9 * 12 * 12
+    assert conv_split.tile_slices(9 * 13 * 36, 8 * 16 * 16) > 4
 
 
 @pytest.mark.cpu

@@ -6,12 +6,16 @@ short sums. The weight gradient of a training step is the opposite: kh*kw*cin*co
 each a sum over the batch and every spatial position (tens of thousands of terms), so a few
 hundred threads would do all the work. Here `group` threads share each output element:
 
-- `conv.split`: thread t of a group sums terms t, t+group, ... of the flattened reduction
-  (input feature major, window taps minor); each warp combines its lanes' partials with
-  shuffles. A group of 32 is one warp (several outputs per block); a larger group is the whole
-  block (one output per block), whose warps then combine through shared memory after a
-  barrier. Thread 0 of the group applies the fusion's elementwise epilogue
-  (epilogue.store_with_core) and stores.
+- `conv.split` with a group (few outputs, up to TILE_FROM): a block of `group` threads per
+  output element; thread t sums terms t, t+group, ... of the flattened reduction (ordered by
+  the lhs layout: conv.ConvTerms), each warp combines its lanes' partials with shuffles, then
+  the warps through shared memory after a barrier; thread 0 applies the fusion's elementwise
+  epilogue (epilogue.store_with_core) and stores.
+- `conv.split` with tiles (more outputs): a block holds 32 neighbouring output elements (in
+  memory order) by `slices` slices of the reduction: lane l of warp w sums terms w, w+slices,
+  ... of output l, so a warp's loads walk neighbouring outputs together (coalesced where the
+  output's minor dim is an operand's, as a weight gradient's output features are); warp 0
+  then adds the slices' partials from shared memory in a fixed order and stores.
 
 Sums are combined in a fixed tree, so results are deterministic, but not in the loop kernel's
 serial order: float results differ from it in the last bits, as any parallel sum does.
@@ -33,19 +37,29 @@ WARP = 32
 SPLIT_FROM = 512  # terms per output element from which threads share an output
 # Outputs up to which one thread each would leave most of a GPU idle (a forward convolution
 # has far more: it keeps one thread per output, or cuDNN).
-MAX_OUTPUTS = 1 << 15
+MAX_OUTPUTS = 1 << 14
+TILE_FROM = 2048  # outputs from which a block holds a tile of 32 outputs (else: a group each)
+MAX_SLICES = 32
 # Aim: this many threads in flight; groups grow from a warp to a block until it is reached.
 TARGET_THREADS = 1 << 17
 BLOCK = 256
 
 
 def group_size(outputs: int, terms: int) -> int:
-    """Threads per output element: a warp, or a block when outputs are too few to fill the
-    GPU with warps (never more threads than terms)."""
+    """Threads per output element in group mode: doubled from a warp up to a block until the
+    GPU has TARGET_THREADS (and a thread has at least 4 terms)."""
     group = WARP
     while group < BLOCK and outputs * group < TARGET_THREADS and group * 2 <= terms // 4:
         group *= 2
     return group
+
+
+def tile_slices(outputs: int, terms: int) -> int:
+    """Reduction slices per tile of 32 outputs in tile mode (a block of 32 * slices)."""
+    slices = 4
+    while slices < MAX_SLICES and outputs * slices < TARGET_THREADS and slices * 2 <= terms // 8:
+        slices *= 2
+    return slices
 
 
 @plans(Opcode.CONVOLUTION)
@@ -68,11 +82,16 @@ def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
         from .conv_core import plan_split
 
         return plan_split(pc, k)  # cuDNN's convolution, then the epilogue; or None
+    if outputs >= TILE_FROM:
+        slices = tile_slices(outputs, terms)
+        blocks = -(-outputs // WARP)
+        if blocks > pc.target.limits.max_grid_x:
+            return None
+        return [Part("conv.split", (k,), dims((blocks,), (WARP * slices,)),
+                     (("slices", slices),), shared_bytes=slices * WARP * 8)]
     group = group_size(outputs, terms)
     per_block = BLOCK // group
     blocks = -(-outputs // per_block)
-    if blocks > pc.target.limits.max_grid_x:
-        return None
     shared = 0 if group == WARP else (BLOCK // WARP) * 8
     return [Part("conv.split", (k,), dims((blocks,), (BLOCK,)), (("group", group),),
                  shared_bytes=shared)]
@@ -83,6 +102,9 @@ def emit_conv_split(kb: KernelBuild) -> None:
     (item,) = kb.items()
     core = find_core(item.instr)
     terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands])
+    if kb.recipe.param("slices", 0):
+        _emit_tiles(kb, item, core, terms)
+        return
     group = kb.recipe.param("group")
     b, ctx = kb.b, kb.ctx
     out_shape = kb.output_shapes[item.outputs[0]]
@@ -104,8 +126,8 @@ def emit_conv_split(kb: KernelBuild) -> None:
     acc = _warp_sum(kb, terms, b.load(slot))
     lane = b.and_(tid, kb.i64(WARP - 1))
     if group > WARP:
-        acc = _block_sum(kb, terms, acc, tid, lane)
-        leader = b.icmp_unsigned("==", tid, kb.i64(0))
+        acc = _group_sum(kb, terms, acc, tid, lane, group)
+        leader = b.icmp_unsigned("==", b.urem(tid, kb.i64(group)), kb.i64(0))
     else:
         leader = b.icmp_unsigned("==", lane, kb.i64(0))
     with b.if_then(b.and_(live, leader)):
@@ -119,15 +141,49 @@ def _warp_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value) -> ir.Value:
     return value
 
 
-def _block_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value, tid, lane) -> ir.Value:
-    """Thread 0 ends with the sum of every warp's lane-0 value (one output per block)."""
+def _group_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value, tid, lane,
+               group: int) -> ir.Value:
+    """The first thread of each group of `group` threads (whole warps) ends with the sum of
+    its group's lane-0 values, which go through shared memory."""
     b = kb.b
-    warps = BLOCK // WARP
+    warps, per_group = BLOCK // WARP, group // WARP
     array = kb.nvvm.shared(value.type, warps, 8)
+    warp = b.lshr(tid, kb.i64(5))
     with b.if_then(b.icmp_unsigned("==", lane, kb.i64(0))):
-        b.store(value, b.gep(array, [b.lshr(tid, kb.i64(5))], source_etype=value.type))
+        b.store(value, b.gep(array, [warp], source_etype=value.type))
     kb.nvvm.barrier()
-    in_range = b.icmp_unsigned("<", lane, kb.i64(warps))
-    loaded = b.load(b.gep(array, [b.select(in_range, lane, kb.i64(0))],
-                          source_etype=value.type), typ=value.type)
+    # Every warp reads its group's partials (only the first warp's sum is stored).
+    first = b.mul(b.udiv(warp, kb.i64(per_group)), kb.i64(per_group))
+    in_range = b.icmp_unsigned("<", lane, kb.i64(per_group))
+    at = b.add(first, b.select(in_range, lane, kb.i64(0)))
+    loaded = b.load(b.gep(array, [at], source_etype=value.type), typ=value.type)
     return _warp_sum(kb, terms, b.select(in_range, loaded, terms.zero()))
+
+
+def _emit_tiles(kb: KernelBuild, item, core, terms: ConvTerms) -> None:
+    b, ctx = kb.b, kb.ctx
+    slices = kb.recipe.param("slices")
+    out_shape = kb.output_shapes[item.outputs[0]]
+    tid = kb.tid()
+    lane, part = b.and_(tid, kb.i64(WARP - 1)), b.lshr(tid, kb.i64(5))
+    element = b.add(b.mul(kb.ctaid(), kb.i64(WARP)), lane)
+    live = b.icmp_unsigned("<", element, kb.i64(out_shape.num_elements))
+    element = b.select(live, element, kb.i64(0))
+    index = physical_index(kb, out_shape, element)
+    shared_parts = terms.element(index)
+    first = b.select(live, part, kb.i64(terms.count))
+    slot = ctx.alloca(terms.zero().type)
+    b.store(terms.zero(), slot)
+    with ctx.loop(first, kb.i64(terms.count), "t", step=slices) as t:
+        ivs = delinearize(b, t, terms.sizes)
+        b.store(terms.add(shared_parts, ivs, b.load(slot)), slot)
+    ty = terms.zero().type
+    array = kb.nvvm.shared(ty, slices * WARP, 8)
+    b.store(b.load(slot), b.gep(array, [tid], source_etype=ty))
+    kb.nvvm.barrier()
+    with b.if_then(b.and_(live, b.icmp_unsigned("==", part, kb.i64(0)))):
+        total = terms.zero()
+        for k in range(slices):  # a fixed order: the same sum every run
+            at = b.add(lane, kb.i64(k * WARP))
+            total = terms.combine(total, b.load(b.gep(array, [at], source_etype=ty), typ=ty))
+        store_with_core(kb, item, core, index, [terms.finish(total)])
