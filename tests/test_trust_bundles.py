@@ -233,3 +233,22 @@ def test_cuda_bundle_with_a_plain_dot_validates_and_runs(tmp_path):
     b = np.arange(32, dtype=np.float32).reshape(8, 4) / 5
     [got] = load(str(tmp_path / "d.bundle"), "cuda-emulated").run([a, b])
     np.testing.assert_allclose(got, a @ b, rtol=1e-5)
+
+
+
+def test_an_edited_kernel_recipe_is_one_clear_line(tmp_path):
+    """The emulator rebuilds kernels from their recipes: a recipe whose parameters no longer
+    make sense is refused with the kernel's name, not an internal error."""
+    from .test_cuda_conv_split import WGRAD, _text
+
+    good = compile_text(tmp_path, _text(WGRAD, n=16, h=16, w=16, ci=3, co=16), "wgrad",
+                        target="cuda")
+
+    def no_group(doc):
+        recipe = next(k for k in doc["kernels"] if k["variant"] == "conv.split")
+        recipe["params"] = {"slices": 0}
+    bad = repack(good, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": no_group})
+    with pytest.raises(InputError) as info:
+        load(str(bad), "cuda-emulated")
+    text = str(info.value)
+    assert "\n" not in text and "recipe (conv.split" in text and "cannot be rebuilt" in text

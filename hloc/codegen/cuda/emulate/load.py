@@ -3,7 +3,7 @@ host (`--device cuda-emulated` JIT-compiles at load time, so it needs this codeg
 
 from __future__ import annotations
 
-from ....errors import InputError
+from ....errors import InputError, UnsupportedError
 from ....ir import Module
 from ...cuda.build import emit_recipe, ir_digest
 from ...cuda.target import cuda_target
@@ -22,7 +22,13 @@ def load_kernels(program, module: Module, archs: tuple[str, ...], where: str | N
         if instr is None:
             raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
                              f"%{recipe.instruction}", where)
-        mod = emit_recipe(recipe, instr, target)
+        try:
+            mod = emit_recipe(recipe, instr, target)
+        except (LookupError, ValueError, ArithmeticError, TypeError, AttributeError,
+                UnsupportedError) as e:
+            # A recipe hloc wrote always rebuilds (the compile emitted it): this one was edited.
+            raise InputError(f"kernel {recipe.name}: its recipe ({recipe.variant}, "
+                             f"{dict(recipe.params)}) cannot be rebuilt: {e}", where) from None
         if digests.get(recipe.name) not in (None, ir_digest(mod)):
             raise InputError(f"kernel {recipe.name}: rebuilt IR differs from the bundled "
                              "kernel (bundle from another hloc version?)", where)
