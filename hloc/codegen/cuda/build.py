@@ -179,10 +179,10 @@ def _kernel(p: Planner, thunk: nt.Thunk, stream: int) -> Thunk:
         return _host(p, thunk, stream)
     if isinstance(made, GemmLaunch):
         made = replace(made, blas=blas_call(instr, operands, outputs))
-    elif ("core_only", 1) in parts[0].params:
+    elif ("core_only", 1) in parts[0].params and isinstance(made, Sequential) and \
+            isinstance(first := made.thunks[0], GemmLaunch):
         # A dot whose epilogue runs as a second kernel (gemm.splits_epilogue): its GEMM part
         # writes the output, so cuBLAS can run it.
-        first = made.thunks[0]
         core = find_core(pc.items[parts[0].items[0]].instr)
         blas = blas_call(instr, operands, outputs, dot=core)
         made = replace(made, thunks=(replace(first, blas=blas),) + made.thunks[1:])

@@ -98,7 +98,8 @@ def described(made: Thunk, instr: Instruction, operands) -> Thunk | None:
     if not isinstance(made, Sequential) or len(made.thunks) != 2:
         return None
     core, epilogue = made.thunks
-    if not isinstance(core, Launch) or core.variant != CORE or epilogue.variant != EPILOGUE:
+    if not isinstance(core, Launch) or not isinstance(epilogue, Launch) or \
+            core.variant != CORE or epilogue.variant != EPILOGUE:
         return None
     conv = split_core(instr, instr.fused_computation().root)
     if conv is None:

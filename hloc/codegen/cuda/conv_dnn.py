@@ -146,7 +146,8 @@ def _call(instr: Instruction, conv: Instruction, operand_slices, out_slice,
     pads, steps, dilations = _window(conv, x_dims[2:], y_dims[2:])
     if rank == 1:
         if w_steps:
-            _, w_steps = _unit_spatial(w_dims, list(w_steps))
+            _, unit = _unit_spatial(w_dims, list(w_steps))
+            w_steps = tuple(unit)
         (x_dims, x_steps), (y_dims, y_steps) = (_unit_spatial(x_dims, x_steps),
                                                 _unit_spatial(y_dims, y_steps))
         w_dims = [*w_dims[:2], 1, *w_dims[2:]]

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...thunks.base import Thunk, ThunkKind
+from ...thunks.thunks import While
 
 # Device operations of one graph at most (an unrolled loop's body counts once per trip).
 MAX_NODES = 8192
@@ -50,7 +51,7 @@ def nodes(thunks: Sequence[Thunk]) -> int | None:
             if inner is None:
                 return None
             total += inner
-        elif t.kind is ThunkKind.WHILE and getattr(t, "trip_count", None) is not None:
+        elif isinstance(t, While) and t.trip_count is not None:
             inner = nodes(t.body)
             if inner is None:
                 return None

@@ -49,7 +49,7 @@ def convolve(call: ConvCall, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(
             taps, call.dilation, y_spatial, call.window_strides, strict=True))
         patch = x[(slice(None), slice(None), slice(None), *window)]  # n, g, cg, y...
-        out += np.einsum("ngc...,gkc->ngk...", patch, wg[(Ellipsis, *taps)])
+        out += np.einsum("ngc...,gkc->ngk...", patch, wg[(...,) + tuple(taps)])
     return out.reshape(n, k, *y_spatial)
 
 

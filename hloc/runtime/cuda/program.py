@@ -210,7 +210,7 @@ class GpuRunner:
         for seg in self._segments:
             if seg.graph:
                 self._graph(("main", seg.start), True,
-                            lambda seg=seg: self._run_top(seg.start, seg.stop))
+                            functools.partial(self._run_top, seg.start, seg.stop))
             else:
                 self._run_top(seg.start, seg.stop)
 
