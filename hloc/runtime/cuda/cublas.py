@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
-import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +37,8 @@ from collections.abc import Callable, Iterator, Mapping
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import BlasCall
+from .vendor import Switch, library_candidates, precisions
+from .vendor import wheel_dirs as vendor_wheel_dirs
 
 GEMM_ENV = "HLOC_CUDA_GEMM"
 TF32_ENV = "HLOC_CUDA_TF32"
@@ -59,18 +59,9 @@ log = logging.getLogger(__name__)
 _SYSTEM_NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so")
 
 
-def gemm_mode(env: Mapping[str, str] = os.environ) -> str:
-    """HLOC_CUDA_GEMM as one of GEMM_MODES (InputError for an unknown value)."""
-    value = env.get(GEMM_ENV, "").strip().lower() or "auto"
-    if value not in GEMM_MODES:
-        raise InputError(f"{GEMM_ENV}={env.get(GEMM_ENV)!r}: expected 'auto', 'kernel' or "
-                         "'cublas'")
-    return value
-
-
-def use_cublas(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether HLOC_CUDA_GEMM forces cuBLAS (`cublas`); the emulator's switch."""
-    return gemm_mode(env) == "cublas"
+GEMM = Switch(GEMM_ENV, "cublas", "cuBLAS", "hloc's GEMM kernel")
+gemm_mode = GEMM.mode  # HLOC_CUDA_GEMM as "auto", "kernel" or "cublas"
+use_cublas = GEMM.forced  # the emulator's switch for its host BLAS
 
 
 def tf32_allowed(env: Mapping[str, str] = os.environ) -> bool:
@@ -95,55 +86,23 @@ def compute_type(call: BlasCall, precision, tf32: bool) -> int:
 
 
 def select_gemm(mode: str, has_descriptors: bool, make: Callable):
-    """The BLAS engine for `--device cuda`: `make()` builds it (CudaError when libcublas is
-    missing or unusable). auto → cuBLAS when it loads, else None (hloc's kernel); cublas → it
-    must load; kernel, or no described Gemm thunk → None (the library is not even loaded)."""
-    from .driver import CudaError
-
-    if mode == "kernel" or not has_descriptors:
-        return None
-    if mode == "cublas":
-        return make()
-    try:
-        return make()
-    except CudaError as e:
-        log.info("cuBLAS not used, hloc's GEMM kernel instead: %s", e)
-        return None
+    """The BLAS engine for `--device cuda` (vendor.Switch.select): cuBLAS when it loads in
+    `auto` (else hloc's kernel, logged), always with `cublas`, never with `kernel`."""
+    return GEMM.select(mode, has_descriptors, make, log.info)
 
 
 # ---- finding libcublas --------------------------------------------------------------------------
 
-def _wheel_dirs() -> list[str]:
-    """The nvidia namespace package's directories (where nvidia-* wheels install)."""
-    try:
-        spec = importlib.util.find_spec("nvidia")
-    except (ImportError, ValueError):
-        return []
-    return list(spec.submodule_search_locations or []) if spec is not None else []
-
-
-def _newest_first(pattern: str) -> list[str]:
-    return sorted(glob.glob(pattern), reverse=True)
-
-
 def candidates(env: Mapping[str, str] = os.environ,
-               wheel_dirs: Callable[[], list[str]] = _wheel_dirs) -> Iterator[str]:
+               wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs) -> Iterator[str]:
     """Paths (or loader names) to try, best first."""
-    for root in wheel_dirs():
-        for sub in ("cublas/lib", "cu13/lib", "cu12/lib"):
-            yield from _newest_first(os.path.join(root, sub, "libcublas.so*"))
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = env.get(var)
-        if not home:
-            continue
-        for sub in ("lib64", "lib", "targets/*/lib"):
-            yield from _newest_first(os.path.join(home, sub, "libcublas.so*"))
-    found = ctypes.util.find_library("cublas")
-    yield from ((found,) if found else ()) + _SYSTEM_NAMES
+    return library_candidates("libcublas.so*", ("cublas/lib", "cu13/lib", "cu12/lib"),
+                              ("CUDA_HOME", "CUDA_PATH"), "cublas", _SYSTEM_NAMES, env,
+                              wheel_dirs)
 
 
 def load_cublas(env: Mapping[str, str] = os.environ, loader: Callable = ctypes.CDLL,
-                wheel_dirs: Callable[[], list[str]] = _wheel_dirs):
+                wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs):
     """The first libcublas that loads and has cublasGemmStridedBatchedEx; CudaError if none."""
     from .driver import CudaError
 
@@ -209,18 +168,8 @@ def _bind(lib) -> None:
 
 
 def dot_precisions(module) -> dict:
-    """{thunk name: the PrecisionConfig of its dot}: a dot's own name, and a fusion's whose
-    fused computation holds a dot (the Gemm thunk is named after the fusion)."""
-    out = {}
-    for comp in module.computations:
-        for instr in comp.instructions:
-            if instr.opcode.value == "dot":
-                out[instr.name] = instr.attrs.precision_config
-            elif instr.opcode.value == "fusion" and instr.called:
-                dots = [i for i in instr.called[0].instructions if i.opcode.value == "dot"]
-                if dots:
-                    out[instr.name] = dots[0].attrs.precision_config
-    return out
+    """{thunk name: the PrecisionConfig of its dot} (vendor.precisions)."""
+    return precisions(module, "dot")
 
 
 WORKSPACE_BYTES = 32 << 20

@@ -44,7 +44,9 @@ from collections.abc import Callable, Iterator, Mapping
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall, ConvLaunch
-from .cublas import PRECISION_HIGH, _newest_first, _wheel_dirs
+from .cublas import PRECISION_HIGH
+from .vendor import Switch, library_candidates, newest_first, precisions
+from .vendor import wheel_dirs as vendor_wheel_dirs
 
 CONV_ENV = "HLOC_CUDA_CONV"
 CONV_MODES = ("auto", "kernel", "cudnn")
@@ -72,18 +74,9 @@ _SUBLIBRARIES = ("libcudnn_graph", "libcudnn_engines_precompiled",
 _warned: set[str] = set()
 
 
-def conv_mode(env: Mapping[str, str] = os.environ) -> str:
-    """HLOC_CUDA_CONV as one of CONV_MODES (InputError for an unknown value)."""
-    value = env.get(CONV_ENV, "").strip().lower() or "auto"
-    if value not in CONV_MODES:
-        raise InputError(f"{CONV_ENV}={env.get(CONV_ENV)!r}: expected 'auto', 'kernel' or "
-                         "'cudnn'")
-    return value
-
-
-def use_cudnn(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether HLOC_CUDA_CONV forces cuDNN (`cudnn`); the emulator's switch."""
-    return conv_mode(env) == "cudnn"
+CONV = Switch(CONV_ENV, "cudnn", "cuDNN", "hloc's convolution kernels")
+conv_mode = CONV.mode  # HLOC_CUDA_CONV as "auto", "kernel" or "cudnn"
+use_cudnn = CONV.forced  # the emulator's switch for its host stand-in
 
 
 def warn_once(message: str) -> None:
@@ -94,20 +87,9 @@ def warn_once(message: str) -> None:
 
 
 def select_conv(mode: str, has_descriptors: bool, make: Callable):
-    """The DNN engine for `--device cuda`: `make()` builds it (CudaError when libcudnn is
-    missing or unusable). auto → cuDNN when it sets up, else None (hloc's kernels, one
-    warning); cudnn → it must; kernel, or no described convolution → None (not loaded)."""
-    from .driver import CudaError
-
-    if mode == "kernel" or not has_descriptors:
-        return None
-    if mode == "cudnn":
-        return make()
-    try:
-        return make()
-    except CudaError as e:
-        warn_once(f"cuDNN not used, hloc's convolution kernels instead: {e}")
-        return None
+    """The DNN engine for `--device cuda` (vendor.Switch.select): cuDNN when it sets up in
+    `auto` (else hloc's kernels, one warning), always with `cudnn`, never with `kernel`."""
+    return CONV.select(mode, has_descriptors, make, warn_once)
 
 
 # ---- descriptors --------------------------------------------------------------------------------
@@ -187,19 +169,8 @@ def check_conv(call: ConvCall, name: str) -> None:
 
 
 def conv_precisions(module) -> dict:
-    """{thunk name: the PrecisionConfig of its convolution}: a convolution's own name, and a
-    fusion's whose fused computation holds one."""
-    out = {}
-    for comp in module.computations:
-        for instr in comp.instructions:
-            if instr.opcode.value == "convolution":
-                out[instr.name] = instr.attrs.precision_config
-            elif instr.opcode.value == "fusion" and instr.called:
-                convs = [i for i in instr.called[0].instructions
-                         if i.opcode.value == "convolution"]
-                if convs:
-                    out[instr.name] = convs[0].attrs.precision_config
-    return out
+    """{thunk name: the PrecisionConfig of its convolution} (vendor.precisions)."""
+    return precisions(module, "convolution")
 
 
 def math_type(call: ConvCall, precision, tf32: bool) -> int:
@@ -216,19 +187,11 @@ def math_type(call: ConvCall, precision, tf32: bool) -> int:
 # ---- finding libcudnn ---------------------------------------------------------------------------
 
 def candidates(env: Mapping[str, str] = os.environ,
-               wheel_dirs: Callable[[], list[str]] = _wheel_dirs) -> Iterator[str]:
+               wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs) -> Iterator[str]:
     """Paths (or loader names) to try, best first."""
-    for root in wheel_dirs():
-        for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
-            yield from _newest_first(os.path.join(root, sub, "libcudnn.so.*"))
-    for var in ("CUDA_HOME", "CUDA_PATH", "CUDNN_HOME"):
-        home = env.get(var)
-        if not home:
-            continue
-        for sub in ("lib64", "lib", "targets/*/lib"):
-            yield from _newest_first(os.path.join(home, sub, "libcudnn.so.*"))
-    found = ctypes.util.find_library("cudnn")
-    yield from ((found,) if found else ()) + _SYSTEM_NAMES
+    return library_candidates("libcudnn.so.*", ("cudnn/lib", "cu13/lib", "cu12/lib"),
+                              ("CUDA_HOME", "CUDA_PATH", "CUDNN_HOME"), "cudnn", _SYSTEM_NAMES,
+                              env, wheel_dirs)
 
 
 def _open_global(path: str):
@@ -240,7 +203,7 @@ def _preload(directory: str, loader: Callable) -> list:
     by soname finds them already in the process (a wheel's directory is on no search path)."""
     loaded = []
     for base in _SUBLIBRARIES:
-        for path in _newest_first(os.path.join(directory, base + ".so.*"))[:1]:
+        for path in newest_first(os.path.join(directory, base + ".so.*"))[:1]:
             try:
                 loaded.append(loader(path))
             except OSError as e:  # e.g. runtime-compiled engines without libnvrtc: optional
@@ -272,7 +235,7 @@ class CudnnLibrary:
 
 
 def load_cudnn(env: Mapping[str, str] = os.environ, loader: Callable = _open_global,
-               wheel_dirs: Callable[[], list[str]] = _wheel_dirs) -> CudnnLibrary:
+               wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs) -> CudnnLibrary:
     """The first libcudnn that loads and has the legacy convolution API; CudaError if none."""
     from .driver import CudaError
 

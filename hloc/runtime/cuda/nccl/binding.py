@@ -18,7 +18,7 @@ import ctypes.util
 import os
 from collections.abc import Callable, Iterator, Mapping
 
-from ..cublas import _wheel_dirs
+from ..vendor import wheel_dirs as _wheel_dirs
 from .api import (
     MIN_VERSION,
     SPLIT_VERSION,
