@@ -24,6 +24,7 @@ from __future__ import annotations
 from ...ir import Instruction, Opcode
 from ...thunks.gpu import ConvCall
 from ..elemental.memory import strides
+from .gemm import parameter_strides
 from .kernel import kernel_computation
 
 DNN_TYPES = ("f32", "f16", "bf16")  # x, w and y the same type; accumulation in f32
@@ -35,19 +36,10 @@ class _NoDnn(Exception):
 
 
 def _operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
-    """(parameter number, element stride of each dim) of an operand that is a parameter of
-    the kernel computation or transposes of one."""
-    perms = []
-    while node.opcode == Opcode.TRANSPOSE:
-        perms.append(node.dimensions)
-        node = node.operands[0]
-    if node.opcode != Opcode.PARAMETER:
+    found = parameter_strides(node, instr)
+    if found is None:
         raise _NoDnn
-    number = node.attrs.parameter_number
-    steps = strides(instr.operands[number].shape)
-    for perm in reversed(perms):
-        steps = [steps[d] for d in perm]
-    return number, steps
+    return found
 
 
 def _packed(dims: list[int], steps: list[int], order: list[int]) -> bool:

@@ -276,20 +276,28 @@ def _group_stride(dims_, steps, group) -> int | None:
     return steps[big[-1]]
 
 
-def _operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
-    """(parameter number, element stride of each dim) of a dot operand that is a parameter
-    or transposes of one: a transpose only permutes strides, so BLAS reads it in place."""
+def parameter_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]] | None:
+    """(parameter number, element stride of each dim) of an operand (of a dot or convolution
+    in `instr`'s kernel computation) that is a parameter or transposes of one: a transpose
+    only permutes strides, so a library reads it in place. None for anything else."""
     perms = []
     while node.opcode == Opcode.TRANSPOSE:
         perms.append(node.dimensions)
         node = node.operands[0]
     if node.opcode != Opcode.PARAMETER:
-        raise _NoBlas
+        return None
     number = node.attrs.parameter_number
     steps = strides(instr.operands[number].shape)
     for perm in reversed(perms):
         steps = [steps[d] for d in perm]
     return number, steps
+
+
+def _operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
+    found = parameter_strides(node, instr)
+    if found is None:
+        raise _NoBlas
+    return found
 
 
 def _matrix(rows: int, cols: int, row_stride, col_stride) -> tuple[str, int]:
