@@ -236,7 +236,7 @@ class GpuRunner:
         """A sequence nested in host-driven control flow (a loop body or condition, a
         branch): one graph launch per run where it captures to enough operations."""
         if self._graphs_now():
-            count = nodes(thunks)
+            count = MIN_NESTED_NODES if id(thunks) in self._graphs else nodes(thunks)
             if count is not None and count >= MIN_NESTED_NODES:
                 self._graph(id(thunks), False, lambda: self.run_sequence(thunks), thunks)
                 return
