@@ -233,9 +233,26 @@ def generate(data) -> tuple[str, int]:
     return "\n\n".join([header, HELPERS, *g.comps, entry]) + "\n", nparams
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.data(), st.sampled_from(["auto", "list", "dfs", "post-order"]))
+# Hypothesis draws new modules on every run: `make test` checks 100 per run, `make test-all`
+# 300 more (test_more_generated_modules), the same check on the same generator.
+SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck))
+SCHEDULERS = st.sampled_from(["auto", "list", "dfs", "post-order"])
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(st.data(), SCHEDULERS)
 def test_generated_modules(data, scheduler):
+    check_generated(data, scheduler)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, **SETTINGS)
+@given(st.data(), SCHEDULERS)
+def test_more_generated_modules(data, scheduler):
+    check_generated(data, scheduler)
+
+
+def check_generated(data, scheduler) -> None:
     text, nparams = generate(data)
     note(text)
     module = parse_module(text)

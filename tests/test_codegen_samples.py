@@ -59,6 +59,20 @@ def _tolerance(spec: KernelSpec) -> float:
     return {64: 1e-12, 32: 2e-5}.get(bits, 2e-2)
 
 
+def _emittable(specs: list, target, unsupported: list[str]) -> list:
+    """The (spec, inputs) pairs whose fusion the emitter accepts alone; the others' reasons
+    go to `unsupported`."""
+    kept = []
+    for spec, inputs in specs:
+        try:
+            build_llvm_module([spec], target)
+        except UnsupportedError as e:
+            unsupported.append(f"{spec.instruction_names[0]}: {e}")
+            continue
+        kept.append((spec, inputs))
+    return kept
+
+
 def check_sample(path: Path) -> dict:
     """Counts for one sample: fusions, compiled, matched, unsupported (with reasons)."""
     module = load(path).module
@@ -69,17 +83,18 @@ def check_sample(path: Path) -> dict:
         stats["fusions"] += 1
         spec = KernelSpec.for_instruction(instr)
         try:
-            inputs = _inputs(spec, seed=len(specs))
-            # Emitted alone first (the emitter is what rejects a fusion): one unsupported
-            # fusion must not hide the others. LLVM compiles them all once, below.
-            build_llvm_module([spec], target)
+            specs.append((spec, _inputs(spec, seed=len(specs))))
         except UnsupportedError as e:
             stats["unsupported"].append(f"{instr.name}: {e}")
-            continue
-        specs.append((spec, inputs))
-    if not specs:
+    try:
+        compiled = Compiled([s for s, _ in specs], target=target) if specs else None
+    except UnsupportedError:
+        # The emitter rejected a fusion: each is emitted alone to find which, so one
+        # unsupported fusion does not hide the others. LLVM compiles the rest once.
+        specs = _emittable(specs, target, stats["unsupported"])
+        compiled = Compiled([s for s, _ in specs], target=target) if specs else None
+    if compiled is None:
         return stats
-    compiled = Compiled([s for s, _ in specs], target=target)
     stats["compiled"] = len(specs)
     for spec, inputs in specs:
         got = compiled.run(spec.name, inputs, chunks=2)
