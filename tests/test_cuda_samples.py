@@ -14,7 +14,7 @@ from hloc.codegen.cuda import ptxas
 from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
 
 from .conftest import SAMPLES, sample_arrays, sample_meta, sample_names
-from .support.bundles import compile_bundle
+from .support.bundles import sample_bundle
 from .test_interp_samples import mismatch
 
 NAMES = sample_names() + sample_names("ops")
@@ -36,8 +36,10 @@ PARAMS = [pytest.param(n, s, id=f"{n}{s}",
 
 
 def _bundle(name: str, tmp_path, archs=("sm_80", "sm_90"), suffix=".pb"):
+    """The sample's CUDA bundle through the suite's compile cache: the emulated run here,
+    the cuBLAS, cuDNN and graph tests compile it once between them."""
     path = tmp_path / "m.bundle"
-    compile_bundle(SAMPLES / f"{name}{suffix}", path, target="cuda", cuda_archs=archs)
+    sample_bundle(SAMPLES / f"{name}{suffix}", path, target="cuda", cuda_archs=tuple(archs))
     return read_bundle(str(path))
 
 
@@ -61,7 +63,7 @@ def _assert_assembled(bundle, archs) -> None:
 @pytest.mark.cpu
 @pytest.mark.parametrize("name,suffix", PARAMS)
 def test_sample_emulated(name, suffix, tmp_path):
-    archs = ("sm_90",) if suffix == ".pb" else ("sm_80",)
+    archs = ("sm_80",)  # the default: the bundle the cuBLAS, cuDNN and graph tests share
     bundle = _bundle(name, tmp_path, archs, suffix)
     _assert_assembled(bundle, archs)
     ex = CudaEmulatedExecutable(bundle)
@@ -74,17 +76,17 @@ def test_sample_emulated(name, suffix, tmp_path):
     assert not problems, "; ".join(problems)
 
 
-# `make test` compiles each sample for one architecture (sm_90 for the .pb forms above, sm_80
-# for the .opt.pb forms in `make test-all`): NVPTX and ptxas per architecture were a fifth of
-# an emulated sample's time, and the emulator runs neither. Bundles for several architectures
-# are test_schedule_records_kernel_resources (mlp, sm_80 and sm_90, resources from ptxas for
-# both) and test_cuda_emulator_rules; here `make test-all` assembles every lowered sample for
-# sm_80 as well.
+# `make test` compiles each sample for one architecture, sm_80 (the default, through the
+# compile cache the cuBLAS, cuDNN and graph tests share): NVPTX and ptxas per architecture
+# were a fifth of an emulated sample's time, and the emulator runs neither. Bundles for several
+# architectures are test_schedule_records_kernel_resources (mlp, sm_80 and sm_90, resources
+# from ptxas for both) and test_cuda_emulator_rules; `make test-all` assembles every lowered
+# sample for sm_90 as well.
 @pytest.mark.cpu
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, s in CASES if s == ".pb"])
-def test_sample_assembles_for_sm_80(name, tmp_path):
-    _assert_assembled(_bundle(name, tmp_path, ("sm_80",)), ("sm_80",))
+def test_sample_assembles_for_sm_90(name, tmp_path):
+    _assert_assembled(_bundle(name, tmp_path, ("sm_90",)), ("sm_90",))
 
 
 @pytest.mark.cpu
