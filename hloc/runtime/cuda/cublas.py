@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import BlasCall
-from .vendor import Switch, library_candidates, precisions
+from .vendor import Switch, library_candidates, load_first, precisions
 from .vendor import wheel_dirs as vendor_wheel_dirs
 
 GEMM_ENV = "HLOC_CUDA_GEMM"
@@ -104,23 +104,9 @@ def candidates(env: Mapping[str, str] = os.environ,
 def load_cublas(env: Mapping[str, str] = os.environ, loader: Callable = ctypes.CDLL,
                 wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs):
     """The first libcublas that loads and has cublasGemmStridedBatchedEx; CudaError if none."""
-    from .driver import CudaError
-
-    failures = []
-    for path in candidates(env, wheel_dirs):
-        try:
-            lib = loader(path)
-        except OSError as e:
-            if os.sep in path:  # a file we found but could not load is worth reporting
-                failures.append(f"{path}: {e}")
-            continue
-        if hasattr(lib, "cublasGemmStridedBatchedEx"):
-            return lib
-        failures.append(f"{path}: no cublasGemmStridedBatchedEx")
-    why = f" ({failures[0]})" if failures else ""
-    raise CudaError(f"libcublas was not found{why} ({GEMM_ENV}=cublas needs it): install "
-                    f"nvidia-cublas (pip install 'hloc[cuda]'), set CUDA_HOME, or set "
-                    f"{GEMM_ENV}=kernel")
+    return load_first(candidates(env, wheel_dirs), loader,
+                      lambda lib: hasattr(lib, "cublasGemmStridedBatchedEx"),
+                      "cublasGemmStridedBatchedEx", "libcublas", "nvidia-cublas", GEMM)
 
 
 # ---- descriptors --------------------------------------------------------------------------------

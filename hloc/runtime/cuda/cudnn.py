@@ -45,7 +45,7 @@ from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall, ConvLaunch
 from .cublas import PRECISION_HIGH
-from .vendor import Switch, library_candidates, newest_first, precisions
+from .vendor import Switch, library_candidates, load_first, newest_first, precisions
 from .vendor import wheel_dirs as vendor_wheel_dirs
 
 CONV_ENV = "HLOC_CUDA_CONV"
@@ -237,24 +237,13 @@ class CudnnLibrary:
 def load_cudnn(env: Mapping[str, str] = os.environ, loader: Callable = _open_global,
                wheel_dirs: Callable[[], list[str]] = vendor_wheel_dirs) -> CudnnLibrary:
     """The first libcudnn that loads and has the legacy convolution API; CudaError if none."""
-    from .driver import CudaError
-
-    failures = []
-    for path in candidates(env, wheel_dirs):
+    def open_lib(path: str) -> CudnnLibrary:
         subs = _preload(os.path.dirname(path), loader) if os.sep in path else []
-        try:
-            lib = CudnnLibrary(loader(path), subs)
-        except OSError as e:
-            if os.sep in path:
-                failures.append(f"{path}: {e}")
-            continue
-        if lib.has("cudnnConvolutionForward") and lib.has("cudnnCreate"):
-            return lib
-        failures.append(f"{path}: no cudnnConvolutionForward")
-    why = f" ({failures[0]})" if failures else ""
-    raise CudaError(f"libcudnn was not found{why} ({CONV_ENV}=cudnn needs it): install "
-                    f"nvidia-cudnn-cu13 (pip install 'hloc[cuda]'), set CUDA_HOME, or set "
-                    f"{CONV_ENV}=kernel")
+        return CudnnLibrary(loader(path), subs)
+
+    return load_first(candidates(env, wheel_dirs), open_lib,
+                      lambda lib: lib.has("cudnnConvolutionForward") and lib.has("cudnnCreate"),
+                      "cudnnConvolutionForward", "libcudnn", "nvidia-cudnn-cu13", CONV)
 
 
 # ---- cuDNN --------------------------------------------------------------------------------------

@@ -17,8 +17,11 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ...errors import InputError
+
+Lib = TypeVar("Lib")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,30 @@ def library_candidates(pattern: str, wheel_subdirs: Sequence[str], home_vars: Se
             yield from newest_first(os.path.join(home, sub, pattern))
     found = ctypes.util.find_library(loader_name)
     yield from ((found,) if found else ()) + tuple(system_names)
+
+
+def load_first(paths: Iterator[str], open_lib: Callable[[str], Lib],
+               usable: Callable[[Lib], bool], needs: str, library: str, wheel: str,
+               switch: Switch) -> Lib:
+    """The first of `paths` that `open_lib` opens and that is `usable` (has `needs`);
+    CudaError naming the first failure and how to install `wheel` when none is."""
+    from .driver import CudaError
+
+    failures = []
+    for path in paths:
+        try:
+            lib = open_lib(path)
+        except OSError as e:
+            if os.sep in path:  # a file we found but could not load is worth reporting
+                failures.append(f"{path}: {e}")
+            continue
+        if usable(lib):
+            return lib
+        failures.append(f"{path}: no {needs}")
+    why = f" ({failures[0]})" if failures else ""
+    raise CudaError(f"{library} was not found{why} ({switch.env}={switch.library} needs it): "
+                    f"install {wheel} (pip install 'hloc[cuda]'), set CUDA_HOME, or set "
+                    f"{switch.env}=kernel")
 
 
 def precisions(module, opcode: str) -> dict:
