@@ -109,10 +109,27 @@ class BlasCall:
                 f"strides={self.stride_a}/{self.stride_b}/{self.stride_c} {types}]")
 
 
+DNN_DIRECTIONS = ("forward", "backward_data", "backward_filter")
+DNN_MODES = ("cross_correlation", "convolution")
+
+
 @dataclass(frozen=True)
 class ConvCall:
-    """A plain convolution as one cuDNN forward convolution (legacy API,
-    cudnnConvolutionForward, CUDNN_CROSS_CORRELATION):
+    """A convolution as one call of cuDNN's legacy API: `direction` says which of the three
+    that compute with a forward convolution's descriptors (x, w, y and the window below):
+
+    - "forward", cudnnConvolutionForward: reads x and w, writes y;
+    - "backward_data", cudnnConvolutionBackwardData: reads y (dy) and w, writes x (dx), the
+      transpose of the forward map: dx[n, c, i] = sum of dy[n, k, o] * w[k, c, r] over every
+      o, r with o*stride + r*dilation - padding = i (an HLO lhs-dilated convolution);
+    - "backward_filter", cudnnConvolutionBackwardFilter: reads x and y (dy), writes w (dw):
+      dw[k, c, r] = sum over n, o of x[n, c, o*stride + r*dilation - padding] * dy[n, k, o]
+      (an HLO weight-gradient convolution). w is then written packed in `w_format`, never
+      through `w_strides`.
+
+    `mode` "cross_correlation" (CUDNN_CROSS_CORRELATION) is the formula below as written;
+    "convolution" (CUDNN_CONVOLUTION) reads the filter's taps reversed in every spatial dim
+    (w[k, c, R-1-r]), which is how an HLO kernel reversal is absorbed. The forward formula:
 
         y[n, k, o...] = sum over c < C/groups and taps r...:
                         x[n, g*C/groups + c, o*stride + r*dilation - padding] * w[k, c, r...]
@@ -128,7 +145,10 @@ class ConvCall:
     packed K, C, spatial ("NCHW", the only `w_format` allowed with strides) scratch copy
     (cudnnTransformTensor into the cuDNN engine's workspace), then convolves. Padding is the same
     on both sides of each spatial dim (cuDNN's only form). `dtype` is x's, w's and y's element
-    type (IR name), `compute` the accumulation type (f32).
+    type (IR name), `compute` the accumulation type (f32). What hloc hands to cuDNN this way:
+    plain forward convolutions and the convolution cores of fused ones, transposed (lhs-
+    dilated) convolutions as backward_data and weight-gradient convolutions as
+    backward_filter (hloc.codegen.cuda.conv_dnn, conv_bwd).
     """
 
     x: Slice
@@ -147,11 +167,15 @@ class ConvCall:
     dilation: tuple[int, ...]
     groups: int = 1
     w_strides: tuple[int, ...] = ()
+    direction: str = "forward"
+    mode: str = "cross_correlation"
 
     def text(self) -> str:
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
         w = f"/{dims(self.w_strides)}->" if self.w_strides else " "
-        return (f"cudnn[x={dims(self.x_dims)}/{dims(self.x_strides)} w={dims(self.w_dims)}"
+        mode = " reversed" if self.mode == "convolution" else ""
+        return (f"cudnn[{self.direction}{mode} x={dims(self.x_dims)}/{dims(self.x_strides)} "
+                f"w={dims(self.w_dims)}"
                 f"{w}{self.w_format} y={dims(self.y_dims)}/{dims(self.y_strides)} "
                 f"pad={dims(self.padding)} stride={dims(self.window_strides)} "
                 f"dilation={dims(self.dilation)} groups={self.groups} {self.dtype}]")

@@ -15,8 +15,10 @@ thunks.json, version 1 (all keys always present):
    "constants": [{"instruction", "slice"}],
    "sequence": [thunk], "streams": null | {"num_streams", "streams", "events", "waits"}}
 
-gpu_thunks.json, version 1:
-  {"gpu_thunks_version": 1, "module": str, "allocations": [as above],
+gpu_thunks.json, version 2 (version 1 is still read: it had no ConvCall `direction` and
+`mode`, which default to a forward cross-correlation; a version-1 reader would run a
+backward descriptor as a forward one, so writing them bumped the version):
+  {"gpu_thunks_version": 2, "module": str, "allocations": [as above],
    "host_to_device": [{"slice", "number", "index", "constant"}],
    "main": [thunk], "device_to_host": [{"index", "slice"}],
    "streams": null | {...as above}, "kernels": [recipe], "kernel_ir_sha256": {kernel: sha256},
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
     from .gpu import GpuProgram
 
 VERSION = 1
-GPU_VERSION = 1
+GPU_VERSION = 2
+GPU_READABLE = (1, 2)  # versions gpu_thunks.json is read in
 _ALLOC_FIELDS = ("index", "size", "kind", "parameter_number", "parameter_index", "maybe_live_out",
                  "aliased_with_output", "constant")
 
@@ -54,6 +57,7 @@ class Format:
     version_key: str
     version: int
     kinds: Mapping[ThunkKind, type[Thunk]]
+    readable: tuple[int, ...] = ()  # older versions still read (besides `version`)
 
     def encode(self, thunk: Thunk) -> dict:
         out = {"kind": str(thunk.kind)}
@@ -116,7 +120,8 @@ class Format:
             d = json.loads(data)
         except ValueError as e:
             raise InputError(f"{self.member} is not JSON: {e}") from None
-        if not isinstance(d, dict) or d.get(self.version_key) != self.version:
+        if not isinstance(d, dict) or d.get(self.version_key) not in (self.version,
+                                                                       *self.readable):
             found = d.get(self.version_key) if isinstance(d, dict) else None
             raise InputError(f"{self.member}: unsupported version {found!r} "
                              f"(this hloc reads version {self.version})")
@@ -137,7 +142,8 @@ def gpu_thunks_json() -> Format:
     never needs them)."""
     from .gpu import GPU_THUNK_KINDS
 
-    return Format("gpu_thunks.json", "gpu_thunks_version", GPU_VERSION, GPU_THUNK_KINDS)
+    return Format("gpu_thunks.json", "gpu_thunks_version", GPU_VERSION, GPU_THUNK_KINDS,
+                  GPU_READABLE)
 
 
 # ---- parts both programs have -------------------------------------------------------------------

@@ -19,15 +19,19 @@ express (a fused producer, batch groups, ...) or that has several outputs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ...buffers.assignment import Slice
-from ...ir import Instruction, Opcode
+from ...ir import Instruction, Opcode, Shape
 from ...thunks.base import Thunk
 from ...thunks.gpu import ConvLaunch, Launch
 from ...thunks.thunks import Sequential
 from ..elemental.memory import load_element, store_element
+from .conv_bwd import scratch_form
 from .conv_dnn import core_call
+from .conv_split import emit_split, long_sums, split_part, sum_terms
 from .epilogue import find_core, generators_with
-from .kernel import KernelBuild, variant
+from .kernel import KernelBuild, kernel_computation, variant
 from .loop import emit_loop, loop_launch, physical_index, plan_loop
 from .parts import Part, PlanContext
 
@@ -35,16 +39,42 @@ CORE, EPILOGUE = "conv.core", "conv.epilogue"
 SCRATCH_ALIGN = 256
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """Where the core's convolution lies in the scratch buffer: an array of `shape` holding
+    convolution element i at element i + `offsets` (a backward call's enlarged result,
+    conv_bwd.Written; else the convolution's own shape, offsets 0)."""
+
+    shape: Shape
+    offsets: tuple[int, ...]
+
+    def index(self, kb: KernelBuild, index) -> list:
+        return [i if o == 0 else kb.b.add(i, kb.i64(o)) for i, o in zip(index, self.offsets,
+                                                                          strict=True)]
+
+
+def scratch_of(conv: Instruction) -> Scratch:
+    form = scratch_form(conv)
+    if form is None:
+        return Scratch(conv.shape, (0,) * conv.shape.rank)
+    return Scratch(form.shape, form.offsets)
+
+
 def split_core(instr: Instruction, root: Instruction) -> Instruction | None:
-    """The convolution a fusion's single root item computes elementwise on, when the fusion
-    splits (a real epilogue, a convolution cuDNN can express), else None."""
-    if instr.opcode != Opcode.FUSION or not root.shape.is_array:
+    """The convolution a kernel thunk's single root item computes elementwise on, when it
+    splits: a real epilogue or a gradient whose backward call writes scratch (the epilogue
+    then copies the convolution's window out of it), and a convolution cuDNN can express;
+    else None."""
+    if instr.opcode not in (Opcode.FUSION, Opcode.CONVOLUTION) or not root.shape.is_array:
         return None
     conv = find_core(root)
-    if conv is None or conv is root or conv.opcode != Opcode.CONVOLUTION:
+    if conv is None or conv.opcode != Opcode.CONVOLUTION:
         return None
+    form = scratch_form(conv)
+    if conv is root and (form is None or form.holds(instr.shape)):
+        return None  # cuDNN writes the output itself (conv_dnn.conv_call)
     placeholders = [Slice(0, 0, 0)] * len(instr.operands)
-    if core_call(instr, conv, placeholders, Slice(0, 0, 0), conv.shape) is None:
+    if core_call(instr, conv, placeholders, Slice(0, 0, 0), scratch_of(conv).shape) is None:
         return None
     return conv
 
@@ -56,11 +86,14 @@ def plan_split(pc: PlanContext, k: int) -> list[Part] | None:
     conv = split_core(pc.instr, item.instr)
     if conv is None:
         return None
-    scratch = -(-conv.shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
-    core = loop_launch(max(1, conv.shape.num_elements), 1, pc.target)
+    scratch = -(-scratch_of(conv).shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    outputs, terms = max(1, conv.shape.num_elements), sum_terms(conv)
+    core = split_part(pc, k, CORE, outputs, terms) if long_sums(outputs, terms) else None
+    if core is None:
+        launch = loop_launch(outputs, 1, pc.target)
+        core = Part(CORE, (k,), launch, (("unroll", 1),), block_threads=launch.block[0])
     epilogue = plan_loop(pc, (k,))
-    return [Part(CORE, (k,), core, (("unroll", 1),), scratch_bytes=scratch,
-                 block_threads=core.block[0]),
+    return [replace(core, scratch_bytes=scratch),
             Part(EPILOGUE, (k,), epilogue.launch, epilogue.params, scratch_bytes=scratch,
                  block_threads=epilogue.block_threads)]
 
@@ -74,21 +107,31 @@ def _conv(kb: KernelBuild) -> Instruction:
 
 @variant(CORE)
 def emit_core(kb: KernelBuild) -> None:
-    """The convolution alone, into the scratch (the loop kernel's indexing)."""
+    """The convolution alone, into the scratch: one thread per element (the loop kernel's
+    indexing), or threads sharing elements for long sums (conv_split's group/tile modes)."""
     conv = _conv(kb)
+    scratch = scratch_of(conv)
+
+    def store(index, value) -> None:
+        store_element(kb.ctx, scratch.shape, kb.scratch, scratch.index(kb, index), value)
+
+    if kb.recipe.param("group", 0) or kb.recipe.param("slices", 0):
+        emit_split(kb, conv, conv.shape, store)
+        return
     b = kb.b
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
     with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, conv.shape.num_elements)))):
         index = physical_index(kb, conv.shape, linear)
-        store_element(kb.ctx, conv.shape, kb.scratch, index, kb.gen(conv)(index))
+        store(index, kb.gen(conv)(index))
 
 
 @variant(EPILOGUE)
 def emit_epilogue(kb: KernelBuild) -> None:
     """The loop kernel with the convolution's value read back from the scratch."""
     conv = _conv(kb)
+    scratch = scratch_of(conv)
     kb.gens = generators_with(kb, {id(conv): lambda index: load_element(
-        kb.ctx, conv.shape, kb.scratch, list(index))})
+        kb.ctx, scratch.shape, kb.scratch, scratch.index(kb, list(index)))})
     emit_loop(kb)
 
 
@@ -101,10 +144,10 @@ def described(made: Thunk, instr: Instruction, operands) -> Thunk | None:
     if not isinstance(core, Launch) or not isinstance(epilogue, Launch) or \
             core.variant != CORE or epilogue.variant != EPILOGUE:
         return None
-    conv = split_core(instr, instr.fused_computation().root)
+    conv = split_core(instr, kernel_computation(instr).root)
     if conv is None:
         return None
-    call = core_call(instr, conv, operands, core.args[-1], conv.shape)
+    call = core_call(instr, conv, operands, core.args[-1], scratch_of(conv).shape)
     fields = {f: getattr(core, f) for f in ("name", "kernel", "variant", "grid", "block",
                                              "shared_bytes", "args")}
     return Sequential(made.name, (ConvLaunch(**fields, dnn=call), epilogue))

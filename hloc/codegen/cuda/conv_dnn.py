@@ -31,18 +31,19 @@ DNN_TYPES = ("f32", "f16", "bf16")  # x, w and y the same type; accumulation in 
 _INT_MAX = 2**31 - 1
 
 
-class _NoDnn(Exception):
+class NoDnn(Exception):
     """The convolution has no cuDNN form."""
 
 
-def _operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
+def operand_strides(node: Instruction, instr: Instruction) -> tuple[int, list[int]]:
+    """(parameter number, element strides) of a convolution operand read in place."""
     found = parameter_strides(node, instr)
     if found is None:
-        raise _NoDnn
+        raise NoDnn
     return found
 
 
-def _packed(dims: list[int], steps: list[int], order: list[int]) -> bool:
+def _packed(dims, steps, order) -> bool:
     """Whether dims `order` (outermost first) are packed in that order (unit dims may have
     any stride)."""
     expected = 1
@@ -53,31 +54,37 @@ def _packed(dims: list[int], steps: list[int], order: list[int]) -> bool:
     return True
 
 
-def _filter(dims: list[int], steps: list[int], dn) -> tuple[int, ...]:
-    """The filter's K, C, spatial element strides when they need converting (any layout
-    but packed K, C, spatial), else ()."""
-    order = [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
-             *dn.kernel_spatial_dimensions]
-    return () if _packed(dims, steps, order) else tuple(steps[d] for d in order)
+def _filter_format(dims, steps, direction: str) -> tuple[str, tuple[int, ...]]:
+    """(w_format, w_strides) of a K, C, spatial filter with these strides: packed K, C,
+    spatial as it is; a filter cuDNN reads in any other layout by its strides (converted
+    first); a written filter (backward_filter) packed K, spatial, C as NHWC, else NoDnn."""
+    n = len(dims)
+    if _packed(dims, steps, list(range(n))):
+        return "NCHW", ()
+    if direction == "backward_filter":
+        if _packed(dims, steps, [0, *range(2, n), 1]):
+            return "NHWC", ()
+        raise NoDnn
+    return "NCHW", tuple(steps)
 
 
 def _window(conv: Instruction, x_spatial: list[int], y_spatial: list[int]):
-    """(padding, strides, dilations) of cuDNN's symmetric window (raises _NoDnn)."""
+    """(padding, strides, dilations) of cuDNN's symmetric window (raises NoDnn)."""
     pads, steps, dilations = [], [], []
     for wd, size, out in zip(conv.attrs.window.dims, x_spatial, y_spatial, strict=True):
         if wd.base_dilation != 1 or wd.window_reversal or min(wd.padding_low,
                                                               wd.padding_high) < 0:
-            raise _NoDnn
+            raise NoDnn
         span = size + 2 * wd.padding_low - ((wd.size - 1) * wd.window_dilation + 1)
         if span < 0 or span // wd.stride + 1 != out:
-            raise _NoDnn  # asymmetric padding cuDNN's symmetric form does not reproduce
+            raise NoDnn  # asymmetric padding cuDNN's symmetric form does not reproduce
         pads.append(wd.padding_low)
         steps.append(wd.stride)
         dilations.append(wd.window_dilation)
     return pads, steps, dilations
 
 
-def _unit_spatial(dims: list[int], steps: list[int]) -> tuple[list[int], list[int]]:
+def _unit_spatial(dims, steps) -> tuple[list[int], list[int]]:
     """A 1-D convolution's tensor as 2-D: a unit spatial dim before the first, strided as
     if it were one more dim just outside it (so a packed layout stays packed)."""
     return [*dims[:2], 1, *dims[2:]], [*steps[:2], steps[2] * dims[2], *steps[2:]]
@@ -90,7 +97,8 @@ def _tensor(shape_dims, steps, batch: int, feature: int, spatial) -> tuple[list,
 
 def conv_call(instr: Instruction, operand_slices, output_slices) -> ConvCall | None:
     """The cuDNN form of a kernel thunk's instruction when it is a plain convolution of
-    parameters (or of transposed parameters) with no fused epilogue, else None."""
+    parameters (or of transposed parameters) with no fused epilogue, cuDNN writing the
+    thunk's output directly, else None."""
     conv = kernel_computation(instr).root
     if conv.opcode != Opcode.CONVOLUTION:
         return None
@@ -104,13 +112,24 @@ def conv_call(instr: Instruction, operand_slices, output_slices) -> ConvCall | N
 def core_call(instr: Instruction, conv: Instruction, operand_slices, out_slice,
               out_shape) -> ConvCall | None:
     """The cuDNN form of convolution `conv` of kernel thunk `instr` (one of its kernel
-    computation's instructions) writing `out_slice`, an array of `out_shape` (conv's dims, in
-    out_shape's layout), or None when cuDNN cannot express it."""
+    computation's instructions) writing `out_slice`, an array of `out_shape` (conv's dims,
+    or for a backward call the enlarged dims of conv_bwd.written, in out_shape's layout), or
+    None when cuDNN cannot express it. Gradients (transposed and weight-gradient
+    convolutions) get cuDNN's backward calls (conv_bwd); a weight gradient those cannot
+    express, and every other convolution, a forward one."""
+    from .conv_bwd import backward_call, is_transposed, is_weight_gradient
+
     if len(operand_slices) != len(instr.operands):
         return None
     try:
+        if is_transposed(conv) or is_weight_gradient(conv):
+            return backward_call(instr, conv, operand_slices, out_slice, out_shape)
+    except NoDnn:
+        if is_transposed(conv):
+            return None
+    try:
         return _call(instr, conv, operand_slices, out_slice, out_shape)
-    except _NoDnn:
+    except NoDnn:
         return None
 
 
@@ -119,43 +138,58 @@ def _call(instr: Instruction, conv: Instruction, operand_slices, out_slice,
     lhs, rhs = conv.operands
     dtype = conv.shape.dtype.name
     if dtype not in DNN_TYPES or {lhs.shape.dtype.name, rhs.shape.dtype.name} != {dtype}:
-        raise _NoDnn
+        raise NoDnn
     if (conv.attrs.batch_group_count or 1) != 1:
-        raise _NoDnn
+        raise NoDnn
     dn = conv.attrs.conv_dnums
-    rank = len(dn.input_spatial_dimensions)
-    if not 1 <= rank <= 3:
-        raise _NoDnn
-    (xp, xs), (wp, ws) = (_operand_strides(o, instr) for o in (lhs, rhs))
-    x_dims, x_steps = _tensor(lhs.shape.dims, xs, dn.input_batch_dimension,
-                              dn.input_feature_dimension, dn.input_spatial_dimensions)
-    y_dims, y_steps = _tensor(conv.shape.dims, strides(out_shape), dn.output_batch_dimension,
-                              dn.output_feature_dimension, dn.output_spatial_dimensions)
-    w_steps = _filter(list(rhs.shape.dims), ws, dn)
-    w_dims = [rhs.shape.dims[d] for d in (dn.kernel_output_feature_dimension,
-                                          dn.kernel_input_feature_dimension,
-                                          *dn.kernel_spatial_dimensions)]
-    pads, steps, dilations = _window(conv, x_dims[2:], y_dims[2:])
-    if rank == 1:
-        if w_steps:
-            _, unit = _unit_spatial(w_dims, list(w_steps))
-            w_steps = tuple(unit)
-        (x_dims, x_steps), (y_dims, y_steps) = (_unit_spatial(x_dims, x_steps),
-                                                _unit_spatial(y_dims, y_steps))
-        w_dims = [*w_dims[:2], 1, *w_dims[2:]]
+    (xp, xs), (wp, ws) = (operand_strides(o, instr) for o in (lhs, rhs))
+    x = _tensor(lhs.shape.dims, xs, dn.input_batch_dimension, dn.input_feature_dimension,
+                dn.input_spatial_dimensions)
+    y = _tensor(conv.shape.dims, strides(out_shape), dn.output_batch_dimension,
+                dn.output_feature_dimension, dn.output_spatial_dimensions)
+    w = _tensor(rhs.shape.dims, ws, dn.kernel_output_feature_dimension,
+                dn.kernel_input_feature_dimension, dn.kernel_spatial_dimensions)
+    if not 1 <= len(dn.input_spatial_dimensions) <= 3:
+        raise NoDnn
+    window = _window(conv, x[0][2:], y[0][2:])
+    return checked_call(operand_slices[xp], operand_slices[wp], out_slice, dtype, x=x, y=y,
+                        w=w, window=window, groups=conv.attrs.feature_group_count or 1)
+
+
+def checked_call(x_slice, w_slice, y_slice, dtype: str, x, y, w, window, groups: int = 1,
+                 direction: str = "forward", mode: str = "cross_correlation") -> ConvCall:
+    """A ConvCall from cuDNN-ordered (dims, strides) of x, y and the filter w (K, C,
+    spatial) and the window's (paddings, strides, dilations): a 1-D convolution gets a unit
+    spatial dim, the filter its format; NoDnn past a C int or with a size cuDNN's forward
+    geometry does not give."""
+    from ...runtime.cuda.cudnn import out_size
+
+    if dtype not in DNN_TYPES:
+        raise NoDnn
+    (x_dims, x_steps), (y_dims, y_steps), (w_dims, w_steps) = (
+        (list(d), list(s)) for d, s in (x, y, w))
+    pads, steps, dilations = (list(v) for v in window)
+    if len(x_dims) == 3:
+        (x_dims, x_steps), (y_dims, y_steps), (w_dims, w_steps) = (
+            _unit_spatial(d, s) for d, s in ((x_dims, x_steps), (y_dims, y_steps),
+                                             (w_dims, w_steps)))
         pads, steps, dilations = [0, *pads], [1, *steps], [1, *dilations]
-    if min(x_dims + y_dims + w_dims) < 1:
-        raise _NoDnn
-    shapes = ((x_dims, x_steps), (y_dims, y_steps)) + (((w_dims, w_steps),) if w_steps else ())
+    if not 4 <= len(x_dims) <= 5 or min(x_dims + y_dims + w_dims) < 1:
+        raise NoDnn
+    w_format, w_strides = _filter_format(w_dims, w_steps, direction)
+    shapes = ((x_dims, x_steps), (y_dims, y_steps), (w_dims, w_steps))
     reach = [sum((d - 1) * s for d, s in zip(dims, st, strict=True)) + 1 for dims, st in shapes]
     if max(reach + x_dims + y_dims + w_dims) > _INT_MAX:
-        raise _NoDnn
-    return ConvCall(operand_slices[xp], operand_slices[wp], out_slice, dtype=dtype,
-                    compute="f32", x_dims=tuple(x_dims), x_strides=tuple(x_steps),
-                    w_dims=tuple(w_dims), w_format="NCHW", y_dims=tuple(y_dims),
-                    y_strides=tuple(y_steps), padding=tuple(pads), window_strides=tuple(steps),
-                    dilation=tuple(dilations), groups=conv.attrs.feature_group_count or 1,
-                    w_strides=tuple(w_steps))
+        raise NoDnn
+    if [out_size(*v) for v in zip(x_dims[2:], w_dims[2:], pads, steps, dilations,
+                                  strict=True)] != y_dims[2:]:
+        raise NoDnn
+    return ConvCall(x_slice, w_slice, y_slice, dtype=dtype, compute="f32",
+                    x_dims=tuple(x_dims), x_strides=tuple(x_steps), w_dims=tuple(w_dims),
+                    w_format=w_format, y_dims=tuple(y_dims), y_strides=tuple(y_steps),
+                    padding=tuple(pads), window_strides=tuple(steps),
+                    dilation=tuple(dilations), groups=groups, w_strides=w_strides,
+                    direction=direction, mode=mode)
 
 
 def holds_convolution(instr: Instruction) -> bool:

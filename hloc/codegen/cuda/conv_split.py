@@ -62,10 +62,45 @@ def tile_slices(outputs: int, terms: int) -> int:
     return slices
 
 
+def sum_terms(core) -> int:
+    """Terms of each output element's sum: input features x window taps."""
+    dn = core.attrs.conv_dnums
+    terms = core.operands[1].shape.dims[dn.kernel_input_feature_dimension]
+    for wd in core.attrs.window.dims:
+        terms *= wd.size
+    return terms
+
+
+def long_sums(outputs: int, terms: int) -> bool:
+    """Whether threads should share output elements (few outputs, long sums)."""
+    return terms >= SPLIT_FROM and 0 < outputs <= MAX_OUTPUTS and outputs * terms >= (1 << 20)
+
+
+def split_part(pc: PlanContext, k: int, variant: str, outputs: int, terms: int) -> Part | None:
+    """A `variant` launch whose threads share each of `outputs` elements (group or tile
+    mode), or None when the grid would be too large."""
+    if outputs >= TILE_FROM:
+        slices = tile_slices(outputs, terms)
+        blocks = -(-outputs // WARP)
+        if blocks > pc.target.limits.max_grid_x:
+            return None
+        return Part(variant, (k,), dims((blocks,), (WARP * slices,)), (("slices", slices),),
+                    shared_bytes=slices * WARP * 8)
+    group = group_size(outputs, terms)
+    blocks = -(-outputs // (BLOCK // group))
+    shared = 0 if group == WARP else (BLOCK // WARP) * 8
+    return Part(variant, (k,), dims((blocks,), (BLOCK,)), (("group", group),),
+                shared_bytes=shared)
+
+
 @plans(Opcode.CONVOLUTION)
 def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
-    """conv.split for long sums; else a fused convolution cuDNN can run is split off its
-    epilogue (conv_core); else None: the loop kernel."""
+    """A gradient convolution cuDNN's backward calls run through scratch: split off its
+    epilogue (conv_core); else conv.split for long sums; else a fused convolution cuDNN can
+    run is split off its epilogue (conv_core); else None: the loop kernel."""
+    from .conv_bwd import scratch_form
+    from .conv_core import plan_split
+
     item = pc.items[k]
     core = find_core(item.instr)
     if core is None or core.opcode != Opcode.CONVOLUTION or len(item.outputs) != 1:
@@ -73,41 +108,32 @@ def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
     lhs, rhs = core.operands[0].shape, core.operands[1].shape
     if not (lhs.is_array and rhs.is_array):
         return None
-    dn = core.attrs.conv_dnums
-    terms = rhs.dims[dn.kernel_input_feature_dimension]
-    for wd in core.attrs.window.dims:
-        terms *= wd.size
+    if scratch_form(core) is not None and (split := plan_split(pc, k)) is not None:
+        return split
     outputs = pc.output_shapes[item.outputs[0]].num_elements
-    if terms < SPLIT_FROM or not 0 < outputs <= MAX_OUTPUTS or outputs * terms < (1 << 20):
-        from .conv_core import plan_split
-
+    if not long_sums(outputs, sum_terms(core)):
         return plan_split(pc, k)  # cuDNN's convolution, then the epilogue; or None
-    if outputs >= TILE_FROM:
-        slices = tile_slices(outputs, terms)
-        blocks = -(-outputs // WARP)
-        if blocks > pc.target.limits.max_grid_x:
-            return None
-        return [Part("conv.split", (k,), dims((blocks,), (WARP * slices,)),
-                     (("slices", slices),), shared_bytes=slices * WARP * 8)]
-    group = group_size(outputs, terms)
-    per_block = BLOCK // group
-    blocks = -(-outputs // per_block)
-    shared = 0 if group == WARP else (BLOCK // WARP) * 8
-    return [Part("conv.split", (k,), dims((blocks,), (BLOCK,)), (("group", group),),
-                 shared_bytes=shared)]
+    part = split_part(pc, k, "conv.split", outputs, sum_terms(core))
+    return None if part is None else [part]
 
 
 @variant("conv.split")
 def emit_conv_split(kb: KernelBuild) -> None:
     (item,) = kb.items()
     core = find_core(item.instr)
+    emit_split(kb, core, kb.output_shapes[item.outputs[0]],
+               lambda index, value: store_with_core(kb, item, core, index, [value]))
+
+
+def emit_split(kb: KernelBuild, core, out_shape, store) -> None:
+    """Threads sharing the elements of `out_shape` (convolution `core`'s dims): each
+    element's sum ends in one thread, which calls store(index, value)."""
     terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands])
     if kb.recipe.param("slices", 0):
-        _emit_tiles(kb, item, core, terms)
+        _emit_tiles(kb, out_shape, terms, store)
         return
     group = kb.recipe.param("group")
     b, ctx = kb.b, kb.ctx
-    out_shape = kb.output_shapes[item.outputs[0]]
     outputs = out_shape.num_elements
     tid = kb.tid()
     per_block = BLOCK // group
@@ -131,7 +157,7 @@ def emit_conv_split(kb: KernelBuild) -> None:
     else:
         leader = b.icmp_unsigned("==", lane, kb.i64(0))
     with b.if_then(b.and_(live, leader)):
-        store_with_core(kb, item, core, index, [terms.finish(acc)])
+        store(index, terms.finish(acc))
 
 
 def _warp_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value) -> ir.Value:
@@ -160,10 +186,9 @@ def _group_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value, tid, lane,
     return _warp_sum(kb, terms, b.select(in_range, loaded, terms.zero()))
 
 
-def _emit_tiles(kb: KernelBuild, item, core, terms: ConvTerms) -> None:
+def _emit_tiles(kb: KernelBuild, out_shape, terms: ConvTerms, store) -> None:
     b, ctx = kb.b, kb.ctx
     slices = kb.recipe.param("slices")
-    out_shape = kb.output_shapes[item.outputs[0]]
     tid = kb.tid()
     lane, part = b.and_(tid, kb.i64(WARP - 1)), b.lshr(tid, kb.i64(5))
     element = b.add(b.mul(kb.ctaid(), kb.i64(WARP)), lane)
@@ -186,4 +211,4 @@ def _emit_tiles(kb: KernelBuild, item, core, terms: ConvTerms) -> None:
         for k in range(slices):  # a fixed order: the same sum every run
             at = b.add(lane, kb.i64(k * WARP))
             total = terms.combine(total, b.load(b.gep(array, [at], source_etype=ty), typ=ty))
-        store_with_core(kb, item, core, index, [terms.finish(total)])
+        store(index, terms.finish(total))

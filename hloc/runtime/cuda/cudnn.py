@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from ...errors import InputError
 from ...ir import dtypes
-from ...thunks.gpu import ConvCall, ConvLaunch
+from ...thunks.gpu import DNN_DIRECTIONS, DNN_MODES, ConvCall, ConvLaunch
 from .cublas import PRECISION_HIGH
 from .vendor import Switch, library_candidates, load_first, newest_first, precisions
 from .vendor import wheel_dirs as vendor_wheel_dirs
@@ -137,6 +137,11 @@ def _well_formed(call: ConvCall) -> bool:
     if call.dtype not in CUDNN_DATA_TYPE or call.compute != "f32" or (
             call.w_format not in CUDNN_TENSOR_FORMAT):
         return False
+    if call.direction not in DNN_DIRECTIONS or call.mode not in DNN_MODES:
+        return False
+    if call.direction != "forward" and (call.groups != 1 or (
+            call.direction == "backward_filter" and call.w_strides != ())):
+        return False  # hloc writes no grouped backward call; dw is written packed
     if type(call.w_strides) is not tuple or len(call.w_strides) not in (0, nd) or (
             call.w_strides and (call.w_format != "NCHW" or not _ints(call.w_strides, 1))):
         return False

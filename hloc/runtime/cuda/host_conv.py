@@ -5,11 +5,15 @@ The call keeps cuDNN's contract exactly, reading nothing from the HLO: x and y a
 written through the descriptor's N, C, spatial dims and element strides, the filter through
 its packed format (NCHW: K, C, spatial; NHWC: K, spatial, C) or, when the descriptor has
 filter strides, through those into a packed K, C, spatial copy (cudnnTransformTensor's part
-on a GPU), then a cross-correlation with
-symmetric zero padding, window strides, dilation and groups (output feature k uses input
-features g*C/groups ... of group g = k // (K/groups)), y = 1 * conv + 0 * y. Sums run in f64
-and are rounded to y's type once, so every number of a descriptor is exercised as the GPU
-would use it and a wrong one shows up against the interpreter.
+on a GPU). Each direction is its cuDNN definition over the forward convolution's window
+(symmetric zero padding, window strides, dilation, groups: output feature k uses input
+features g*C/groups ... of group g = k // (K/groups); CUDNN_CONVOLUTION mode reads the taps
+reversed): forward writes y = conv(x, w), backward_data writes x = the transpose applied to
+y (every x element, zero where no tap reaches it), backward_filter writes w = the gradient
+of sum(y * conv(x, w)) with respect to w; the written tensor's old contents are ignored
+(beta = 0). Sums run in f64 and are rounded to the written type once, so every number of a
+descriptor is exercised as the GPU would use it and a wrong one shows up against the
+interpreter.
 """
 
 from __future__ import annotations
@@ -32,8 +36,22 @@ def _tensor(raw: np.ndarray, dtype: str, dims, steps, writeable: bool = False) -
                                            writeable=writeable)
 
 
+def _taps(call: ConvCall, w_spatial) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(tap as the window reads it, tap as the filter stores it) for every filter tap."""
+    taps = list(itertools.product(*(range(r) for r in w_spatial)))
+    if call.mode != "convolution":
+        return [(t, t) for t in taps]
+    return [(t, tuple(r - 1 - i for r, i in zip(w_spatial, t, strict=True))) for t in taps]
+
+
+def _window(call: ConvCall, tap) -> tuple[slice, ...]:
+    """The padded input positions o*stride + tap*dilation for every output position o."""
+    return tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(
+        tap, call.dilation, call.y_dims[2:], call.window_strides, strict=True))
+
+
 def convolve(call: ConvCall, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """cuDNN's forward cross-correlation of x (N, C, spatial) with w (K, C/groups, spatial)."""
+    """cuDNN's forward convolution of x (N, C, spatial) with w (K, C/groups, spatial)."""
     x = x.astype(np.float64)
     w = w.astype(np.float64)
     n = x.shape[0]
@@ -42,15 +60,36 @@ def convolve(call: ConvCall, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     pads = [(0, 0), (0, 0)] + [(p, p) for p in call.padding]
     x = np.pad(x, pads)
     x = x.reshape(n, g, cg, *x.shape[2:])
-    y_spatial = call.y_dims[2:]
-    out = np.zeros((n, g, k // g, *y_spatial))
+    out = np.zeros((n, g, k // g, *call.y_dims[2:]))
     wg = w.reshape(g, k // g, cg, *w.shape[2:])
-    for taps in itertools.product(*(range(r) for r in w.shape[2:])):
-        window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(
-            taps, call.dilation, y_spatial, call.window_strides, strict=True))
-        patch = x[(slice(None), slice(None), slice(None), *window)]  # n, g, cg, y...
-        out += np.einsum("ngc...,gkc->ngk...", patch, wg[(...,) + tuple(taps)])
-    return out.reshape(n, k, *y_spatial)
+    for tap, stored in _taps(call, w.shape[2:]):
+        patch = x[(slice(None), slice(None), slice(None), *_window(call, tap))]  # n, g, cg, y..
+        out += np.einsum("ngc...,gkc->ngk...", patch, wg[(...,) + stored])
+    return out.reshape(n, k, *call.y_dims[2:])
+
+
+def backward_data(call: ConvCall, dy: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """cuDNN's backward data (groups 1): dx (N, C, spatial) from dy (N, K, spatial) and w."""
+    dy, w = dy.astype(np.float64), w.astype(np.float64)
+    padded = [x + 2 * p for x, p in zip(call.x_dims[2:], call.padding, strict=True)]
+    dx = np.zeros((*call.x_dims[:2], *padded))
+    for tap, stored in _taps(call, w.shape[2:]):
+        window = (slice(None), slice(None), *_window(call, tap))
+        dx[window] += np.einsum("nk...,kc->nc...", dy, w[(...,) + stored])
+    inside = tuple(slice(p, p + x) for p, x in zip(call.padding, call.x_dims[2:], strict=True))
+    return dx[(slice(None), slice(None), *inside)]
+
+
+def backward_filter(call: ConvCall, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """cuDNN's backward filter (groups 1): dw (K, C, spatial) from x and dy."""
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in call.padding])
+    dw = np.zeros(call.w_dims)
+    for tap, stored in _taps(call, call.w_dims[2:]):
+        patch = x[(slice(None), slice(None), *_window(call, tap))]  # n, c, y...
+        spatial = tuple(range(2, dy.ndim))
+        dw[(...,) + stored] = np.tensordot(dy, patch, axes=((0, *spatial), (0, *spatial)))
+    return dw
 
 
 class HostConv:
@@ -64,8 +103,14 @@ class HostConv:
 
     def __call__(self, call: ConvCall, name: str) -> None:
         check_conv(call, name)
-        x = _tensor(self.memory.view(call.x), call.dtype, call.x_dims, call.x_strides)
-        w = _tensor(self.memory.view(call.w), call.dtype, call.w_dims, filter_strides(call))
-        y = _tensor(self.memory.view(call.y), call.dtype, call.y_dims, call.y_strides,
-                    writeable=True)
-        y[...] = convolve(call, np.array(x), np.array(w)).astype(y.dtype)
+        view = lambda label, dims, steps, writeable=False: _tensor(  # noqa: E731
+            self.memory.view(getattr(call, label)), call.dtype, dims, steps, writeable)
+        x = view("x", call.x_dims, call.x_strides, call.direction == "backward_data")
+        w = view("w", call.w_dims, filter_strides(call), call.direction == "backward_filter")
+        y = view("y", call.y_dims, call.y_strides, call.direction == "forward")
+        if call.direction == "backward_data":
+            x[...] = backward_data(call, np.array(y), np.array(w)).astype(x.dtype)
+        elif call.direction == "backward_filter":
+            w[...] = backward_filter(call, np.array(x), np.array(y)).astype(w.dtype)
+        else:
+            y[...] = convolve(call, np.array(x), np.array(w)).astype(y.dtype)
