@@ -167,7 +167,7 @@ def _filter_written(conv: Instruction, out_shape: Shape) -> Written:
 
 
 def out_size(size: int, taps: int, pad: int, stride: int, dilation: int) -> int:
-    from ...runtime.cuda.cudnn import out_size as cudnn_out_size
+    from ...runtime.cuda.conv_check import out_size as cudnn_out_size
 
     return cudnn_out_size(size, taps, pad, stride, dilation)
 

@@ -162,7 +162,7 @@ def checked_call(x_slice, w_slice, y_slice, dtype: str, x, y, w, window, groups:
     spatial) and the window's (paddings, strides, dilations): a 1-D convolution gets a unit
     spatial dim, the filter its format; NoDnn past a C int or with a size cuDNN's forward
     geometry does not give."""
-    from ...runtime.cuda.cudnn import out_size
+    from ...runtime.cuda.conv_check import out_size
 
     if dtype not in DNN_TYPES:
         raise NoDnn

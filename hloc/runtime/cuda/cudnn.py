@@ -1,4 +1,4 @@
-"""cuDNN for the convolution thunks that carry a cuDNN descriptor (plain convolutions).
+"""cuDNN for the convolution thunks that carry a cuDNN descriptor (thunks.gpu.ConvCall).
 
 The switch, HLOC_CUDA_CONV (`conv_mode`), mirrors HLOC_CUDA_GEMM (hloc.runtime.cuda.cublas):
 - unset, empty or `auto` (the default): on `--device cuda`, cuDNN whenever libcudnn loads and
@@ -11,17 +11,20 @@ The switch, HLOC_CUDA_CONV (`conv_mode`), mirrors HLOC_CUDA_GEMM (hloc.runtime.c
 A convolution cuDNN refuses at setup (a descriptor it does not support, no algorithm within
 the workspace limit) runs hloc's kernel, with one warning per executable.
 
-Each described thunk is one cudnnConvolutionForward call of the legacy API (cuDNN 8 and 9
-ship it: libcudnn.so.9 is a dispatcher that dlopens libcudnn_graph/ops/cnn/... by soname,
-which is why the sub-libraries next to it are preloaded with RTLD_GLOBAL first). Descriptors,
-the algorithm (cudnnGetConvolutionForwardAlgorithm_v7's best supported, non-FFT choice) and
-one workspace (a slot per stream of the schedule: convolutions on different streams may run
-at once) are made once per executable; the handle is bound to the schedule's current stream
-before each call. A descriptor with filter strides (ConvCall.w_strides: jax's HWIO filters,
-OHWI, ...) first converts the filter with cudnnTransformTensor into a packed K, C, spatial
-copy that lies in the same slot after the algorithm's workspace, on every call (filters are
-parameters and may change between runs), then convolves the copy with an NCHW filter
-descriptor.
+Each described thunk is one call of the legacy API (cuDNN 8 and 9 ship it: libcudnn.so.9 is
+a dispatcher that dlopens libcudnn_graph/ops/cnn/... by soname, which is why the sub-libraries
+next to it are preloaded with RTLD_GLOBAL first), by the descriptor's direction (DIRECTIONS):
+cudnnConvolutionForward, cudnnConvolutionBackwardData (transposed convolutions) or
+cudnnConvolutionBackwardFilter (weight gradients), in CUDNN_CROSS_CORRELATION or
+CUDNN_CONVOLUTION mode. Descriptors, the algorithm (the direction's _v7 heuristic's first
+supported, deterministic, non-FFT choice) and one workspace (a slot per stream of the
+schedule: convolutions on different streams may run at once; allocated here, never during a
+CUDA-graph capture) are made once per executable; the handle is bound to the schedule's
+current stream before each call. A descriptor with filter strides (ConvCall.w_strides: jax's
+HWIO filters, OHWI, ...; read filters only) first converts the filter with
+cudnnTransformTensor into a packed K, C, spatial copy that lies in the same slot after the
+algorithm's workspace, on every call (filters are parameters and may change between runs),
+then uses the copy with an NCHW filter descriptor.
 
 Precision, as XLA's GPU back end decides it for convolutions (TF32 allowed when every operand
 precision is at most HIGH) and as hloc does for dots: HLOC_CUDA_TF32 unset or 0 computes every
@@ -40,10 +43,17 @@ import ctypes.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from ...errors import InputError
 from ...ir import dtypes
-from ...thunks.gpu import DNN_DIRECTIONS, DNN_MODES, ConvCall, ConvLaunch
+from ...thunks.gpu import ConvCall, ConvLaunch
+from .conv_check import (  # noqa: F401  (out_size, filter_strides: re-exported)
+    check_conv,
+    filter_strides,
+    out_size,
+    packed_filter_strides,
+)
 from .cublas import PRECISION_HIGH
 from .vendor import Switch, library_candidates, load_first, newest_first, precisions
 from .vendor import wheel_dirs as vendor_wheel_dirs
@@ -56,13 +66,52 @@ CUDNN_STATUS_SUCCESS = 0
 CUDNN_DATA_TYPE = {"f32": 0, "f16": 2, "bf16": 9}  # FLOAT, HALF, BFLOAT16
 CUDNN_DATA_FLOAT = 0
 CUDNN_TENSOR_FORMAT = {"NCHW": 0, "NHWC": 1}
-CUDNN_CROSS_CORRELATION = 1
+CUDNN_CONVOLUTION, CUDNN_CROSS_CORRELATION = 0, 1
+CUDNN_MODE = {"convolution": CUDNN_CONVOLUTION, "cross_correlation": CUDNN_CROSS_CORRELATION}
 CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_FMA_MATH = 0, 1, 3
+CUDNN_DETERMINISTIC = 1  # cudnnDeterminism_t (CUDNN_NON_DETERMINISTIC = 0)
 # cudnnConvolutionFwdAlgo_t: 0 IMPLICIT_GEMM, 1 IMPLICIT_PRECOMP_GEMM, 2 GEMM, 3 DIRECT, 4 FFT,
 # 5 FFT_TILING, 6 WINOGRAD, 7 WINOGRAD_NONFUSED. The FFT-based ones round differently enough
 # from a direct sum to fail f32 comparisons on large windows: never chosen.
 ALGORITHMS = {0: "implicit-gemm", 1: "implicit-precomp-gemm", 2: "gemm", 3: "direct",
               6: "winograd"}
+# cudnnConvolutionBwdDataAlgo_t: 0 ALGO_0, 1 ALGO_1, 2 FFT, 3 FFT_TILING, 4 WINOGRAD,
+# 5 WINOGRAD_NONFUSED; cudnnConvolutionBwdFilterAlgo_t: 0 ALGO_0, 1 ALGO_1, 2 FFT, 3 ALGO_3,
+# 4 WINOGRAD, 5 WINOGRAD_NONFUSED, 6 FFT_TILING. No FFTs (as forward); ALGO_0 and ALGO_3 sum
+# with atomics, which the perf results' determinism field rules out (every direction's
+# choice must be deterministic: the same bits run to run).
+BWD_DATA_ALGORITHMS = {0: "algo-0", 1: "algo-1", 4: "winograd"}
+BWD_FILTER_ALGORITHMS = {0: "algo-0", 1: "algo-1", 3: "algo-3"}
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One ConvCall direction in the legacy API: its entry points, the algorithms it may
+    choose, and the descriptor roles in the order its calls take them (two read tensors,
+    then the written one)."""
+
+    run: str
+    max_count: str
+    heuristic: str
+    workspace: str
+    algorithms: Mapping[int, str]
+    roles: tuple[str, str, str]
+
+
+DIRECTIONS = {
+    "forward": Direction("cudnnConvolutionForward", "cudnnGetConvolutionForwardAlgorithmMaxCount",
+                         "cudnnGetConvolutionForwardAlgorithm_v7",
+                         "cudnnGetConvolutionForwardWorkspaceSize", ALGORITHMS, ("x", "w", "y")),
+    "backward_data": Direction(
+        "cudnnConvolutionBackwardData", "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+        "cudnnGetConvolutionBackwardDataWorkspaceSize", BWD_DATA_ALGORITHMS, ("w", "y", "x")),
+    "backward_filter": Direction(
+        "cudnnConvolutionBackwardFilter", "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize", BWD_FILTER_ALGORITHMS,
+        ("x", "y", "w")),
+}
 WORKSPACE_LIMIT = 1 << 28  # bytes per convolution (and stream)
 log = logging.getLogger(__name__)
 _SYSTEM_NAMES = ("libcudnn.so.9", "libcudnn.so.8", "libcudnn.so")
@@ -90,87 +139,6 @@ def select_conv(mode: str, has_descriptors: bool, make: Callable):
     """The DNN engine for `--device cuda` (vendor.Switch.select): cuDNN when it sets up in
     `auto` (else hloc's kernels, one warning), always with `cudnn`, never with `kernel`."""
     return CONV.select(mode, has_descriptors, make, warn_once)
-
-
-# ---- descriptors --------------------------------------------------------------------------------
-
-def _ints(values, low: int) -> bool:
-    return all(type(v) is int and low <= v < 2**31 for v in values)
-
-
-def out_size(size: int, filt: int, pad: int, stride: int, dilation: int) -> int:
-    """cuDNN's output size of one spatial dim (cudnnGetConvolutionNdForwardOutputDim)."""
-    span = size + 2 * pad - ((filt - 1) * dilation + 1)
-    return span // stride + 1 if span >= 0 else 0
-
-
-def filter_strides(call: ConvCall) -> tuple[int, ...]:
-    """Element strides of the filter's K, C, spatial dims in its slice: `w_strides` when the
-    filter is converted before convolving, else those of its packed format."""
-    return call.w_strides or packed_filter_strides(call)
-
-
-def packed_filter_strides(call: ConvCall) -> tuple[int, ...]:
-    """Element strides of the filter's K, C, spatial dims packed in `w_format` (the layout
-    cuDNN convolves: the slice's own, or the converted copy's)."""
-    dims = call.w_dims
-    order = (list(range(len(dims))) if call.w_format == "NCHW"
-             else [0, *range(2, len(dims)), 1])
-    out, step = [0] * len(dims), 1
-    for d in reversed(order):
-        out[d] = step
-        step *= dims[d]
-    return tuple(out)
-
-
-def _reach(dims, steps) -> int:
-    return sum((d - 1) * s for d, s in zip(dims, steps, strict=True)) + 1
-
-
-def _well_formed(call: ConvCall) -> bool:
-    nd = len(call.x_dims)
-    shapes = (call.x_dims, call.x_strides, call.w_dims, call.y_dims, call.y_strides)
-    window = (call.padding, call.window_strides, call.dilation)
-    if nd not in (4, 5) or any(len(v) != nd for v in shapes) or any(
-            len(v) != nd - 2 for v in window):
-        return False
-    if call.dtype not in CUDNN_DATA_TYPE or call.compute != "f32" or (
-            call.w_format not in CUDNN_TENSOR_FORMAT):
-        return False
-    if call.direction not in DNN_DIRECTIONS or call.mode not in DNN_MODES:
-        return False
-    if call.direction != "forward" and (call.groups != 1 or (
-            call.direction == "backward_filter" and call.w_strides != ())):
-        return False  # hloc writes no grouped backward call; dw is written packed
-    if type(call.w_strides) is not tuple or len(call.w_strides) not in (0, nd) or (
-            call.w_strides and (call.w_format != "NCHW" or not _ints(call.w_strides, 1))):
-        return False
-    return (all(_ints(v, 1) for v in shapes) and _ints(call.padding, 0)
-            and _ints(call.window_strides + call.dilation, 1) and _ints((call.groups,), 1))
-
-
-def _consistent(call: ConvCall) -> bool:
-    (n, c, *xs), (k, cg, *ws), (yn, yk, *ys) = call.x_dims, call.w_dims, call.y_dims
-    if n != yn or k != yk or c != cg * call.groups or k % call.groups:
-        return False
-    return all(out_size(*v) == y for v, y in zip(
-        zip(xs, ws, call.padding, call.window_strides, call.dilation, strict=True), ys,
-        strict=True))
-
-
-def check_conv(call: ConvCall, name: str) -> None:
-    """InputError unless the descriptor is well formed, its sizes agree (channels, groups,
-    cuDNN's output size) and every tensor it touches lies inside its slice (a damaged or
-    hand-edited gpu_thunks.json must not make cuDNN read or write outside a buffer)."""
-    if not _well_formed(call) or not _consistent(call):
-        raise InputError(f"gpu_thunks.json: bad cuDNN descriptor for %{name}")
-    size = dtypes.info(dtypes.from_name(call.dtype)).byte_size
-    for label, dims, steps, s in (("x", call.x_dims, call.x_strides, call.x),
-                                  ("w", call.w_dims, filter_strides(call), call.w),
-                                  ("y", call.y_dims, call.y_strides, call.y)):
-        if _reach(dims, steps) * size > s.size:
-            raise InputError(f"gpu_thunks.json: cuDNN descriptor for %{name} reaches past "
-                             f"its {label} slice")
 
 
 def conv_precisions(module) -> dict:
@@ -254,7 +222,9 @@ def load_cudnn(env: Mapping[str, str] = os.environ, loader: Callable = _open_glo
 # ---- cuDNN --------------------------------------------------------------------------------------
 
 class _AlgoPerf(ctypes.Structure):
-    """cudnnConvolutionFwdAlgoPerf_t."""
+    """cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionBwdDataAlgoPerf_t and
+    cudnnConvolutionBwdFilterAlgoPerf_t (one layout: the algo enum, status, time, memory,
+    determinism, math type, 3 reserved ints)."""
 
     _fields_ = [("algo", ctypes.c_int), ("status", ctypes.c_int), ("time", ctypes.c_float),
                 ("memory", ctypes.c_size_t), ("determinism", ctypes.c_int),
@@ -288,11 +258,31 @@ PROTOTYPES = {
         _INT, [_VP, _VP, _VP, _VP, _VP, _INT, ctypes.POINTER(_SIZE)]),
     "cudnnConvolutionForward": (
         _INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _INT, _VP, _SIZE, _VP, _VP, _VP]),
+    # (handle, w desc, dy desc, conv, dx desc, ...) and (handle, x desc, dy desc, conv, dw
+    # desc, ...); the calls: (handle, alpha, w desc, w, dy desc, dy, conv, algo, workspace,
+    # its size, beta, dx desc, dx) and (..., x desc, x, dy desc, dy, ..., dw desc, dw).
+    "cudnnGetConvolutionBackwardDataAlgorithmMaxCount": (_INT, [_VP, _PINT]),
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, _PINT, ctypes.POINTER(_AlgoPerf)]),
+    "cudnnGetConvolutionBackwardDataWorkspaceSize": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, ctypes.POINTER(_SIZE)]),
+    "cudnnConvolutionBackwardData": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _INT, _VP, _SIZE, _VP, _VP, _VP]),
+    "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount": (_INT, [_VP, _PINT]),
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, _PINT, ctypes.POINTER(_AlgoPerf)]),
+    "cudnnGetConvolutionBackwardFilterWorkspaceSize": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _INT, ctypes.POINTER(_SIZE)]),
+    "cudnnConvolutionBackwardFilter": (
+        _INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP, _INT, _VP, _SIZE, _VP, _VP, _VP]),
     # cudnn_ops: converts a filter in any layout to packed K, C, spatial (ConvCall.w_strides).
     "cudnnTransformTensor": (_INT, [_VP, _VP, _VP, _VP, _VP, _VP, _VP]),
 }
 # Without these a library still runs the descriptors that do not need them.
-OPTIONAL = frozenset({"cudnnTransformTensor"})
+OPTIONAL = frozenset({"cudnnTransformTensor"} | {
+    name for d in ("backward_data", "backward_filter") for name in (
+        DIRECTIONS[d].run, DIRECTIONS[d].max_count, DIRECTIONS[d].heuristic,
+        DIRECTIONS[d].workspace)})
 ALIGN = 256  # bytes: the workspace and the converted filter within a stream's slot
 
 
@@ -423,7 +413,7 @@ class CudnnConv:
                  "cudnnSetFilterNdDescriptor")
         self._ok(f["cudnnSetConvolutionNdDescriptor"](
             p.conv, nd - 2, _ints_array(call.padding), _ints_array(call.window_strides),
-            _ints_array(call.dilation), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+            _ints_array(call.dilation), CUDNN_MODE[call.mode], CUDNN_DATA_FLOAT),
             "cudnnSetConvolutionNdDescriptor")
         self._ok(f["cudnnSetConvolutionGroupCount"](p.conv, call.groups),
                  "cudnnSetConvolutionGroupCount")
@@ -433,7 +423,7 @@ class CudnnConv:
                  "cudnnGetConvolutionNdForwardOutputDim")
         if tuple(out) != call.y_dims:
             raise _Refused(f"cuDNN's output dims {tuple(out)} are not {call.y_dims}")
-        self._algorithm(p, math)
+        self._algorithm(p, math, DIRECTIONS[call.direction])
         if call.w_strides:
             self._transform(p, call, dt)
         return p
@@ -458,33 +448,38 @@ class CudnnConv:
             count *= d
         p.filter_bytes = count * dtypes.info(dtypes.from_name(call.dtype)).byte_size
 
-    def _algorithm(self, p: _Plan, math: int) -> None:
-        """The first algorithm of cuDNN's heuristic order that is supported, not FFT-based,
-        keeps full f32 when asked (FMA) and needs at most WORKSPACE_LIMIT bytes."""
+    def _algorithm(self, p: _Plan, math: int, api: Direction) -> None:
+        """The first algorithm of cuDNN's heuristic order for the call's direction that is
+        supported, deterministic, not FFT-based, keeps full f32 when asked (FMA) and needs
+        at most WORKSPACE_LIMIT bytes."""
+        if any(name not in self.f for name in (api.run, api.max_count, api.heuristic,
+                                               api.workspace)):
+            raise _Refused(f"this libcudnn has no {api.run}")
         f, h = self.f, self.handle
+        descs = [getattr(p, role) for role in api.roles]
         count = _INT(0)
-        self._ok(f["cudnnGetConvolutionForwardAlgorithmMaxCount"](h, ctypes.byref(count)),
-                 "cudnnGetConvolutionForwardAlgorithmMaxCount")
+        self._ok(f[api.max_count](h, ctypes.byref(count)), api.max_count)
         n = min(max(count.value, 1), 64)
         perfs, got = (_AlgoPerf * n)(), _INT(0)
-        self._ok(f["cudnnGetConvolutionForwardAlgorithm_v7"](
-            h, p.x, p.w, p.conv, p.y, n, ctypes.byref(got), perfs),
-            "cudnnGetConvolutionForwardAlgorithm_v7")
+        self._ok(f[api.heuristic](h, descs[0], descs[1], p.conv, descs[2], n,
+                                  ctypes.byref(got), perfs), api.heuristic)
         for perf in perfs[:max(0, min(got.value, n))]:
-            if (perf.status != CUDNN_STATUS_SUCCESS or perf.algo not in ALGORITHMS
+            if (perf.status != CUDNN_STATUS_SUCCESS or perf.algo not in api.algorithms
+                    or perf.determinism != CUDNN_DETERMINISTIC
                     or perf.memory > WORKSPACE_LIMIT
                     or (math == CUDNN_FMA_MATH and perf.mathType != CUDNN_FMA_MATH)):
                 continue
             if f["cudnnSetConvolutionMathType"](p.conv, perf.mathType) != CUDNN_STATUS_SUCCESS:
                 continue
             size = _SIZE(0)
-            if f["cudnnGetConvolutionForwardWorkspaceSize"](
-                    h, p.x, p.w, p.conv, p.y, perf.algo, ctypes.byref(size)) != 0:
+            if f[api.workspace](h, descs[0], descs[1], p.conv, descs[2], perf.algo,
+                                ctypes.byref(size)) != 0:
                 continue
             if size.value <= WORKSPACE_LIMIT:
                 p.algo, p.math, p.workspace = perf.algo, perf.mathType, size.value
                 return
-        raise _Refused(f"no supported algorithm among {got.value} (math type {math})")
+        raise _Refused(f"no supported deterministic algorithm among {got.value} "
+                       f"(math type {math})")
 
     def runs(self, name: str) -> bool:
         return name in self.plans
@@ -503,19 +498,20 @@ class CudnnConv:
 
     def __call__(self, call: ConvCall, name: str) -> None:
         p = self.plans[name]
+        api = DIRECTIONS[call.direction]
         self._bind_stream()
         base = self.workspace + (getattr(self.device, "stream", 0) % self.streams) * self.slot
         space = _VP(base) if p.workspace else _VP()
         alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        ptr = lambda s: _VP(self.device.address(s))  # noqa: E731
-        w = ptr(call.w)
+        ptrs = {label: _VP(self.device.address(getattr(call, label))) for label in "xwy"}
         if p.w_to is not None:  # the filter, packed K, C, spatial, after the workspace
             packed = _VP(base + p.filter_offset)
             self._call(self.f["cudnnTransformTensor"](
-                self.handle, ctypes.byref(alpha), p.w_from, w, ctypes.byref(beta), p.w_to,
-                packed), f"cudnnTransformTensor for %{name}")
-            w = packed
-        self._call(self.f["cudnnConvolutionForward"](
-            self.handle, ctypes.byref(alpha), p.x, ptr(call.x), p.w, w, p.conv,
-            p.algo, space, p.workspace, ctypes.byref(beta), p.y, ptr(call.y)),
-            f"cudnnConvolutionForward for %{name}")
+                self.handle, ctypes.byref(alpha), p.w_from, ptrs["w"], ctypes.byref(beta),
+                p.w_to, packed), f"cudnnTransformTensor for %{name}")
+            ptrs["w"] = packed
+        (a, b, out) = api.roles
+        self._call(self.f[api.run](
+            self.handle, ctypes.byref(alpha), getattr(p, a), ptrs[a], getattr(p, b), ptrs[b],
+            p.conv, p.algo, space, p.workspace, ctypes.byref(beta), getattr(p, out),
+            ptrs[out]), f"{api.run} for %{name}")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall
-from .cudnn import check_conv, filter_strides
+from .conv_check import check_conv, filter_strides
 
 
 def _tensor(raw: np.ndarray, dtype: str, dims, steps, writeable: bool = False) -> np.ndarray:
