@@ -1,0 +1,373 @@
+"""cuDNN's backward convolutions without a GPU (conv_bwd, ConvCall.direction).
+
+Transposed (lhs-dilated) convolutions become cudnnConvolutionBackwardData and weight-gradient
+convolutions cudnnConvolutionBackwardFilter. On `cuda-emulated` with HLOC_CUDA_CONV=cudnn the
+descriptors run through host_conv, which computes each call from cuDNN's definition (not from
+the HLO), so a wrong padding, mode, stride, dilation, dim order or scratch window shows up
+against the reference interpreter; with `kernel` the same split thunks run hloc's kernels.
+The libcudnn calls are checked through the fake library of tests/support/fake_cudnn.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from hloc.errors import InputError
+from hloc.runtime.cuda import cudnn
+from hloc.runtime.cuda.host_conv import backward_data, backward_filter, convolve
+from hloc.thunks import gpu as gt
+from hloc.thunks.serialize import gpu_program_from_json, gpu_program_to_json
+
+from .support.fake_cudnn import HostCudnn, StreamedMemory
+from .support.run import emulate_hlo
+from .support.values import assert_close
+from .trust_support import compile_text, repack
+
+CONV = """HloModule m
+
+ENTRY e {{
+  x = {x} parameter(0)
+  w = {w} parameter(1)
+  ROOT c = {y} convolution(x, w), window={{{window}}}, dim_labels={labels}
+}}
+"""
+# name: (lhs, rhs, result, window, dim_labels, (direction, through scratch)); direction None:
+# no cuDNN form, hloc's kernel. Compiled without passes, so layouts reach the thunk as written.
+CASES = {
+    # cnn_train_step's conv .14 (jax's input gradient of a stride-2, pad 0_1 convolution):
+    # padding 2_1 is asymmetric, so cuDNN writes a 17x17 dx and the epilogue reads 16x16.
+    "transposed_cnn": ("f32[2,8,8,6]{3,2,1,0}", "f32[3,3,5,6]{3,2,1,0}",
+                       "f32[2,16,16,5]{3,2,1,0}", "size=3x3 pad=2_1x2_1 lhs_dilate=2x2",
+                       "b01f_01oi->b01f", ("backward_data", True)),
+    "transposed_direct": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
+                          "f32[2,4,9,9]{3,2,1,0}", "size=3x3 pad=1_1x1_1 lhs_dilate=2x2",
+                          "bf01_oi01->bf01", ("backward_data", False)),
+    "transposed_reversed_window": ("f32[2,3,5,4]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}",
+                                   "f32[2,4,10,7]{3,2,1,0}",
+                                   "size=3x2 pad=1_2x0_1 lhs_dilate=2x2 rhs_reversal=1x1",
+                                   "bf01_oi01->bf01", ("backward_data", False)),
+    "transposed_1d_dilated": ("f32[2,5,3]{2,1,0}", "f32[3,3,4]{2,1,0}", "f32[2,14,4]{2,1,0}",
+                              "size=3 pad=3_2 lhs_dilate=3 rhs_dilate=2", "b0f_0io->b0f",
+                              ("backward_data", True)),
+    "transposed_3d": ("f32[1,2,3,3,2]{4,3,2,1,0}", "f32[2,2,2,2,3]{4,3,2,1,0}",
+                      "f32[1,4,8,4,3]{4,3,2,1,0}",
+                      "size=2x2x2 pad=1_1x1_1x0_0 lhs_dilate=2x3x2",
+                      "b012f_012io->b012f", ("backward_data", False)),
+    "transposed_nchw_in_memory": ("f32[2,5,5,3]{1,2,3,0}", "f32[3,3,3,4]{3,2,1,0}",
+                                  "f32[2,10,10,4]{1,2,3,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
+                                  "b01f_01io->b01f", ("backward_data", False)),
+    # cnn_train_step's weight gradients (dw in jax's HWIO layout: through scratch, packed
+    # K, C, taps): conv .11 (pad 1_1), .13 (rhs_dilate 2, pad 0_1: one more tap each side)
+    # and .15 (3 input channels).
+    "wgrad_cnn_11": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,6,5]{3,2,1,0}",
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+    "wgrad_cnn_13": ("f32[4,16,16,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                     "f32[3,3,6,5]{3,2,1,0}", "size=8x8 pad=0_1x0_1 rhs_dilate=2x2",
+                     "f01b_i01o->01bf", ("backward_filter", True)),
+    "wgrad_cnn_15": ("f32[4,8,8,3]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,3,5]{3,2,1,0}",
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+    # The weight gradient of an rhs-dilated convolution: HLO window stride 2 (cuDNN dilation).
+    "wgrad_window_stride": ("f32[2,11,11,3]{3,2,1,0}", "f32[2,7,7,4]{3,2,1,0}",
+                            "f32[3,3,3,4]{3,2,1,0}", "size=7x7 stride=2x2", "f01b_i01o->01bf",
+                            ("backward_filter", True)),
+    # dw already packed K, C, taps: cuDNN writes the result directly.
+    "wgrad_kcrs_direct": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                          "f32[5,6,3,3]{3,2,1,0}", "size=8x8 pad=1_1x1_1", "f01b_i01o->fb01",
+                          ("backward_filter", False)),
+    "wgrad_1d": ("f32[3,20,4]{2,1,0}", "f32[3,18,5]{2,1,0}", "f32[4,4,5]{2,1,0}",
+                 "size=18 pad=1_0", "f0b_i0o->0bf", ("backward_filter", True)),
+    # Not expressible: a window stride with lhs dilation, a kernel reversed in one dim only.
+    "transposed_strided": ("f32[1,2,5,5]{3,2,1,0}", "f32[3,2,3,3]{3,2,1,0}",
+                           "f32[1,3,5,5]{3,2,1,0}", "size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=2x2",
+                           "bf01_oi01->bf01", (None, False)),
+    "transposed_half_reversed": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
+                                 "f32[2,4,9,9]{3,2,1,0}",
+                                 "size=3x3 pad=1_1x1_1 lhs_dilate=2x2 rhs_reversal=1x0",
+                                 "bf01_oi01->bf01", (None, False)),
+}
+QUICK = ("transposed_cnn", "transposed_direct", "wgrad_cnn_13", "wgrad_kcrs_direct")
+
+
+def _text(case) -> str:
+    x, w, y, window, labels = case[:5]
+    return CONV.format(x=x, w=w, y=y, window=window, labels=labels)
+
+
+def _inputs(*types: str, seed=5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dims = [[int(d) for d in t.split("[")[1].split("]")[0].split(",")] for t in types]
+    return [rng.standard_normal(d).astype(np.float32) for d in dims]
+
+
+def _convs(program) -> list[gt.ConvLaunch]:
+    return [t for t in program.walk() if isinstance(t, gt.ConvLaunch)]
+
+
+def _run(name: str, mode: str, monkeypatch, passes=""):
+    monkeypatch.setenv("HLOC_CUDA_CONV", mode)
+    case = CASES[name]
+    inputs = _inputs(case[0], case[1])
+    got, want, ex = emulate_hlo(_text(case), inputs, passes=passes)
+    return got, want, ex, inputs
+
+
+# ---- cuDNN's definitions --------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["cross_correlation", "convolution"])
+@pytest.mark.parametrize("size,taps,pad,stride,dilation", [
+    (9, 3, 1, 2, 1), (10, 3, 0, 2, 2), (8, 2, 1, 1, 1), (11, 3, 2, 3, 2), (7, 1, 0, 2, 1)])
+def test_backward_calls_are_the_adjoints_of_forward(mode, size, taps, pad, stride, dilation):
+    """<conv(x, w), dy> = <x, backward_data(dy, w)> = <w, backward_filter(x, dy)>: the host
+    stand-ins are cuDNN's backward calls of the same forward descriptor."""
+    y = [cudnn.out_size(s, taps, pad, stride, dilation) for s in (size, size - 1)]
+    call = gt.ConvCall(None, None, None, "f32", "f32", (2, 3, size, size - 1), (), (4, 3, taps, taps),
+                       "NCHW", (2, 4, *y), (), (pad, pad), (stride, stride),
+                       (dilation, dilation), mode=mode)
+    rng = np.random.default_rng(0)
+    x, w, dy = (rng.standard_normal(d) for d in (call.x_dims, call.w_dims, call.y_dims))
+    forward = float((convolve(call, x, w) * dy).sum())
+    assert np.isclose(forward, float((x * backward_data(call, dy, w)).sum()))
+    assert np.isclose(forward, float((w * backward_filter(call, x, dy)).sum()))
+
+
+# ---- planning and the emulated calls ----------------------------------------------------------
+
+def _check_plan(name: str, ex) -> gt.ConvLaunch:
+    direction, scratch = CASES[name][5]
+    (conv,) = _convs(ex.program)
+    if direction is None:
+        assert conv.dnn is None
+        return conv
+    assert conv.dnn is not None and conv.dnn.direction == direction
+    assert (conv.variant == "conv.core") == scratch
+    if scratch:
+        written = conv.dnn.x if direction == "backward_data" else conv.dnn.w
+        assert written == conv.args[-1]
+        assert ex.program.allocations[written.allocation].kind == "scratch"
+    return conv
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", CASES)
+def test_backward_convolutions_on_host_conv(name, monkeypatch):
+    got, want, ex, _ = _run(name, "cudnn", monkeypatch)
+    conv = _check_plan(name, ex)
+    assert ex.runner.dnn_calls == (conv.dnn is not None)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", QUICK)
+def test_backward_plans_run_hloc_kernels_too(name, monkeypatch):
+    """HLOC_CUDA_CONV=kernel: the same thunks (the core kernel writes the scratch window
+    cuDNN would) and no cuDNN call."""
+    got, want, ex, _ = _run(name, "kernel", monkeypatch)
+    _check_plan(name, ex)
+    assert ex.runner.dnn_calls == 0
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name,change", [
+    ("transposed_cnn", lambda c: dict(mode="cross_correlation")),
+    ("transposed_cnn", lambda c: dict(y_strides=(*c.y_strides[:2], c.y_strides[3],
+                                                 c.y_strides[2]))),
+    ("wgrad_cnn_13", lambda c: dict(x_strides=(*c.x_strides[:2], c.x_strides[3],
+                                              c.x_strides[2]))),
+    ("wgrad_cnn_11", lambda c: dict(mode="convolution")),
+])
+def test_a_wrong_backward_descriptor_fails_the_comparison(name, change, monkeypatch):
+    got, want, ex, inputs = _run(name, "cudnn", monkeypatch)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+    (conv,) = _convs(ex.program)
+    engine = ex.runner.dnn
+    altered = dataclasses.replace(conv.dnn, **change(conv.dnn))
+
+    class Altered:
+        def runs(self, name):
+            return True
+
+        def __call__(self, call, name):
+            engine(altered, name)
+
+    ex.runner.dnn = Altered()
+    try:
+        wrong = ex.run(inputs)
+    except InputError:
+        return  # refused as inconsistent: as good as a wrong result
+    assert not np.allclose(wrong[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+FUSED = {
+    # A training step's weight update, SGD on the weight gradient (cnn_train_step's fusion.5).
+    "wgrad_sgd": ("""HloModule m
+
+ENTRY e {
+  x = f32[4,16,16,6]{3,2,1,0} parameter(0)
+  dy = f32[4,8,8,5]{3,2,1,0} parameter(1)
+  w = f32[3,3,6,5]{3,2,1,0} parameter(2)
+  g = f32[3,3,6,5]{3,2,1,0} convolution(x, dy), window={size=8x8 pad=0_1x0_1 rhs_dilate=2x2}, dim_labels=f01b_i01o->01bf
+  lr = f32[] constant(0.05)
+  lrb = f32[3,3,6,5]{3,2,1,0} broadcast(lr), dimensions={}
+  m = f32[3,3,6,5]{3,2,1,0} multiply(g, lrb)
+  ROOT r = f32[3,3,6,5]{3,2,1,0} subtract(w, m)
+}
+""", "backward_filter"),
+    # The input gradient through a ReLU mask (cnn_train_step's fusion.8).
+    "transposed_relu_mask": ("""HloModule m
+
+ENTRY e {
+  dy = f32[2,8,8,6]{3,2,1,0} parameter(0)
+  k = f32[3,3,5,6]{3,2,1,0} parameter(1)
+  a = f32[2,16,16,5]{3,2,1,0} parameter(2)
+  c = f32[2,16,16,5]{3,2,1,0} convolution(dy, k), window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f
+  zero = f32[] constant(0)
+  z = f32[2,16,16,5]{3,2,1,0} broadcast(zero), dimensions={}
+  gt = pred[2,16,16,5]{3,2,1,0} compare(a, z), direction=GT
+  ROOT r = f32[2,16,16,5]{3,2,1,0} select(gt, c, z)
+}
+""", "backward_data"),
+}
+
+
+def _fused_inputs(text: str) -> list[np.ndarray]:
+    return _inputs(*[line.split("=")[1].split()[0] for line in text.splitlines()
+                     if "parameter(" in line], seed=9)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("mode", ["cudnn", "kernel"])
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_gradients_split_into_backward_call_and_epilogue(name, mode, monkeypatch):
+    monkeypatch.setenv("HLOC_CUDA_CONV", mode)
+    text, direction = FUSED[name]
+    got, want, ex = emulate_hlo(text, _fused_inputs(text))
+    (split,) = [t for t in ex.program.main if isinstance(t, gt.Sequential)]
+    core, epilogue = split.thunks
+    assert (core.variant, epilogue.variant) == ("conv.core", "conv.epilogue")
+    assert core.dnn.direction == direction and ex.runner.dnn_calls == (mode == "cudnn")
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_long_weight_gradient_sums_keep_shared_threads_in_the_core_kernel(tmp_path):
+    """A weight gradient with long sums (cnn_train_step's conv .11): its core kernel, which
+    runs under HLOC_CUDA_CONV=kernel, still shares each output among threads (conv_split's
+    group or tile mode), as the conv.split kernel did before cuDNN could take it."""
+    from hloc.bundle import read_bundle
+
+    text = CONV.format(x="f32[32,16,16,32]{3,2,1,0}", w="f32[32,16,16,32]{3,2,1,0}",
+                       y="f32[3,3,32,32]{3,2,1,0}", window="size=16x16 pad=1_1x1_1",
+                       labels="f01b_i01o->01bf")
+    path = compile_text(tmp_path, text, "conv", target="cuda", passes="")
+    program, _ = gpu_program_from_json(bytes(read_bundle(str(path)).members["gpu_thunks.json"]))
+    (conv,) = _convs(program)
+    assert conv.dnn.direction == "backward_filter"
+    recipe = next(r for r in program.kernels if r.name == conv.kernel)
+    assert recipe.variant == "conv.core" and {k for k, _ in recipe.params} & {"group", "slices"}
+
+
+# ---- the libcudnn calls, through the fake library -------------------------------------------------
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_direct", "wgrad_cnn_13",
+                                  "wgrad_kcrs_direct"])
+def test_backward_arguments_through_a_host_cudnn(name, monkeypatch):
+    got, want, ex, inputs = _run(name, "kernel", monkeypatch)
+    fake = HostCudnn(ex.memory)
+    engine = cudnn.CudnnConv(StreamedMemory(ex.memory), ex.program, lib=fake)
+    (conv,) = _convs(ex.program)
+    assert engine.runs(conv.name) and engine.plans[conv.name].algo == 1  # deterministic ALGO_1
+    ex.runner.dnn = engine
+    got = ex.run(inputs)
+    assert fake.calls == 1 and ex.runner.dnn_calls == 1
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_a_library_without_backward_calls_keeps_the_kernel(monkeypatch, caplog):
+    got, want, ex, inputs = _run("wgrad_cnn_11", "kernel", monkeypatch)
+    class Older(HostCudnn):  # a libcudnn with the forward call only
+        def fn(self, name):
+            if "Backward" in name:
+                raise AttributeError(name)
+            return super().fn(name)
+
+    fake = Older(ex.memory)
+    cudnn._warned.clear()
+    engine = cudnn.CudnnConv(StreamedMemory(ex.memory), ex.program, lib=fake)
+    assert not engine.plans
+    ex.runner.dnn = engine
+    assert_close(ex.run(inputs), want, rtol=1e-5, atol=1e-5)
+    assert fake.calls == 0
+
+
+# ---- descriptors in bundles ---------------------------------------------------------------------
+
+@pytest.mark.cpu
+def test_backward_descriptor_fields_are_checked(monkeypatch):
+    _, _, ex, _ = _run("wgrad_kcrs_direct", "cudnn", monkeypatch)
+    call = _convs(ex.program)[0].dnn
+    for bad in (dict(direction="sideways"), dict(mode="flipped"), dict(groups=2),
+                dict(w_strides=(54, 9, 3, 1)), dict(direction=1)):
+        with pytest.raises(InputError, match="cuDNN descriptor"):
+            ex.runner.dnn(dataclasses.replace(call, **bad), "c")
+
+
+@pytest.mark.cpu
+def test_gpu_thunks_version_2_round_trip_and_version_1_still_read(monkeypatch):
+    _, _, ex, _ = _run("transposed_direct", "kernel", monkeypatch)
+    data = gpu_program_to_json(ex.program)
+    back, _ = gpu_program_from_json(data)
+    assert back == ex.program and _convs(back)[0].dnn.mode == "convolution"
+    doc = json.loads(data)
+    assert doc["gpu_thunks_version"] == 2
+    doc["gpu_thunks_version"] = 1
+    for thunk in doc["main"]:
+        if thunk.get("dnn"):
+            del thunk["dnn"]["direction"], thunk["dnn"]["mode"]
+    old, _ = gpu_program_from_json(json.dumps(doc))
+    assert _convs(old)[0].dnn.direction == "forward"  # what version 1 meant
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("field,value", [("direction", "backward_bias"), ("mode", "mirror"),
+                                         ("groups", 2)])
+def test_tampered_backward_descriptor_is_refused_in_one_line(field, value, tmp_path):
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+    from hloc.runtime import load
+
+    path = compile_text(tmp_path, _text(CASES["wgrad_kcrs_direct"]), "conv", target="cuda",
+                        passes="")
+    assert load(str(path), "cuda-emulated") is not None
+
+    def edit(doc):
+        (thunk,) = [t for t in doc["main"] if t["kind"] == "convolution"]
+        assert thunk["dnn"]["direction"] == "backward_filter"
+        thunk["dnn"][field] = value
+
+    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
+    with pytest.raises(InputError, match="cuDNN descriptor"):
+        load(str(bad), "cuda-emulated")
+    result = CliRunner().invoke(cli, [str(bad), "--device", "cuda-emulated", "--zero-inputs"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "cuDNN descriptor" in result.output
+
+
+@pytest.mark.cpu
+def test_inspect_shows_the_direction(tmp_path):
+    from click.testing import CliRunner
+
+    from hloc.cli.main import cli
+
+    path = compile_text(tmp_path, _text(CASES["transposed_cnn"]), "conv", target="cuda",
+                        passes="")
+    result = CliRunner().invoke(cli, ["inspect", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "cudnn[backward_data reversed x=2x5x17x17" in result.output
