@@ -1,6 +1,8 @@
 """Convolutions whose outputs share threads (hloc.codegen.cuda.conv_split): the weight
 gradients of a training step, alone and fused with the SGD update, on the emulator against
-the interpreter."""
+the interpreter. A weight gradient cuDNN's backward-filter call can run is split into its
+core (conv.core, the threads-sharing kernel writing scratch, or cuDNN) and the epilogue
+(conv_core); conv.split itself keeps the long sums cuDNN cannot take."""
 
 from __future__ import annotations
 
@@ -65,8 +67,8 @@ def test_weight_gradient_with_its_update(n, h, ci, co):
     text = _text(WGRAD, n=n, h=h, w=h, ci=ci, co=co)
     args = _args([(n, h, h, ci), (n, h, h, co), (3, 3, ci, co)])
     got, want, ex = emulate_hlo(text, args, passes="")
-    assert variants(ex)["conv.split"] == 1
-    recipe = next(r for r in ex.program.kernels if r.variant == "conv.split")
+    assert variants(ex)["conv.core"] == 1 and variants(ex)["conv.split"] == 0
+    recipe = next(r for r in ex.program.kernels if r.variant == "conv.core")
     outputs, terms = 9 * ci * co, n * h * h
     if outputs >= conv_split.TILE_FROM:  # tiles of 32 outputs by slices of the sum
         assert recipe.param("slices") == conv_split.tile_slices(outputs, terms)
@@ -87,6 +89,21 @@ def test_every_shape_of_the_kernel_is_exercised():
 def test_a_long_plain_convolution():
     text = _text(LONG, ci=64)
     args = _args([(2, 32, 32, 64), (32, 32, 64, 8)], seed=1)
+    got, want, ex = emulate_hlo(text, args, passes="")
+    # Its window is larger than its output: a weight gradient's form, so cuDNN's backward
+    # filter can run it; hloc's core kernel still shares outputs among threads.
+    core = next(r for r in ex.program.kernels if r.variant == "conv.core")
+    assert core.param("group", 0) or core.param("slices", 0)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cpu
+def test_long_sums_cudnn_cannot_take_stay_conv_split():
+    """A long-sum convolution with batch groups (no cuDNN form) keeps conv.split."""
+    text = _text(LONG, ci=128).replace("dim_labels=b01f_01io->b01f",
+                                       "dim_labels=b01f_01io->b01f, feature_group_count=2")
+    text = text.replace("k = f32[32,32,128,8]", "k = f32[32,32,64,8]")
+    args = _args([(2, 32, 32, 128), (32, 32, 64, 8)], seed=1)
     got, want, ex = emulate_hlo(text, args, passes="")
     assert variants(ex)["conv.split"] == 1
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)

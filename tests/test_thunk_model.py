@@ -157,7 +157,7 @@ def test_gpu_thunks_json_round_trip_and_optional_defaults():
     back, resources = gpu_program_from_json(data)
     assert back == program and resources == {"sm_80": {"k0": {"registers": 8}}}
     d = json.loads(data)
-    assert d["gpu_thunks_version"] == 1 and d["main"][1]["blas"]["a"] == S[1].to_json()
+    assert d["gpu_thunks_version"] == 2 and d["main"][1]["blas"]["a"] == S[1].to_json()
     del d["main"][1]["blas"]  # written before the field existed: reads as None
     assert gpu_program_from_json(json.dumps(d))[0].main[1].blas is None
 
