@@ -245,10 +245,10 @@ def test_an_edited_kernel_recipe_is_one_clear_line(tmp_path):
                         target="cuda")
 
     def no_group(doc):
-        recipe = next(k for k in doc["kernels"] if k["variant"] == "conv.split")
+        recipe = next(k for k in doc["kernels"] if k["variant"] == "conv.core")
         recipe["params"] = {"slices": 0}
     bad = repack(good, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": no_group})
     with pytest.raises(InputError) as info:
         load(str(bad), "cuda-emulated")
     text = str(info.value)
-    assert "\n" not in text and "recipe (conv.split" in text and "cannot be rebuilt" in text
+    assert "\n" not in text and "recipe (conv.core" in text and "cannot be rebuilt" in text

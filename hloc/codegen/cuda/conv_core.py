@@ -115,7 +115,7 @@ def emit_core(kb: KernelBuild) -> None:
     def store(index, value) -> None:
         store_element(kb.ctx, scratch.shape, kb.scratch, scratch.index(kb, index), value)
 
-    if kb.recipe.param("group", 0) or kb.recipe.param("slices", 0):
+    if not kb.recipe.param("unroll", 0):  # planned with a group or slices (split_part)
         emit_split(kb, conv, conv.shape, store)
         return
     b = kb.b
