@@ -371,3 +371,89 @@ def test_inspect_shows_the_direction(tmp_path):
     result = CliRunner().invoke(cli, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
     assert "cudnn[backward_data reversed x=2x5x17x17" in result.output
+
+
+# ---- the whole training step, and on a real GPU ------------------------------------------------
+
+@pytest.mark.cpu
+@pytest.mark.slow  # a 20 s compile and a 5 s emulated run on two loaded cores
+def test_cnn_train_step_with_backward_calls_on_host_conv(tmp_path, monkeypatch):
+    """cnn_train_step under cuda-emulated with HLOC_CUDA_CONV=cudnn: its input gradient runs
+    as backward data, its three weight gradients as backward filter (through scratch), and
+    every output matches XLA's."""
+    from hloc.bundle import read_bundle
+    from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
+
+    from .support.bundles import compile_bundle
+    from .test_model_samples import MODELS, weights
+
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    path = compile_bundle(MODELS / "cnn_train_step.pb", tmp_path / "m.bundle", target="cuda",
+                          cuda_archs=("sm_80",))
+    ex = CudaEmulatedExecutable(read_bundle(str(path)))
+    calls = [c.dnn for c in _convs(ex.program) if c.dnn is not None]
+    assert sorted(c.direction for c in calls) == [
+        "backward_data", "backward_filter", "backward_filter", "backward_filter", "forward",
+        "forward", "forward"]
+    meta = weights.meta("cnn_train_step")
+    got = ex.run(weights.arrays(meta))
+    assert ex.runner.dnn_calls == len(calls)
+    tol = meta["tolerance"]
+    for g, e in zip(got, weights.expected("cnn_train_step"), strict=True):
+        assert np.allclose(g, e, rtol=tol["rtol"], atol=tol["atol"])
+
+
+def _cudnn_on_gpu() -> None:
+    from .test_cuda_dnn import _cudnn_on_gpu as check
+
+    check()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [n for n in CASES if CASES[n][5][0] is not None])
+def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    """Each backward form through real cuDNN (full f32, deterministic algorithms): cuDNN set
+    it up (none refused), ran it once, matches the interpreter, and runs to the same bits."""
+    from hloc.runtime import load
+
+    from .support.run import interpret
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    case = CASES[name]
+    path = compile_text(tmp_path, _text(case), "conv", target="cuda", passes="",
+                        cuda_archs=("sm_80", "sm_90"))
+    exe = load(str(path), "cuda")
+    inputs = _inputs(case[0], case[1])
+    got = exe.run(inputs)
+    (conv,) = _convs(exe.program)
+    assert sorted(exe.runner.dnn.plans) == [conv.name] and exe.runner.dnn_calls == 1
+    assert_close([np.asarray(g) for g in got], interpret(_text(case), inputs), rtol=1e-5,
+                 atol=1e-5)
+    again = exe.run(inputs)
+    assert all(np.asarray(a).tobytes() == np.asarray(b).tobytes()
+               for a, b in zip(got, again, strict=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_gradients_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    from hloc.runtime import load
+
+    from .support.run import interpret
+
+    _cudnn_on_gpu()
+    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
+    text = FUSED[name][0]
+    path = compile_text(tmp_path, text, "conv", target="cuda", cuda_archs=("sm_80", "sm_90"))
+    exe = load(str(path), "cuda")
+    inputs = _fused_inputs(text)
+    got = exe.run(inputs)
+    described = [c.name for c in _convs(exe.program) if c.dnn is not None]
+    assert len(described) == 1 and sorted(exe.runner.dnn.plans) == described
+    assert exe.runner.dnn_calls == 1
+    assert_close([np.asarray(g) for g in got], interpret(text, inputs), rtol=1e-5, atol=1e-5)
