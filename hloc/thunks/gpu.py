@@ -224,8 +224,8 @@ class ConvLaunch(Launch):
     an epilogue) one output element per thread.
 
     `dnn` (a convolution of parameters, layouts and windows cuDNN's strided descriptors can
-    express) describes the same convolution for cuDNN, which HLOC_CUDA_CONV selects at run
-    time. Either the thunk's instruction is that plain convolution (y is its output), or the
+    express: forward, or a gradient as backward data / backward filter) describes the same
+    convolution for cuDNN, which HLOC_CUDA_CONV selects at run time. Either the thunk's instruction is that plain convolution (y is its output), or the
     convolution is the core of a fusion with an elementwise epilogue: the fusion then runs as
     a Sequential of this launch (kernel `conv.core`, writing the convolution into the
     stream's scratch buffer, its last argument, which is also `dnn.y`) and a `conv.epilogue`

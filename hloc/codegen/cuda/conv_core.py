@@ -5,15 +5,21 @@ A fusion whose root computes elementwise on one convolution (its epilogue: bias 
 batch-norm scale and shift, a residual add, ReLU, an SGD update; epilogue.find_core) that
 cuDNN can express (conv_dnn.core_call: a convolution of parameters) runs as two kernels:
 
-- `conv.core`: one thread per element of the convolution, which it stores into the stream's
-  scratch buffer (the kernel's last argument) in the convolution's own layout. Its thunk is a
-  ConvLaunch whose cuDNN form writes the same scratch bytes, so the runtime runs either;
+- `conv.core`: the convolution alone, stored into the stream's scratch buffer (the kernel's
+  last argument): one thread per element, or for long sums (weight gradients) threads
+  sharing each element as conv.split does. Its thunk is a ConvLaunch whose cuDNN form writes
+  the same scratch bytes, so the runtime runs either;
 - `conv.epilogue`: the loop kernel over the fusion's output, with the convolution's value
   loaded from the scratch instead of recomputed.
 
-Both are one Sequential named after the fusion, on the fusion's stream (each stream has its
-own scratch buffer, so nothing else writes it in between). A plain convolution stays one
-kernel (cuDNN writes its output directly), and so does a fusion whose convolution cuDNN cannot
+The scratch holds the convolution in its own layout, except for a gradient that cuDNN's
+backward calls run (conv_bwd.Written): a transposed convolution with asymmetric padding, or
+a weight gradient with asymmetric padding or a layout other than packed K, C, taps, is
+written larger or in that layout, and both kernels index it at the convolution's window
+(`Scratch`). Such a gradient splits even when nothing is fused to it (the epilogue is then
+a copy). Both are one Sequential named after the fusion, on the fusion's stream (each stream
+has its own scratch buffer, so nothing else writes it in between). A plain convolution cuDNN
+writes directly stays one kernel, and so does a fusion whose convolution cuDNN cannot
 express (a fused producer, batch groups, ...) or that has several outputs.
 """
 

@@ -12,11 +12,15 @@ K,C,spatial kernel is described as it is, any other layout (jax's HWIO, OHWI, ..
 strides (`w_strides`), which the runtime converts to packed K,C,spatial before convolving
 (cuDNN 9 refused OHWI filters with full-f32 FMA math on an H200).
 
-Not expressible, so no descriptor (hloc's kernel as before): batch groups, lhs (base)
-dilation, window reversal, negative padding, padding that differs between the two sides of a
-dim unless cuDNN's symmetric padding with the low amount gives the same output size (then
-the extra high padding is never read), more than 3 or no spatial dims, mixed or other element
-types (f32, f16, bf16 only), and sizes past a C int.
+Gradients get cuDNN's backward calls instead (conv_bwd): lhs-dilated convolutions backward
+data, weight-gradient-shaped ones backward filter (a weight gradient those cannot express
+falls back to a forward descriptor here). `checked_call` builds every direction's ConvCall.
+
+Not expressible, so no descriptor (hloc's kernel as before): batch groups, window reversal
+(forward), negative padding, padding that differs between the two sides of a dim unless
+cuDNN's symmetric padding with the low amount gives the same output size (then the extra
+high padding is never read), more than 3 or no spatial dims, mixed or other element types
+(f32, f16, bf16 only), and sizes past a C int.
 """
 
 from __future__ import annotations
