@@ -253,6 +253,37 @@ def test_fused_gradients_split_into_backward_call_and_epilogue(name, mode, monke
     assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+REV_IN_FUSION = """HloModule m
+
+fused {
+  dy = f32[2,8,8,6]{3,2,1,0} parameter(0)
+  k = f32[3,3,5,6]{3,2,1,0} parameter(1)
+  r = f32[3,3,5,6]{3,2,1,0} reverse(k), dimensions={0,1}
+  ROOT c = f32[2,16,16,5]{3,2,1,0} convolution(dy, r), window={size=3x3 pad=1_2x1_2 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f
+}
+
+ENTRY e {
+  dy = f32[2,8,8,6]{3,2,1,0} parameter(0)
+  k = f32[3,3,5,6]{3,2,1,0} parameter(1)
+  ROOT f = f32[2,16,16,5]{3,2,1,0} fusion(dy, k), kind=kOutput, calls=fused
+}
+"""
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("mode", ["cudnn", "kernel"])
+def test_reversed_kernel_inside_the_fusion_is_read_unreversed(mode, monkeypatch):
+    """jax's input gradient convolves with rev(w): inside the fusion the reverse is read
+    through (the parameter itself, CUDNN_CROSS_CORRELATION instead of CUDNN_CONVOLUTION)."""
+    monkeypatch.setenv("HLOC_CUDA_CONV", mode)
+    inputs = _inputs("f32[2,8,8,6]", "f32[3,3,5,6]")
+    got, want, ex = emulate_hlo(REV_IN_FUSION, inputs, passes="")
+    (conv,) = _convs(ex.program)
+    assert conv.dnn.direction == "backward_data" and conv.dnn.mode == "cross_correlation"
+    assert ex.runner.dnn_calls == (mode == "cudnn")
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.cpu
 def test_long_weight_gradient_sums_keep_shared_threads_in_the_core_kernel(tmp_path):
     """A weight gradient with long sums (cnn_train_step's conv .11): its core kernel, which
