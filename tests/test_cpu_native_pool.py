@@ -91,8 +91,9 @@ def test_concurrent_callers_share_one_pool(pool):
     assert not errors, errors[0]
 
 
-def test_mid_size_products_are_cut_for_the_pool(monkeypatch):
+def test_big_products_are_cut_for_the_pool(monkeypatch):
     monkeypatch.setattr(native_pool, "threads", lambda: 2)
+    monkeypatch.setattr(blas, "NATIVE_SINGLE_THREAD_FLOPS", 2000000)
     assert blas.native_ranges(1, 32, 256, 2 * 32 * 256 * 256) == gemm.pieces(1, 32, 256, 2)
     assert blas.native_ranges(1, 32, 256, 2 * 32 * 256 * 64) == [(0, 1, 0, 32, 0, 256)]
     monkeypatch.setattr(native_pool, "threads", lambda: 1)
@@ -150,8 +151,8 @@ def _scan_args(seed: int) -> list[np.ndarray]:
 
 def test_composites_run_inside_native_drivers(tmp_path):
     """The loop, its composite included, is one driver (its product step and its epilogue
-    kernel in ["step", ...] slots); results match the interpreter, the thunk-by-thunk run
-    and a one-thread run (HLOC_CPU_THREADS=1) bit for bit."""
+    kernel in ["step", ...] slots); results match the interpreter, and the thunk-by-thunk
+    run, a one-thread run and a run with both products shared with the pool bit for bit."""
     bundle = compile_bundle(SCAN, tmp_path / "s.bundle", passes="layout-assignment")
     meta = kernels_json(bundle)
     assert list(meta["composites"]) == ["f"]
@@ -168,9 +169,12 @@ def test_composites_run_inside_native_drivers(tmp_path):
               "e = load(sys.argv[1], 'cpu'); a = dict(np.load(sys.argv[2])); "
               "np.save(sys.argv[3], e.run([a[f'arg{i}'] for i in range(4)])[0])")
     np.savez(tmp_path / "args.npz", **{f"arg{i}": a for i, a in enumerate(args)})
-    out = tmp_path / "one.npy"
-    done = subprocess.run([sys.executable, "-c", script, str(bundle), str(tmp_path / "args.npz"),
-                           str(out)], text=True, capture_output=True,
-                          env=dict(os.environ, HLOC_CPU_THREADS="1"))
-    assert done.returncode == 0, done.stderr
-    np.testing.assert_array_equal(np.load(out), got[0])
+    # One thread; and both products (1 and 4.2 MFLOP) cut for a pool of two inside the driver.
+    for k, env in enumerate(({"HLOC_CPU_THREADS": "1"},
+                             {"HLOC_CPU_THREADS": "2", "HLOC_CPU_SPLIT_FLOPS": "1000000"})):
+        out = tmp_path / f"run{k}.npy"
+        done = subprocess.run([sys.executable, "-c", script, str(bundle),
+                               str(tmp_path / "args.npz"), str(out)], text=True,
+                              capture_output=True, env=dict(os.environ, **env))
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_array_equal(np.load(out), got[0])

@@ -152,10 +152,13 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     return functools.partial(pool.run, piece, pieces)
 
 
-# Products below this many flops run the native GEMM on the calling thread: a worker of the
-# native pool (native_pool.py) takes a piece within a microsecond when it is spinning, but
-# a sleeping one takes a futex wake-up, and every piece re-packs part of an operand.
-NATIVE_SINGLE_THREAD_FLOPS = 2000000
+# Products below this many flops run the native GEMM on the calling thread (HLOC_CPU_SPLIT_FLOPS
+# overrides). A spinning worker of the native pool (native_pool.py) takes a piece within a
+# microsecond, so mid-size products (a scan RNN's 32 x 256 x 256, 4.2 MFLOP) could use both
+# cores of a 2-core host; but on a 2-core host shared with other processes (load 6-9) such a
+# loop ran 1.2-1.5x slower split than on one thread (a worker preempted inside its piece
+# holds up the caller), so only products as big as the Python pool used to split are split.
+NATIVE_SINGLE_THREAD_FLOPS = int(os.environ.get("HLOC_CPU_SPLIT_FLOPS") or 8000000)
 
 
 def native_ranges(batch: int, m: int, n: int, flops: int) -> list[tuple[int, ...]]:
