@@ -142,6 +142,16 @@ def _refs(step: dict) -> list:
     return refs
 
 
+def _composite_step(meta: dict, value) -> str | None:
+    """The kind of the composite step a driver's ["step", [thunk, index]] slot names."""
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int)):
+        return None
+    steps = (meta.get("composites") or {}).get(value[0], {}).get("steps") or []
+    step = steps[value[1]] if 0 <= value[1] < len(steps) else None
+    return step.get("kind") if isinstance(step, dict) else None
+
+
 def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
                    defined: frozenset[str]) -> None:
     from ..buffers.assignment import Slice
@@ -158,6 +168,8 @@ def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
                 continue
             if kind == "gemm" and isinstance(value, str) and value in thunks \
                     and thunks[value].kind == "gemm":
+                continue
+            if kind == "step" and _composite_step(meta, value) in ("gemm", "kernel"):
                 continue
             if kind == "slice" and isinstance(value, list) and len(value) == 3:
                 check.member = "kernels.json"

@@ -27,7 +27,8 @@ kernels.json (version 2):
                          {"kind": "convolution", "instruction", "input", "kernel", "output"}]}},
    "drivers": [{"symbol", "thunks": [consecutive thunk names it runs], "slots": [ref]}],
    "fallbacks": {thunk name: {"opcode", "reason"}}}
-  Driver slots (driver.py) are ["buffers", kernel thunk name] | ["slice", [alloc, offset, size]].
+  Driver slots (driver.py) are ["buffers", kernel thunk name] | ["slice", [alloc, offset, size]]
+  | ["gemm", gemm thunk name] | ["step", [composite thunk name, step index]].
   A ref is ["operand", i] | ["output", k] | ["scratch", j]; "instruction" names the
   contraction inside the fused computation.
 """
@@ -49,7 +50,7 @@ from ...thunks import program_to_json
 from .. import llvm
 from ..llvm_split import optimize_parallel
 from .dedup import kernel_key
-from .driver import driver_gemms, emit_drivers, plan_drivers
+from .driver import driver_composites, driver_gemms, emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .kernel_spec import KernelInfo
 from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
@@ -88,8 +89,9 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     # thunk kind's own runtime path.
     emitted = [g for g in groups if all(s.name in infos for s in g.specs)]
     kernels, composites = _kernel_entries(emitted, infos)
-    drivers = plan_drivers(plan.program, kernels, driver_gemms(module, plan.program))
-    emit_drivers(ir_module, drivers, plan.program, kernels)
+    drivers = plan_drivers(plan.program, kernels, driver_gemms(module, plan.program),
+                           driver_composites(module, composites))
+    emit_drivers(ir_module, drivers, plan.program, kernels, composites)
     text = str(ir_module)
     compiled = compile_llvm(text, target, opt_level, assembly)
     externals = object_imports(compiled.object_code)

@@ -4,15 +4,18 @@ Calling a kernel from Python costs about half a microsecond; a while loop whose 
 small kernels pays that four times per iteration, where XLA pays nothing. A *driver* is a
 function `void hloc_drv_N(i8** table)` that performs a run of consecutive thunks of one
 sequence natively: kernel calls over all their units, copies (memcpy), memsets, small f32
-products (a call of the runtime's `hloc_gemm_list` on the product list the runtime prepared
-for that thunk, see runtime/cpu/gemm.py), and while / conditional / sequential thunks whose
-nested thunks are all of that kind.
+products (a call of the runtime's `hloc_gemm_list` on the job the runtime prepared for that
+thunk: one product list, or pieces shared with its native thread pool, see
+runtime/cpu/gemm.py), composites whose steps are all of those kinds (a dot with its
+epilogue: a scan RNN's step), and while / conditional / sequential thunks whose nested
+thunks are all of that kind.
 
 The table holds, per *slot*, a kernel's pointer array (["buffers", thunk name]), the
-address of a slice (["slice", [allocation, offset, size]]) or a Gemm thunk's product list
-(["gemm", thunk name]); the runtime builds it at load time, and runs a driver's thunks one by
-one instead where it cannot prepare a product list (no native GEMM on the host). Kernels with a lot of work stay outside drivers, so the runtime can split them across
-threads; composites and host thunks never go into drivers.
+address of a slice (["slice", [allocation, offset, size]]), a Gemm thunk's job (["gemm",
+thunk name]) or a composite step's pointer array or job (["step", [thunk name, index]]); the
+runtime builds it at load time, and runs a driver's thunks one by one instead where it
+cannot prepare a job (no native GEMM on the host). Kernels with a lot of work stay outside
+drivers, so the runtime can split them across threads; host thunks never go into drivers.
 
 A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
 stop flag (`hloc_stop_flag`, an i32 the runtime provides and sets on Ctrl-C or --timeout) once
@@ -51,13 +54,17 @@ class DriverPlan:
 
 
 class _Planner:
-    def __init__(self, kernels: dict[str, dict], gemms: frozenset[str]):
+    def __init__(self, kernels: dict[str, dict], gemms: frozenset[str],
+                 composites: frozenset[str]):
         self.kernels = kernels  # thunk name -> {"symbol", "parallel_extent", "work"}
         self.gemms = gemms
+        self.composites = composites
         self.plans: list[DriverPlan] = []
 
     def native(self, thunk) -> bool:
         kind = thunk.kind
+        if thunk.name in self.composites:
+            return True
         if kind == "kernel" or thunk.name in self.kernels:
             meta = self.kernels.get(thunk.name)
             return meta is not None and int(meta["work"]) < DRIVER_MAX_WORK
@@ -97,30 +104,46 @@ def _nested(thunk):
         yield from seq
 
 
+def _small_f32_product(instr) -> bool:
+    """An f32 dot of fewer than DRIVER_MAX_GEMM_FLOPS (what a driver may run natively)."""
+    shapes = [instr.shape, *(o.shape for o in instr.operands)]
+    if any(s.element_type != PrimitiveType.F32 for s in shapes):
+        return False
+    d = instr.attrs.dot_dnums
+    contracted = math.prod(instr.operands[0].shape.dims[i] for i in d.lhs_contracting_dimensions)
+    return 2 * instr.shape.num_elements * contracted < DRIVER_MAX_GEMM_FLOPS
+
+
 def driver_gemms(module, program) -> frozenset[str]:
     """The Gemm thunks a driver may run: f32 products of fewer than DRIVER_MAX_GEMM_FLOPS."""
     instructions = {i.name: i for c in module.computations for i in c.instructions}
     names = set()
     for thunk in program.walk():
         instr = instructions.get(thunk.name)
-        if thunk.kind != "gemm" or instr is None:
-            continue
-        shapes = [instr.shape, *(o.shape for o in instr.operands)]
-        if any(s.element_type != PrimitiveType.F32 for s in shapes):
-            continue
-        d = instr.attrs.dot_dnums
-        contracted = math.prod(instr.operands[0].shape.dims[i]
-                               for i in d.lhs_contracting_dimensions)
-        if 2 * instr.shape.num_elements * contracted < DRIVER_MAX_GEMM_FLOPS:
+        if thunk.kind == "gemm" and instr is not None and _small_f32_product(instr):
             names.add(thunk.name)
     return frozenset(names)
 
 
-def plan_drivers(program, kernels: dict[str, dict],
-                 gemms: frozenset[str] = frozenset()) -> list[DriverPlan]:
+def driver_composites(module, composites: dict[str, dict]) -> frozenset[str]:
+    """The composites (outline.py) a driver may run: kernels below DRIVER_MAX_WORK and small
+    f32 products, so a loop around a dot with its epilogue (a scan RNN's step) stays native."""
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+
+    def native(step: dict) -> bool:
+        if step["kind"] == "kernel":
+            return int(step["work"]) < DRIVER_MAX_WORK
+        instr = instructions.get(step.get("instruction", ""))
+        return step["kind"] == "gemm" and instr is not None and _small_f32_product(instr)
+    return frozenset(name for name, c in composites.items() if all(map(native, c["steps"])))
+
+
+def plan_drivers(program, kernels: dict[str, dict], gemms: frozenset[str] = frozenset(),
+                 composites: frozenset[str] = frozenset()) -> list[DriverPlan]:
     """Driver plans for every worthwhile run of native thunks in the program; `gemms` names
-    the Gemm thunks they may include (driver_gemms)."""
-    planner = _Planner(kernels, gemms)
+    the Gemm thunks (driver_gemms) and `composites` the composites (driver_composites) they
+    may include."""
+    planner = _Planner(kernels, gemms, composites)
     planner.sequence(program.sequence)
     return planner.plans
 
@@ -128,8 +151,10 @@ def plan_drivers(program, kernels: dict[str, dict],
 # ---- emission ---------------------------------------------------------------------------------
 
 class _Emitter:
-    def __init__(self, module: ir.Module, fn: ir.Function, plan: DriverPlan, kernels):
+    def __init__(self, module: ir.Module, fn: ir.Function, plan: DriverPlan, kernels,
+                 composites):
         self.module, self.fn, self.plan, self.kernels = module, fn, plan, kernels
+        self.composites = composites
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.table = fn.args[0]
         self._stop_block = None
@@ -146,8 +171,23 @@ class _Emitter:
 
     def thunks(self, thunks) -> None:
         for t in thunks:
+            if t.name in self.composites:
+                self._composite(t)
+                continue
             kind = "kernel" if t.name in self.kernels else t.kind
             getattr(self, "_" + kind.replace("-", "_"))(t)
+
+    def _composite(self, t) -> None:
+        """A composite's steps in order: kernels over all their units, products through the
+        runtime's GEMM (slots ["step", [thunk, index]]: the runtime resolves scratch)."""
+        for index, step in enumerate(self.composites[t.name]["steps"]):
+            ref = ["step", [t.name, index]]
+            if step["kind"] == "gemm":
+                self.b.call(self.intrinsic(GEMM_LIST, [PTR]), [self.slot(ref)])
+            elif int(step["parallel_extent"]) > 0:
+                self.b.call(self.module.globals[step["symbol"]],
+                            [self.slot(ref), ir.Constant(I64, 0),
+                             ir.Constant(I64, int(step["parallel_extent"]))])
 
     def _kernel(self, t) -> None:
         meta = self.kernels[t.name]
@@ -231,13 +271,14 @@ class _Emitter:
         b.position_at_end(done)
 
 
-def emit_drivers(module: ir.Module, plans: list[DriverPlan], program, kernels) -> None:
+def emit_drivers(module: ir.Module, plans: list[DriverPlan], program, kernels,
+                 composites: dict[str, dict] | None = None) -> None:
     """Define every planned driver in `module` (which holds the kernels), filling the plans'
-    slot lists."""
+    slot lists; `composites` (kernels.json's) holds those the plans include."""
     by_name = {t.name: t for t in program.walk()}
     for plan in plans:
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), plan.symbol)
         fn.attributes.add("nounwind")
-        emitter = _Emitter(module, fn, plan, kernels)
+        emitter = _Emitter(module, fn, plan, kernels, composites or {})
         emitter.thunks([by_name[name] for name in plan.thunks])
         emitter.b.ret_void()

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from .pool import add_job, add_pool
+
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 PTR = ir.PointerType()
 # i64s describing one product in hloc_sgemm_list's list (after its count and work words).
@@ -284,19 +286,22 @@ class _Builder:
         b.ret_void()
         return fn
 
-    def product_list(self, sgemm: ir.Function) -> None:
+    def product_list(self, sgemm: ir.Function) -> ir.Function:
         """hloc_sgemm_list(list): the products of a list of i64s [count, work, then per product
         batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, beta], one after the other. One
         pointer argument: the runtime calls it as cheaply as a kernel (a ctypes call with
-        fifteen converted arguments costs ten times as much)."""
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_sgemm_list")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        (lst,) = fn.args
+        fifteen converted arguments costs ten times as much). Returns the internal
+        list_with(list, work), which takes the packing buffer apart from the list (pieces
+        of one job share lists' words but not buffers)."""
+        with_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
+                              "hloc_sgemm_list_with")
+        with_fn.linkage = "internal"
+        b = ir.IRBuilder(with_fn.append_basic_block("entry"))
+        lst, work = with_fn.args
 
         def word(index) -> ir.Value:
             return b.load(b.gep(lst, [index], inbounds=True, source_etype=I64), typ=I64)
 
-        work = b.inttoptr(word(_i64(1)), PTR)
         with _loop(b, 0, word(_i64(0)), name="e") as e:
             base = b.add(_i64(2), b.mul(e, _i64(PRODUCT_WORDS)))
             w = [word(b.add(base, _i64(i))) for i in range(PRODUCT_WORDS)]
@@ -304,6 +309,13 @@ class _Builder:
             b.call(sgemm, [batch, m, n, k, b.inttoptr(a, PTR), sa, lda, b.inttoptr(bm, PTR), sb,
                            ldb, b.inttoptr(c, PTR), sc, ldc, work, beta])
         b.ret_void()
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_sgemm_list")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        (lst,) = fn.args
+        work = b.load(b.gep(lst, [_i64(1)], inbounds=True, source_etype=I64), typ=I64)
+        b.call(with_fn, [lst, b.inttoptr(work, PTR)])
+        b.ret_void()
+        return with_fn
 
     def _row_tiles(self, b, ks: _KSlice, tiles, pack_a, a, c, work, a_work) -> None:
         """The micro-kernel calls of one k slice of one column block: for each MR-row tile of
@@ -366,7 +378,8 @@ def build_module(geo: Geometry) -> ir.Module:
     module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
-    builder.product_list(builder.gemm(tiles, builder.pack_b(), builder.pack_a()))
+    list_with = builder.product_list(builder.gemm(tiles, builder.pack_b(), builder.pack_a()))
+    add_job(module, list_with, add_pool(module))
     return module
 
 

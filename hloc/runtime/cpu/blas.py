@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from . import gemm, parallel
+from . import gemm, native_pool, parallel
 from .openblas import openblas
 
 # Products below this many flops use one BLAS thread.
@@ -152,17 +152,27 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     return functools.partial(pool.run, piece, pieces)
 
 
-# Products below this many flops run the native GEMM on the calling thread (waking a worker
-# costs more than it saves; the native GEMM has no per-call setup to amortize).
-NATIVE_SINGLE_THREAD_FLOPS = 8000000
+# Products below this many flops run the native GEMM on the calling thread (HLOC_CPU_SPLIT_FLOPS
+# overrides). A spinning worker of the native pool (native_pool.py) takes a piece within a
+# microsecond, so mid-size products (a scan RNN's 32 x 256 x 256, 4.2 MFLOP) could use both
+# cores of a 2-core host; but on a 2-core host shared with other processes (load 6-9) such a
+# loop ran 1.2-1.5x slower split than on one thread (a worker preempted inside its piece
+# holds up the caller), so only products as big as the Python pool used to split are split.
+NATIVE_SINGLE_THREAD_FLOPS = int(os.environ.get("HLOC_CPU_SPLIT_FLOPS") or 8000000)
+
+
+def native_ranges(batch: int, m: int, n: int, flops: int) -> list[tuple[int, ...]]:
+    """(b0, b1, r0, r1, c0, c1) pieces of a native product for the native pool: one per
+    thread (smaller pieces re-pack A (column pieces) or B (row pieces) more often, which
+    costs more than the finer load balance gains, measured on 2 cores), or the whole
+    product where it is small. Each element is computed alike whatever the pieces."""
+    threads = native_pool.threads()
+    if flops < NATIVE_SINGLE_THREAD_FLOPS or threads == 1:
+        return [(0, batch, 0, m, 0, n)]
+    return gemm.pieces(batch, m, n, threads)
 
 
 def _native_runner(product, cells, batch: int, m: int, n: int, flops: int):
-    """The native f32 GEMM (gemm.py), split across the pool when the product is big."""
-    pool = parallel.pool()
-    if flops < NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
-        return gemm.list_runner(cells, lambda: [[product(0, batch, 0, m, 0, n)]])
-    # One piece per thread: smaller pieces re-pack A (column pieces) or B (row pieces) more
-    # often, which costs more than the finer load balance gains (measured on 2 cores).
-    ranges = gemm.pieces(batch, m, n, pool.threads)
+    """The native f32 GEMM (gemm.py), its pieces shared with the native pool when big."""
+    ranges = native_ranges(batch, m, n, flops)
     return gemm.list_runner(cells, lambda: [[product(*r)] for r in ranges])

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ...buffers.assignment import Slice
 from ...thunks.base import ThunkKind
 from . import blas
 from .host import build_host_step
@@ -130,8 +131,8 @@ def build_gemm(ctx: LoadContext, thunk) -> Step:
 
 
 def native_product_list(ctx: LoadContext, thunk):
-    """The address of a Gemm thunk's product list for hloc_sgemm_list (a native driver calls
-    it), or None where the native GEMM cannot compute it in place (another dtype, operands
+    """The address of a Gemm thunk's job for hloc_sgemm_job (a native driver calls it: one
+    list, or pieces shared with the native pool when the product is big enough), or None where the native GEMM cannot compute it in place (another dtype, operands
     that are no matrix views, no native GEMM on this host). Operand addresses follow their
     allocations when these are rebound for a run."""
     from . import gemm
@@ -145,9 +146,17 @@ def native_product_list(ctx: LoadContext, thunk):
     product = gemm.product_describer(a.cell, b.cell, out.cell)
     if product is None:
         return None
-    words, pointer = gemm.product_list([product(0, batch, 0, m, 0, n)], ctx.gemm_work())
-    # Each operand's matrix view starts at its slice: re-pointed with its allocation.
-    for s, word in ((thunk.lhs, 4), (thunk.rhs, 7), (thunk.output, 10)):
-        ctx.memory.pointer(s, words, 2 + word)
-    ctx.keep_alive.append(words)
-    return pointer.value
+    ranges = blas.native_ranges(batch, m, n, 2 * batch * m * n * a.shape[-1])
+    whole = product(0, batch, 0, m, 0, n)
+    lists = [gemm.product_list([product(*r)], ctx.gemm_work()) for r in ranges]
+    # Each operand's matrix view starts at its slice, a piece's some bytes into it: both are
+    # re-pointed with their allocation.
+    for (words, _), r in zip(lists, ranges, strict=True):
+        piece = product(*r)
+        for s, word in ((thunk.lhs, 4), (thunk.rhs, 7), (thunk.output, 10)):
+            skip = piece[word] - whole[word]
+            ctx.memory.pointer(Slice(s.allocation, s.offset + skip, s.size - skip), words,
+                               2 + word)
+    job = gemm.product_job(lists, gemm.pool_address())
+    ctx.keep_alive.append(job)
+    return job[1].value

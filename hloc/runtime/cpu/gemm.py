@@ -23,8 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ... import __version__
+from ...codegen.cpu import pool as pool_layout
 from ...codegen.cpu.gemm import AVX2, AVX512, PRODUCT_WORDS, Geometry, module_text
 from ...util.objcache import cache_key, cached_object
+from . import native_pool
 
 # Products are cut into pieces (`pieces`) on the AVX-512 kernel's tile and block sizes.
 MR, NR, NC = AVX512.mr, AVX512.nr, AVX512.nc
@@ -51,11 +53,25 @@ class _Library:
         key = cache_key(text, target.triple, target.cpu, target.features, "O3",
                         ".".join(map(str, llvm_binding.llvm_version_info)), __version__)
         obj = cached_object(key, lambda: llvm.compile_ir(text, target, 3).object_code, "gemm")
+        llvm_binding.add_symbol(pool_layout.SYSCALL, native_pool.syscall_address())
         self.library = llvm.JitLibrary(obj, target)
         self.fn = _FN_TYPE(self.library.address("hloc_sgemm"))
         self.list_fn = _LIST_TYPE(self.library.address("hloc_sgemm_list"))
+        self.job_fn = _LIST_TYPE(self.library.address("hloc_sgemm_job"))
         self._local = threading.local()
         self.work_floats, self.max_flops = geo.work_floats, max_flops
+        self._pool: native_pool.NativePool | None = None
+
+    def pool_address(self) -> int:
+        """The native pool's state for jobs (started on first use; 0: one thread)."""
+        if self._pool is None:
+            if native_pool.threads() == 1:
+                return 0
+            # Any library's workers run any job (they call the job's piece function): the
+            # pool's buffers fit every geometry, and it keeps this library's code alive.
+            self._pool = native_pool.shared(self.library, max(AVX2.work_floats,
+                                                              AVX512.work_floats))
+        return self._pool.address
 
     def work(self) -> int:
         """The address of this thread's packing buffer (the `work` argument)."""
@@ -145,46 +161,45 @@ def product_describer(ca, cb, co):
 def list_runner(cells, chunks: Callable[[], list[list[tuple[int, ...]]]]) -> Callable[[], None]:
     """A runner for native products: `chunks()` lists them (PRODUCT_WORDS words each, see
     product_describer) from the current arrays of `cells` (objects whose `.a` the products
-    read or write), in chunks. One chunk runs on the calling thread, several are shared with
-    the pool. Each chunk is one list for hloc_sgemm_list, built once and rebuilt only when a
-    cell's array has been rebound, so a call costs one ctypes call of one pointer."""
-    from . import parallel
-
+    read or write), in chunks. One chunk runs on the calling thread, several are one job
+    shared with the native pool. The lists (and the job) are built once and rebuilt only
+    when a cell's array has been rebound, so a call costs one ctypes call of one pointer."""
     lib = _library()
     assert lib is not None, "list_runner needs the native GEMM (product_describer said so)"
-    call, work = lib.list_fn, lib.work
+    work = lib.work
     seen: list = []
-    lists: list[tuple[ctypes.Array, ctypes.c_void_p]] = []
+    current: list = []  # [function, its argument, the first list's words, what to keep alive]
 
     def refresh() -> None:
         seen[:] = [c.a for c in cells]
-        lists[:] = [product_list(chunk) for chunk in chunks()]
+        lists = [product_list(chunk) for chunk in chunks()]
+        if len(lists) == 1:  # hloc_sgemm_list itself: a job would only add a hop
+            current[:] = [lib.list_fn, lists[0][1], lists[0][0], lists]
+        else:
+            job = product_job(lists, lib.pool_address())
+            current[:] = [lib.job_fn, job[1], lists[0][0], job]
 
-    def check() -> None:
+    def run() -> None:
         for c, a in zip(cells, seen, strict=True):
             if c.a is not a:
                 refresh()
-                return
-
-    def piece(index: int) -> None:
-        words, pointer = lists[index]
-        words[1] = work()
-        call(pointer)
+                break
+        fn, arg, first, _ = current
+        first[1] = work()
+        fn(arg)
 
     refresh()
-    if len(lists) == 1:
-        def run() -> None:
-            check()
-            words, pointer = lists[0]
-            words[1] = work()
-            call(pointer)
-        return run
-    pool, indices = parallel.pool(), [(i,) for i in range(len(lists))]
+    return run
 
-    def run_pieces() -> None:
-        check()
-        pool.run(piece, indices)
-    return run_pieces
+
+def product_job(lists: list[tuple[ctypes.Array, ctypes.c_void_p]], pool: int) -> tuple:
+    """hloc_sgemm_job's words for `lists` (hloc_sgemm_list lists, see product_list), shared
+    with the pool whose state is at `pool` (0: none; the calling thread packs into the
+    first list's work buffer): (words, their pointer, the lists, kept alive with them)."""
+    words = (ctypes.c_int64 * (2 + len(lists)))(pool, len(lists))
+    for i, (_, pointer) in enumerate(lists):
+        words[2 + i] = pointer.value or 0
+    return words, ctypes.c_void_p(ctypes.addressof(words)), lists
 
 
 def product_list(products: list[tuple[int, ...]],
@@ -197,6 +212,12 @@ def product_list(products: list[tuple[int, ...]],
         assert len(product) == PRODUCT_WORDS
         words[2 + PRODUCT_WORDS * i:2 + PRODUCT_WORDS * (i + 1)] = list(product)
     return words, ctypes.c_void_p(ctypes.addressof(words))
+
+
+def pool_address() -> int:
+    """The native pool's state for jobs (0: none, or no native GEMM)."""
+    lib = _library()
+    return 0 if lib is None else lib.pool_address()
 
 
 def work_floats() -> int:
@@ -212,7 +233,8 @@ _LIST_LOCK = threading.Lock()
 
 
 def provide_list_symbol() -> None:
-    """Resolve `hloc_gemm_list` for generated code: hloc_sgemm_list of the native GEMM. Without
+    """Resolve `hloc_gemm_list` for generated code: hloc_sgemm_job of the native GEMM (a
+    driver's table slot holds the job product_job built, see contract.native_product_list). Without
     one (no AVX2, HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks
     run one by one), so the symbol resolves to a stub that stops the process if ever called."""
     import llvmlite.binding as llvm_binding
@@ -222,7 +244,7 @@ def provide_list_symbol() -> None:
             return
         lib = _library()
         if lib is not None:
-            address = lib.library.address("hloc_sgemm_list")
+            address = lib.library.address("hloc_sgemm_job")
         else:
             def unreachable(_words) -> None:
                 os.write(2, b"hloc: internal error: a native driver called the GEMM without "

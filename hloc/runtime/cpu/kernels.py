@@ -101,11 +101,11 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
             operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
-        elif kind == "gemm":
-            products = native_product_list(ctx, by_name[value])
-            if products is None:
+        elif kind in ("gemm", "step"):
+            address = _native_address(ctx, by_name, kind, value)
+            if address is None:
                 return None
-            table[index] = products
+            table[index] = address
         else:
             ctx.memory.pointer(Slice(*value), table, index)
     ctx.keep_alive.append(table)
@@ -116,9 +116,24 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
                     ctypes.addressof(table))))
 
 
+def _native_address(ctx: LoadContext, by_name: dict, kind: str, value) -> int | None:
+    """A driver slot's job (a Gemm thunk's, or a composite's product step) or pointer array
+    (a composite's kernel step); None where a product cannot run natively."""
+    if kind == "gemm":
+        return native_product_list(ctx, by_name[value])
+    name, index = value
+    thunk = by_name[name]
+    step = ctx.kernels["composites"][name]["steps"][index]
+    slice_of = _composite_slices(thunk, ctx.kernels["composites"][name])
+    if step["kind"] == "gemm":
+        return native_product_list(ctx, _gemm_thunk(ctx, step, slice_of))
+    return ctypes.addressof(pointer_array(ctx, [slice_of(ref) for ref in step["buffers"]]))
+
+
 # ---- composites: kernels around a gemm / convolution (hloc/codegen/cpu/outline.py) -------------
 
-def _composite_runner(ctx: LoadContext, thunk, composite: dict) -> Callable[[], None]:
+def _composite_slices(thunk, composite: dict) -> Callable[[list], Slice]:
+    """slice_of(ref): the slice a composite's buffer reference names (kernels.json)."""
     scratch = [Slice(SCRATCH, offset, size) for offset, size in composite["scratch"]]
 
     def slice_of(ref) -> Slice:
@@ -126,7 +141,11 @@ def _composite_runner(ctx: LoadContext, thunk, composite: dict) -> Callable[[], 
         if kind == "operand":
             return thunk.operands[index]
         return thunk.outputs[index] if kind == "output" else scratch[index]
+    return slice_of
 
+
+def _composite_runner(ctx: LoadContext, thunk, composite: dict) -> Callable[[], None]:
+    slice_of = _composite_slices(thunk, composite)
     runs = [_COMPOSITE_PARTS[step["kind"]](ctx, step, slice_of) for step in composite["steps"]]
     if len(runs) == 1:
         return runs[0]
@@ -141,13 +160,17 @@ def _kernel_part(ctx: LoadContext, step: dict, slice_of):
     return kernel_runner(ctx, step, [slice_of(ref) for ref in step["buffers"]])
 
 
-def _gemm_part(ctx: LoadContext, step: dict, slice_of):
+def _gemm_thunk(ctx: LoadContext, step: dict, slice_of) -> Gemm:
+    """A composite's product step as a Gemm thunk over its slices."""
     d = ctx.instruction(step["instruction"]).attrs.dot_dnums
-    thunk = Gemm(step["instruction"], slice_of(step["lhs"]), slice_of(step["rhs"]),
-                 slice_of(step["output"]), tuple(d.lhs_contracting_dimensions),
-                 tuple(d.rhs_contracting_dimensions), tuple(d.lhs_batch_dimensions),
-                 tuple(d.rhs_batch_dimensions))
-    return build_gemm(ctx, thunk).run
+    return Gemm(step["instruction"], slice_of(step["lhs"]), slice_of(step["rhs"]),
+                slice_of(step["output"]), tuple(d.lhs_contracting_dimensions),
+                tuple(d.rhs_contracting_dimensions), tuple(d.lhs_batch_dimensions),
+                tuple(d.rhs_batch_dimensions))
+
+
+def _gemm_part(ctx: LoadContext, step: dict, slice_of):
+    return build_gemm(ctx, _gemm_thunk(ctx, step, slice_of)).run
 
 
 def _convolution_part(ctx: LoadContext, step: dict, slice_of):

@@ -1,0 +1,180 @@
+"""The native GEMM's thread pool (codegen/cpu/pool.py, runtime/cpu/native_pool.py) and
+composites inside native drivers: every piece runs once, results do not depend on the
+thread count, and a scan-like loop of a product and a fused dot runs as one native call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from hloc.codegen.target import host_target
+from hloc.runtime.cpu import blas, gemm, native_pool
+
+from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.run import interpret
+from .support.values import assert_close
+
+pytestmark = [pytest.mark.cpu, pytest.mark.skipif(
+    not (host_target().has("avx2") and host_target().has("fma")),
+    reason="the native GEMM needs an AVX2 + FMA host")]
+
+
+def _job(lib, pool_address: int, m: int, n: int, k: int, parts: int, seed: int):
+    """(run, c, want): a product cut into pieces as one job, its output and numpy's."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    c = np.full((m, n), np.nan, np.float32)
+    lists = []
+    for _, _, r0, r1, c0, c1 in gemm.pieces(1, m, n, parts):
+        product = (1, r1 - r0, c1 - c0, k, a.ctypes.data + 4 * r0 * k, 0, k,
+                   b.ctypes.data + 4 * c0, 0, n, c.ctypes.data + 4 * (r0 * n + c0), 0, n, 0)
+        lists.append(gemm.product_list([product], lib.work()))
+    job = gemm.product_job(lists, pool_address)
+
+    def run() -> None:
+        lists[0][0][1] = lib.work()  # the calling thread's packing buffer, as list_runner
+        lib.job_fn(job[1])
+    run.keep = (a, b)  # type: ignore[attr-defined]
+    return run, c, a.astype(np.float64) @ b
+
+
+@pytest.fixture
+def pool():
+    """A pool of three workers of its own (the process-wide one is left alone)."""
+    lib = gemm._library()
+    own = native_pool.NativePool(lib.library, gemm.AVX512.work_floats, 3)
+    yield lib, own
+    own.close()
+
+
+@pytest.mark.parametrize("m,n,k,parts", [(64, 300, 200, 4), (200, 96, 70, 7), (7, 33, 5, 3)])
+def test_pool_runs_every_piece_once(pool, m, n, k, parts):
+    """A piece run twice or not at all leaves NaN or a wrong sum; the result must equal the
+    one-thread run bit for bit (each element is computed alike whatever thread runs it)."""
+    lib, own = pool
+    run, c, want = _job(lib, own.address, m, n, k, parts, m)
+    alone, c1, _ = _job(lib, 0, m, n, k, parts, m)
+    alone()
+    for _ in range(50):
+        c[...] = np.nan
+        run()
+        np.testing.assert_array_equal(c, c1)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_concurrent_callers_share_one_pool(pool):
+    """Two threads submitting jobs at once (a multi-device run): one owns the pool, the
+    other finds it busy and runs its pieces itself; both results are right."""
+    lib, own = pool
+    jobs = [_job(lib, own.address, 96, 256, 128, 4, seed) for seed in (1, 2)]
+    errors: list = []
+
+    def submit(run, c, want) -> None:
+        try:
+            for _ in range(100):
+                c[...] = np.nan
+                run()
+                np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+        except AssertionError as e:
+            errors.append(e)
+    threads = [threading.Thread(target=submit, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_big_products_are_cut_for_the_pool(monkeypatch):
+    monkeypatch.setattr(native_pool, "threads", lambda: 2)
+    monkeypatch.setattr(blas, "NATIVE_SINGLE_THREAD_FLOPS", 2000000)
+    assert blas.native_ranges(1, 32, 256, 2 * 32 * 256 * 256) == gemm.pieces(1, 32, 256, 2)
+    assert blas.native_ranges(1, 32, 256, 2 * 32 * 256 * 64) == [(0, 1, 0, 32, 0, 256)]
+    monkeypatch.setattr(native_pool, "threads", lambda: 1)
+    assert blas.native_ranges(1, 512, 512, 2 * 512 ** 3) == [(0, 1, 0, 512, 0, 512)]
+
+
+# A scan RNN's step: a mid-size product (4.2 MFLOP: cut for the pool) and a fusion whose dot
+# is too big for a fused kernel (a composite: its product, then the epilogue kernel).
+SCAN = """HloModule scan_like
+fused {
+  x = f32[32,64]{1,0} parameter(0)
+  u = f32[64,256]{1,0} parameter(1)
+  d = f32[32,256]{1,0} dot(x, u), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h = f32[32,256]{1,0} parameter(2)
+  a = f32[32,256]{1,0} add(h, d)
+  ROOT t = f32[32,256]{1,0} tanh(a)
+}
+cond {
+  p = (s32[], f32[32,256]{1,0}, f32[32,64]{1,0}, f32[64,256]{1,0}, f32[256,256]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[32,256]{1,0}, f32[32,64]{1,0}, f32[64,256]{1,0}, f32[256,256]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  h = f32[32,256]{1,0} get-tuple-element(p), index=1
+  x = f32[32,64]{1,0} get-tuple-element(p), index=2
+  u = f32[64,256]{1,0} get-tuple-element(p), index=3
+  w = f32[256,256]{1,0} get-tuple-element(p), index=4
+  hw = f32[32,256]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  f = f32[32,256]{1,0} fusion(x, u, hw), kind=kOutput, calls=fused
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[32,256]{1,0}, f32[32,64]{1,0}, f32[64,256]{1,0}, f32[256,256]{1,0}) tuple(j, f, x, u, w)
+}
+ENTRY e {
+  h0 = f32[32,256]{1,0} parameter(0)
+  x = f32[32,64]{1,0} parameter(1)
+  u = f32[64,256]{1,0} parameter(2)
+  w = f32[256,256]{1,0} parameter(3)
+  z = s32[] constant(0)
+  init = (s32[], f32[32,256]{1,0}, f32[32,64]{1,0}, f32[64,256]{1,0}, f32[256,256]{1,0}) tuple(z, h0, x, u, w)
+  loop = (s32[], f32[32,256]{1,0}, f32[32,64]{1,0}, f32[64,256]{1,0}, f32[256,256]{1,0}) while(init), condition=cond, body=body
+  ROOT h = f32[32,256]{1,0} get-tuple-element(loop), index=1
+}
+"""
+_SHAPES = [(32, 256), (32, 64), (64, 256), (256, 256)]
+
+
+def _scan_args(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) / np.sqrt(s[0]) for s in _SHAPES]
+
+
+def test_composites_run_inside_native_drivers(tmp_path):
+    """The loop, its composite included, is one driver (its product step and its epilogue
+    kernel in ["step", ...] slots); results match the interpreter, and the thunk-by-thunk
+    run, a one-thread run and a run with both products shared with the pool bit for bit."""
+    bundle = compile_bundle(SCAN, tmp_path / "s.bundle", passes="layout-assignment")
+    meta = kernels_json(bundle)
+    assert list(meta["composites"]) == ["f"]
+    (driver,) = meta["drivers"]
+    assert [s for s in driver["slots"] if s[0] == "step"] == [["step", ["f", 0]],
+                                                              ["step", ["f", 1]]]
+    exe = load_cpu(bundle)
+    assert exe.describe()["steps"] == {"driver": 1}
+    args = _scan_args(3)
+    got = exe.run(args)
+    assert_close(got, interpret(SCAN, args), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got[0], exe.run_wrapped(args, lambda s, r: r)[0])
+    script = ("import sys, numpy as np; from hloc.runtime import load; "
+              "e = load(sys.argv[1], 'cpu'); a = dict(np.load(sys.argv[2])); "
+              "np.save(sys.argv[3], e.run([a[f'arg{i}'] for i in range(4)])[0])")
+    np.savez(tmp_path / "args.npz", **{f"arg{i}": a for i, a in enumerate(args)})
+    # One thread; and both products (1 and 4.2 MFLOP) cut for a pool of two inside the driver.
+    for k, env in enumerate(({"HLOC_CPU_THREADS": "1"},
+                             {"HLOC_CPU_THREADS": "2", "HLOC_CPU_SPLIT_FLOPS": "1000000"})):
+        out = tmp_path / f"run{k}.npy"
+        done = subprocess.run([sys.executable, "-c", script, str(bundle),
+                               str(tmp_path / "args.npz"), str(out)], text=True,
+                              capture_output=True, env=dict(os.environ, **env))
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_array_equal(np.load(out), got[0])
