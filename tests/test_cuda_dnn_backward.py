@@ -35,59 +35,72 @@ ENTRY e {{
   ROOT c = {y} convolution(x, w), window={{{window}}}, dim_labels={labels}
 }}
 """
-# name: (lhs, rhs, result, window, dim_labels, (direction, through scratch)); direction None:
-# no cuDNN form, hloc's kernel. Compiled without passes, so layouts reach the thunk as written.
+# name: (lhs, rhs, result, window, dim_labels, (direction, through scratch, filter)); direction
+# None: no cuDNN form, hloc's kernel. filter: (w_format, converted from w_strides first): NHWC
+# for NHWC-strided activations (what an H200 supports in backward calls), else NCHW. Compiled
+# without passes, so layouts reach the thunk as written.
+NHWC, NCHW = ("NHWC", False), ("NCHW", False)
+NHWC_CONVERTED, NCHW_CONVERTED = ("NHWC", True), ("NCHW", True)
 CASES = {
     # cnn_train_step's conv .14 (jax's input gradient of a stride-2, pad 0_1 convolution):
     # padding 2_1 is asymmetric, so cuDNN writes a 17x17 dx and the epilogue reads 16x16.
     "transposed_cnn": ("f32[2,8,8,6]{3,2,1,0}", "f32[3,3,5,6]{3,2,1,0}",
                        "f32[2,16,16,5]{3,2,1,0}", "size=3x3 pad=2_1x2_1 lhs_dilate=2x2",
-                       "b01f_01oi->b01f", ("backward_data", True)),
+                       "b01f_01oi->b01f", ("backward_data", True, NHWC_CONVERTED)),
     "transposed_direct": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
                           "f32[2,4,9,9]{3,2,1,0}", "size=3x3 pad=1_1x1_1 lhs_dilate=2x2",
-                          "bf01_oi01->bf01", ("backward_data", False)),
+                          "bf01_oi01->bf01", ("backward_data", False, NCHW_CONVERTED)),
     "transposed_reversed_window": ("f32[2,3,5,4]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}",
                                    "f32[2,4,10,7]{3,2,1,0}",
                                    "size=3x2 pad=1_2x0_1 lhs_dilate=2x2 rhs_reversal=1x1",
-                                   "bf01_oi01->bf01", ("backward_data", False)),
+                                   "bf01_oi01->bf01", ("backward_data", False, NCHW_CONVERTED)),
     "transposed_1d_dilated": ("f32[2,5,3]{2,1,0}", "f32[3,3,4]{2,1,0}", "f32[2,14,4]{2,1,0}",
                               "size=3 pad=3_2 lhs_dilate=3 rhs_dilate=2", "b0f_0io->b0f",
-                              ("backward_data", True)),
+                              ("backward_data", True, NHWC_CONVERTED)),
     "transposed_3d": ("f32[1,2,3,3,2]{4,3,2,1,0}", "f32[2,2,2,2,3]{4,3,2,1,0}",
                       "f32[1,4,8,4,3]{4,3,2,1,0}",
                       "size=2x2x2 pad=1_1x1_1x0_0 lhs_dilate=2x3x2",
-                      "b012f_012io->b012f", ("backward_data", False)),
+                      "b012f_012io->b012f", ("backward_data", False, NHWC_CONVERTED)),
     "transposed_nchw_in_memory": ("f32[2,5,5,3]{1,2,3,0}", "f32[3,3,3,4]{3,2,1,0}",
                                   "f32[2,10,10,4]{1,2,3,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
-                                  "b01f_01io->b01f", ("backward_data", False)),
+                                  "b01f_01io->b01f", ("backward_data", False, NCHW_CONVERTED)),
+    # The kernel already packed as cuDNN's NHWC filter (K = its input feature outermost, C =
+    # its output feature innermost): read in place, no conversion.
+    "transposed_krsc_filter": ("f32[2,8,8,6]{3,2,1,0}", "f32[6,3,3,5]{3,2,1,0}",
+                               "f32[2,16,16,5]{3,2,1,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
+                               "b01f_i01o->b01f", ("backward_data", False, NHWC)),
     # cnn_train_step's weight gradients (dw in jax's HWIO layout: through scratch, packed
-    # K, C, taps): conv .11 (pad 1_1), .13 (rhs_dilate 2, pad 0_1: one more tap each side)
+    # K, taps, C): conv .11 (pad 1_1), .13 (rhs_dilate 2, pad 0_1: one more tap each side)
     # and .15 (3 input channels).
     "wgrad_cnn_11": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,6,5]{3,2,1,0}",
-                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     "wgrad_cnn_13": ("f32[4,16,16,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
                      "f32[3,3,6,5]{3,2,1,0}", "size=8x8 pad=0_1x0_1 rhs_dilate=2x2",
-                     "f01b_i01o->01bf", ("backward_filter", True)),
+                     "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     "wgrad_cnn_15": ("f32[4,8,8,3]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,3,5]{3,2,1,0}",
-                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     # The weight gradient of an rhs-dilated convolution: HLO window stride 2 (cuDNN dilation).
     "wgrad_window_stride": ("f32[2,11,11,3]{3,2,1,0}", "f32[2,7,7,4]{3,2,1,0}",
                             "f32[3,3,3,4]{3,2,1,0}", "size=7x7 stride=2x2", "f01b_i01o->01bf",
-                            ("backward_filter", True)),
-    # dw already packed K, C, taps: cuDNN writes the result directly.
-    "wgrad_kcrs_direct": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                            ("backward_filter", True, NHWC)),
+    # dw wanted packed in the format cuDNN writes: the result directly. K, taps, C (OHWI)
+    # for jax's NHWC activations; K, C, taps (OIHW) for activations packed NCHW in memory.
+    "wgrad_krsc_direct": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                          "f32[5,3,3,6]{3,2,1,0}", "size=8x8 pad=1_1x1_1", "f01b_i01o->f01b",
+                          ("backward_filter", False, NHWC)),
+    "wgrad_kcrs_direct": ("f32[4,8,8,6]{2,1,3,0}", "f32[4,8,8,5]{2,1,3,0}",
                           "f32[5,6,3,3]{3,2,1,0}", "size=8x8 pad=1_1x1_1", "f01b_i01o->fb01",
-                          ("backward_filter", False)),
+                          ("backward_filter", False, NCHW)),
     "wgrad_1d": ("f32[3,20,4]{2,1,0}", "f32[3,18,5]{2,1,0}", "f32[4,4,5]{2,1,0}",
-                 "size=18 pad=1_0", "f0b_i0o->0bf", ("backward_filter", True)),
+                 "size=18 pad=1_0", "f0b_i0o->0bf", ("backward_filter", True, NHWC)),
     # Not expressible: a window stride with lhs dilation, a kernel reversed in one dim only.
     "transposed_strided": ("f32[1,2,5,5]{3,2,1,0}", "f32[3,2,3,3]{3,2,1,0}",
                            "f32[1,3,5,5]{3,2,1,0}", "size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=2x2",
-                           "bf01_oi01->bf01", (None, False)),
+                           "bf01_oi01->bf01", (None, False, None)),
     "transposed_half_reversed": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
                                  "f32[2,4,9,9]{3,2,1,0}",
                                  "size=3x3 pad=1_1x1_1 lhs_dilate=2x2 rhs_reversal=1x0",
-                                 "bf01_oi01->bf01", (None, False)),
+                                 "bf01_oi01->bf01", (None, False, None)),
 }
 QUICK = ("transposed_cnn", "transposed_direct", "wgrad_cnn_13", "wgrad_kcrs_direct")
 
@@ -137,13 +150,14 @@ def test_backward_calls_are_the_adjoints_of_forward(mode, size, taps, pad, strid
 # ---- planning and the emulated calls ----------------------------------------------------------
 
 def _check_plan(name: str, ex) -> gt.ConvLaunch:
-    direction, scratch = CASES[name][5]
+    direction, scratch, filt = CASES[name][5]
     (conv,) = _convs(ex.program)
     if direction is None:
         assert conv.dnn is None
         return conv
     assert conv.dnn is not None and conv.dnn.direction == direction
     assert (conv.variant == "conv.core") == scratch
+    assert (conv.dnn.w_format, bool(conv.dnn.w_strides)) == filt
     if scratch:
         written = conv.dnn.x if direction == "backward_data" else conv.dnn.w
         assert written == conv.args[-1]
