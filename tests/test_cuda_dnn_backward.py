@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
 
 from hloc.errors import InputError
 from hloc.runtime.cuda import cudnn
-from hloc.runtime.cuda.host_conv import backward_data, backward_filter, convolve
+from hloc.runtime.cuda.conv_check import filter_format
+from hloc.runtime.cuda.driver import CudaError
+from hloc.runtime.cuda.host_conv import (
+    HostConv,
+    backward_data,
+    backward_filter,
+    convolve,
+    unsupported,
+)
 from hloc.thunks import gpu as gt
 from hloc.thunks.serialize import gpu_program_from_json, gpu_program_to_json
 
@@ -193,6 +202,7 @@ def test_backward_plans_run_hloc_kernels_too(name, monkeypatch):
     ("wgrad_cnn_13", lambda c: dict(x_strides=(*c.x_strides[:2], c.x_strides[3],
                                               c.x_strides[2]))),
     ("wgrad_cnn_11", lambda c: dict(mode="convolution")),
+    ("wgrad_kcrs_direct", lambda c: dict(w_format="NHWC")),  # dw written K, taps, C
 ])
 def test_a_wrong_backward_descriptor_fails_the_comparison(name, change, monkeypatch):
     got, want, ex, inputs = _run(name, "cudnn", monkeypatch)
@@ -214,6 +224,57 @@ def test_a_wrong_backward_descriptor_fails_the_comparison(name, change, monkeypa
     except InputError:
         return  # refused as inconsistent: as good as a wrong result
     assert not np.allclose(wrong[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+def test_filter_format_follows_the_activations():
+    """NHWC filters for backward calls whose x or dy keeps its features innermost (one
+    feature is no layout); forward calls keep NCHW filters with any activations."""
+    nhwc, nchw = ((2, 3, 5, 5), (75, 1, 15, 3)), ((2, 3, 5, 5), (75, 25, 5, 1))
+    one_feature = ((2, 1, 5, 5), (25, 1, 5, 1))
+    assert filter_format("forward", nhwc, nhwc) == "NCHW"
+    assert filter_format("backward_data", nhwc, nhwc) == "NHWC"
+    assert filter_format("backward_filter", nchw, nhwc) == "NHWC"
+    assert filter_format("backward_filter", nchw, nchw) == "NCHW"
+    assert filter_format("backward_data", one_feature, nchw) == "NCHW"
+
+
+def _with_filter(program, w_format: str):
+    """The program with every cuDNN descriptor's filter format set to `w_format`."""
+    def alter(t):
+        if isinstance(t, gt.Sequential):
+            return dataclasses.replace(t, thunks=tuple(alter(c) for c in t.thunks))
+        if isinstance(t, gt.ConvLaunch) and t.dnn is not None:
+            return dataclasses.replace(t, dnn=dataclasses.replace(t.dnn, w_format=w_format))
+        return t
+
+    return dataclasses.replace(program, main=tuple(alter(t) for t in program.main))
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_krsc_filter", "wgrad_cnn_13",
+                                  "wgrad_krsc_direct"])
+def test_nchw_filter_with_nhwc_activations_is_refused_as_on_an_h200(name, monkeypatch,
+                                                                      caplog):
+    """The emulator keeps the H200's rule: a backward call with NHWC-strided activations and
+    an NCHW filter (what hloc described before) has no algorithm. host_conv refuses it at
+    setup (hloc's kernel runs it, one warning) and fails a call as cuDNN would; the fake
+    libcudnn's heuristic answers NOT_SUPPORTED, so the cuDNN engine refuses it too."""
+    _, want, ex, inputs = _run(name, "cudnn", monkeypatch)
+    assert ex.runner.dnn_calls == 1  # hloc's own descriptor (NHWC filter) runs
+    old = _with_filter(ex.program, "NCHW")
+    (conv,) = _convs(old)
+    assert unsupported(conv.dnn) is not None
+    cudnn._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="hloc.runtime.cuda.cudnn"):
+        engine = HostConv(ex.memory, old)
+        fake_engine = cudnn.CudnnConv(StreamedMemory(ex.memory), old, lib=HostCudnn(ex.memory))
+    assert not engine.runs(conv.name) and not fake_engine.plans
+    assert "status 3000" in caplog.text and "no supported deterministic algorithm" in caplog.text
+    ex.runner.dnn, ex.runner.dnn_calls = engine, 0
+    assert_close(ex.run(inputs), want, rtol=1e-5, atol=1e-5)
+    assert ex.runner.dnn_calls == 0
+    with pytest.raises(CudaError, match="status 3000"):
+        engine(conv.dnn, conv.name)
 
 
 FUSED = {
@@ -319,17 +380,22 @@ def test_long_weight_gradient_sums_keep_shared_threads_in_the_core_kernel(tmp_pa
 # ---- the libcudnn calls, through the fake library -------------------------------------------------
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_direct", "wgrad_cnn_13",
-                                  "wgrad_kcrs_direct"])
+@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_direct", "transposed_krsc_filter",
+                                  "wgrad_cnn_13", "wgrad_krsc_direct", "wgrad_kcrs_direct"])
 def test_backward_arguments_through_a_host_cudnn(name, monkeypatch):
+    """Each call's filter descriptor in its format, the filter converted into it first when
+    strided (cudnnTransformTensor), ALGO_1 chosen, the result the interpreter's."""
     got, want, ex, inputs = _run(name, "kernel", monkeypatch)
     fake = HostCudnn(ex.memory)
     engine = cudnn.CudnnConv(StreamedMemory(ex.memory), ex.program, lib=fake)
     (conv,) = _convs(ex.program)
     assert engine.runs(conv.name) and engine.plans[conv.name].algo == 1  # deterministic ALGO_1
+    (filt,) = [d for d in fake.descs.values() if d["kind"] == "filter"]
+    assert filt["format"] == cudnn.CUDNN_TENSOR_FORMAT[conv.dnn.w_format]
     ex.runner.dnn = engine
     got = ex.run(inputs)
     assert fake.calls == 1 and ex.runner.dnn_calls == 1
+    assert fake.transforms == bool(conv.dnn.w_strides)
     assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
