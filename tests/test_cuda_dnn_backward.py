@@ -506,6 +506,8 @@ def test_cnn_train_step_with_backward_calls_on_host_conv(tmp_path, monkeypatch):
     assert sorted(c.direction for c in calls) == [
         "backward_data", "backward_filter", "backward_filter", "backward_filter", "forward",
         "forward", "forward"]
+    # jax's NHWC activations: every backward call with the NHWC filter an H200 accepts.
+    assert {c.w_format for c in calls if c.direction != "forward"} == {"NHWC"}
     meta = weights.meta("cnn_train_step")
     got = ex.run(weights.arrays(meta))
     assert ex.runner.dnn_calls == len(calls)
@@ -523,8 +525,10 @@ def _cudnn_on_gpu() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n][5][0] is not None])
 def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
-    """Each backward form through real cuDNN (full f32, deterministic algorithms): cuDNN set
-    it up (none refused), ran it once, matches the interpreter, and runs to the same bits."""
+    """Each backward form through real cuDNN (full f32, deterministic algorithms), with the
+    filter format its activations call for (NHWC ones and NCHW ones, filters converted or
+    read in place): cuDNN set it up (none refused), ran it once, matches the interpreter,
+    and runs to the same bits."""
     from hloc.runtime import load
 
     from .support.run import interpret
@@ -539,7 +543,7 @@ def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch)
     exe = load(str(path), "cuda")
     inputs = _inputs(case[0], case[1])
     got = exe.run(inputs)
-    (conv,) = _convs(exe.program)
+    conv = _check_plan(name, exe)
     assert sorted(exe.runner.dnn.plans) == [conv.name] and exe.runner.dnn_calls == 1
     assert_close([np.asarray(g) for g in got], interpret(_text(case), inputs), rtol=1e-5,
                  atol=1e-5)
