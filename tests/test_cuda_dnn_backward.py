@@ -482,6 +482,7 @@ def test_inspect_shows_the_direction(tmp_path):
     result = CliRunner().invoke(cli, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
     assert "cudnn[backward_data reversed x=2x5x17x17" in result.output
+    assert "w=6x5x3x3/1x6x90x30->NHWC y=" in result.output  # HWIO converted to K, taps, C
 
 
 # ---- the whole training step, and on a real GPU ------------------------------------------------
