@@ -149,8 +149,8 @@ class HostCudnn:
 
     def _ConvolutionForward(self, handle, alpha, xd, x, wd, w, conv, algo, space, space_size,
                             beta, yd, y):
-        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, "forward", space, space_size, conv,
-                                       (xd, x), (wd, w), (yd, y))
+        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, "forward", space,
+                                       space_size, conv, (xd, x), (wd, w), (yd, y))
         ys[...] = convolve(call, xs, ws)
         return 0
 

@@ -113,9 +113,9 @@ def _consistent(call: ConvCall) -> bool:
 
 def check_conv(call: ConvCall, name: str) -> None:
     """InputError unless the descriptor is well formed (a known direction and mode; a
-    backward call ungrouped; the packed-filter rules of `_filter_well_formed`), its sizes agree (channels, groups,
-    cuDNN's output size: every direction uses the forward convolution's geometry) and every
-    tensor it touches lies inside its slice."""
+    backward call ungrouped; the packed-filter rules of `_filter_well_formed`), its sizes
+    agree (channels, groups, cuDNN's output size: every direction uses the forward
+    convolution's geometry) and every tensor it touches lies inside its slice."""
     if not _well_formed(call) or not _consistent(call):
         raise InputError(f"gpu_thunks.json: bad cuDNN descriptor for %{name}")
     size = dtypes.info(dtypes.from_name(call.dtype)).byte_size
