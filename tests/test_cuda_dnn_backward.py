@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
 
 from hloc.errors import InputError
 from hloc.runtime.cuda import cudnn
-from hloc.runtime.cuda.host_conv import backward_data, backward_filter, convolve
+from hloc.runtime.cuda.conv_check import filter_format
+from hloc.runtime.cuda.driver import CudaError
+from hloc.runtime.cuda.host_conv import (
+    HostConv,
+    backward_data,
+    backward_filter,
+    convolve,
+    unsupported,
+)
 from hloc.thunks import gpu as gt
 from hloc.thunks.serialize import gpu_program_from_json, gpu_program_to_json
 
@@ -35,59 +44,72 @@ ENTRY e {{
   ROOT c = {y} convolution(x, w), window={{{window}}}, dim_labels={labels}
 }}
 """
-# name: (lhs, rhs, result, window, dim_labels, (direction, through scratch)); direction None:
-# no cuDNN form, hloc's kernel. Compiled without passes, so layouts reach the thunk as written.
+# name: (lhs, rhs, result, window, dim_labels, (direction, through scratch, filter)); direction
+# None: no cuDNN form, hloc's kernel. filter: (w_format, converted from w_strides first): NHWC
+# for NHWC-strided activations (what an H200 supports in backward calls), else NCHW. Compiled
+# without passes, so layouts reach the thunk as written.
+NHWC, NCHW = ("NHWC", False), ("NCHW", False)
+NHWC_CONVERTED, NCHW_CONVERTED = ("NHWC", True), ("NCHW", True)
 CASES = {
     # cnn_train_step's conv .14 (jax's input gradient of a stride-2, pad 0_1 convolution):
     # padding 2_1 is asymmetric, so cuDNN writes a 17x17 dx and the epilogue reads 16x16.
     "transposed_cnn": ("f32[2,8,8,6]{3,2,1,0}", "f32[3,3,5,6]{3,2,1,0}",
                        "f32[2,16,16,5]{3,2,1,0}", "size=3x3 pad=2_1x2_1 lhs_dilate=2x2",
-                       "b01f_01oi->b01f", ("backward_data", True)),
+                       "b01f_01oi->b01f", ("backward_data", True, NHWC_CONVERTED)),
     "transposed_direct": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
                           "f32[2,4,9,9]{3,2,1,0}", "size=3x3 pad=1_1x1_1 lhs_dilate=2x2",
-                          "bf01_oi01->bf01", ("backward_data", False)),
+                          "bf01_oi01->bf01", ("backward_data", False, NCHW_CONVERTED)),
     "transposed_reversed_window": ("f32[2,3,5,4]{3,2,1,0}", "f32[4,3,3,2]{3,2,1,0}",
                                    "f32[2,4,10,7]{3,2,1,0}",
                                    "size=3x2 pad=1_2x0_1 lhs_dilate=2x2 rhs_reversal=1x1",
-                                   "bf01_oi01->bf01", ("backward_data", False)),
+                                   "bf01_oi01->bf01", ("backward_data", False, NCHW_CONVERTED)),
     "transposed_1d_dilated": ("f32[2,5,3]{2,1,0}", "f32[3,3,4]{2,1,0}", "f32[2,14,4]{2,1,0}",
                               "size=3 pad=3_2 lhs_dilate=3 rhs_dilate=2", "b0f_0io->b0f",
-                              ("backward_data", True)),
+                              ("backward_data", True, NHWC_CONVERTED)),
     "transposed_3d": ("f32[1,2,3,3,2]{4,3,2,1,0}", "f32[2,2,2,2,3]{4,3,2,1,0}",
                       "f32[1,4,8,4,3]{4,3,2,1,0}",
                       "size=2x2x2 pad=1_1x1_1x0_0 lhs_dilate=2x3x2",
-                      "b012f_012io->b012f", ("backward_data", False)),
+                      "b012f_012io->b012f", ("backward_data", False, NHWC_CONVERTED)),
     "transposed_nchw_in_memory": ("f32[2,5,5,3]{1,2,3,0}", "f32[3,3,3,4]{3,2,1,0}",
                                   "f32[2,10,10,4]{1,2,3,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
-                                  "b01f_01io->b01f", ("backward_data", False)),
+                                  "b01f_01io->b01f", ("backward_data", False, NCHW_CONVERTED)),
+    # The kernel already packed as cuDNN's NHWC filter (K = its input feature outermost, C =
+    # its output feature innermost): read in place, no conversion.
+    "transposed_krsc_filter": ("f32[2,8,8,6]{3,2,1,0}", "f32[6,3,3,5]{3,2,1,0}",
+                               "f32[2,16,16,5]{3,2,1,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
+                               "b01f_i01o->b01f", ("backward_data", False, NHWC)),
     # cnn_train_step's weight gradients (dw in jax's HWIO layout: through scratch, packed
-    # K, C, taps): conv .11 (pad 1_1), .13 (rhs_dilate 2, pad 0_1: one more tap each side)
+    # K, taps, C): conv .11 (pad 1_1), .13 (rhs_dilate 2, pad 0_1: one more tap each side)
     # and .15 (3 input channels).
     "wgrad_cnn_11": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,6,5]{3,2,1,0}",
-                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     "wgrad_cnn_13": ("f32[4,16,16,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
                      "f32[3,3,6,5]{3,2,1,0}", "size=8x8 pad=0_1x0_1 rhs_dilate=2x2",
-                     "f01b_i01o->01bf", ("backward_filter", True)),
+                     "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     "wgrad_cnn_15": ("f32[4,8,8,3]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}", "f32[3,3,3,5]{3,2,1,0}",
-                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True)),
+                     "size=8x8 pad=1_1x1_1", "f01b_i01o->01bf", ("backward_filter", True, NHWC)),
     # The weight gradient of an rhs-dilated convolution: HLO window stride 2 (cuDNN dilation).
     "wgrad_window_stride": ("f32[2,11,11,3]{3,2,1,0}", "f32[2,7,7,4]{3,2,1,0}",
                             "f32[3,3,3,4]{3,2,1,0}", "size=7x7 stride=2x2", "f01b_i01o->01bf",
-                            ("backward_filter", True)),
-    # dw already packed K, C, taps: cuDNN writes the result directly.
-    "wgrad_kcrs_direct": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                            ("backward_filter", True, NHWC)),
+    # dw wanted packed in the format cuDNN writes: the result directly. K, taps, C (OHWI)
+    # for jax's NHWC activations; K, C, taps (OIHW) for activations packed NCHW in memory.
+    "wgrad_krsc_direct": ("f32[4,8,8,6]{3,2,1,0}", "f32[4,8,8,5]{3,2,1,0}",
+                          "f32[5,3,3,6]{3,2,1,0}", "size=8x8 pad=1_1x1_1", "f01b_i01o->f01b",
+                          ("backward_filter", False, NHWC)),
+    "wgrad_kcrs_direct": ("f32[4,8,8,6]{2,1,3,0}", "f32[4,8,8,5]{2,1,3,0}",
                           "f32[5,6,3,3]{3,2,1,0}", "size=8x8 pad=1_1x1_1", "f01b_i01o->fb01",
-                          ("backward_filter", False)),
+                          ("backward_filter", False, NCHW)),
     "wgrad_1d": ("f32[3,20,4]{2,1,0}", "f32[3,18,5]{2,1,0}", "f32[4,4,5]{2,1,0}",
-                 "size=18 pad=1_0", "f0b_i0o->0bf", ("backward_filter", True)),
+                 "size=18 pad=1_0", "f0b_i0o->0bf", ("backward_filter", True, NHWC)),
     # Not expressible: a window stride with lhs dilation, a kernel reversed in one dim only.
     "transposed_strided": ("f32[1,2,5,5]{3,2,1,0}", "f32[3,2,3,3]{3,2,1,0}",
                            "f32[1,3,5,5]{3,2,1,0}", "size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=2x2",
-                           "bf01_oi01->bf01", (None, False)),
+                           "bf01_oi01->bf01", (None, False, None)),
     "transposed_half_reversed": ("f32[2,3,5,5]{3,2,1,0}", "f32[4,3,3,3]{3,2,1,0}",
                                  "f32[2,4,9,9]{3,2,1,0}",
                                  "size=3x3 pad=1_1x1_1 lhs_dilate=2x2 rhs_reversal=1x0",
-                                 "bf01_oi01->bf01", (None, False)),
+                                 "bf01_oi01->bf01", (None, False, None)),
 }
 QUICK = ("transposed_cnn", "transposed_direct", "wgrad_cnn_13", "wgrad_kcrs_direct")
 
@@ -137,13 +159,14 @@ def test_backward_calls_are_the_adjoints_of_forward(mode, size, taps, pad, strid
 # ---- planning and the emulated calls ----------------------------------------------------------
 
 def _check_plan(name: str, ex) -> gt.ConvLaunch:
-    direction, scratch = CASES[name][5]
+    direction, scratch, filt = CASES[name][5]
     (conv,) = _convs(ex.program)
     if direction is None:
         assert conv.dnn is None
         return conv
     assert conv.dnn is not None and conv.dnn.direction == direction
     assert (conv.variant == "conv.core") == scratch
+    assert (conv.dnn.w_format, bool(conv.dnn.w_strides)) == filt
     if scratch:
         written = conv.dnn.x if direction == "backward_data" else conv.dnn.w
         assert written == conv.args[-1]
@@ -179,6 +202,7 @@ def test_backward_plans_run_hloc_kernels_too(name, monkeypatch):
     ("wgrad_cnn_13", lambda c: dict(x_strides=(*c.x_strides[:2], c.x_strides[3],
                                               c.x_strides[2]))),
     ("wgrad_cnn_11", lambda c: dict(mode="convolution")),
+    ("wgrad_kcrs_direct", lambda c: dict(w_format="NHWC")),  # dw written K, taps, C
 ])
 def test_a_wrong_backward_descriptor_fails_the_comparison(name, change, monkeypatch):
     got, want, ex, inputs = _run(name, "cudnn", monkeypatch)
@@ -200,6 +224,57 @@ def test_a_wrong_backward_descriptor_fails_the_comparison(name, change, monkeypa
     except InputError:
         return  # refused as inconsistent: as good as a wrong result
     assert not np.allclose(wrong[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+def test_filter_format_follows_the_activations():
+    """NHWC filters for backward calls whose x or dy keeps its features innermost (one
+    feature is no layout); forward calls keep NCHW filters with any activations."""
+    nhwc, nchw = ((2, 3, 5, 5), (75, 1, 15, 3)), ((2, 3, 5, 5), (75, 25, 5, 1))
+    one_feature = ((2, 1, 5, 5), (25, 1, 5, 1))
+    assert filter_format("forward", nhwc, nhwc) == "NCHW"
+    assert filter_format("backward_data", nhwc, nhwc) == "NHWC"
+    assert filter_format("backward_filter", nchw, nhwc) == "NHWC"
+    assert filter_format("backward_filter", nchw, nchw) == "NCHW"
+    assert filter_format("backward_data", one_feature, nchw) == "NCHW"
+
+
+def _with_filter(program, w_format: str):
+    """The program with every cuDNN descriptor's filter format set to `w_format`."""
+    def alter(t):
+        if isinstance(t, gt.Sequential):
+            return dataclasses.replace(t, thunks=tuple(alter(c) for c in t.thunks))
+        if isinstance(t, gt.ConvLaunch) and t.dnn is not None:
+            return dataclasses.replace(t, dnn=dataclasses.replace(t.dnn, w_format=w_format))
+        return t
+
+    return dataclasses.replace(program, main=tuple(alter(t) for t in program.main))
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_krsc_filter", "wgrad_cnn_13",
+                                  "wgrad_krsc_direct"])
+def test_nchw_filter_with_nhwc_activations_is_refused_as_on_an_h200(name, monkeypatch,
+                                                                      caplog):
+    """The emulator keeps the H200's rule: a backward call with NHWC-strided activations and
+    an NCHW filter (what hloc described before) has no algorithm. host_conv refuses it at
+    setup (hloc's kernel runs it, one warning) and fails a call as cuDNN would; the fake
+    libcudnn's heuristic answers NOT_SUPPORTED, so the cuDNN engine refuses it too."""
+    _, want, ex, inputs = _run(name, "cudnn", monkeypatch)
+    assert ex.runner.dnn_calls == 1  # hloc's own descriptor (NHWC filter) runs
+    old = _with_filter(ex.program, "NCHW")
+    (conv,) = _convs(old)
+    assert unsupported(conv.dnn) is not None
+    cudnn._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="hloc.runtime.cuda.cudnn"):
+        engine = HostConv(ex.memory, old)
+        fake_engine = cudnn.CudnnConv(StreamedMemory(ex.memory), old, lib=HostCudnn(ex.memory))
+    assert not engine.runs(conv.name) and not fake_engine.plans
+    assert "status 3000" in caplog.text and "no supported deterministic algorithm" in caplog.text
+    ex.runner.dnn, ex.runner.dnn_calls = engine, 0
+    assert_close(ex.run(inputs), want, rtol=1e-5, atol=1e-5)
+    assert ex.runner.dnn_calls == 0
+    with pytest.raises(CudaError, match="status 3000"):
+        engine(conv.dnn, conv.name)
 
 
 FUSED = {
@@ -305,17 +380,22 @@ def test_long_weight_gradient_sums_keep_shared_threads_in_the_core_kernel(tmp_pa
 # ---- the libcudnn calls, through the fake library -------------------------------------------------
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_direct", "wgrad_cnn_13",
-                                  "wgrad_kcrs_direct"])
+@pytest.mark.parametrize("name", ["transposed_cnn", "transposed_direct", "transposed_krsc_filter",
+                                  "wgrad_cnn_13", "wgrad_krsc_direct", "wgrad_kcrs_direct"])
 def test_backward_arguments_through_a_host_cudnn(name, monkeypatch):
+    """Each call's filter descriptor in its format, the filter converted into it first when
+    strided (cudnnTransformTensor), ALGO_1 chosen, the result the interpreter's."""
     got, want, ex, inputs = _run(name, "kernel", monkeypatch)
     fake = HostCudnn(ex.memory)
     engine = cudnn.CudnnConv(StreamedMemory(ex.memory), ex.program, lib=fake)
     (conv,) = _convs(ex.program)
     assert engine.runs(conv.name) and engine.plans[conv.name].algo == 1  # deterministic ALGO_1
+    (filt,) = [d for d in fake.descs.values() if d["kind"] == "filter"]
+    assert filt["format"] == cudnn.CUDNN_TENSOR_FORMAT[conv.dnn.w_format]
     ex.runner.dnn = engine
     got = ex.run(inputs)
     assert fake.calls == 1 and ex.runner.dnn_calls == 1
+    assert fake.transforms == bool(conv.dnn.w_strides)
     assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -402,6 +482,7 @@ def test_inspect_shows_the_direction(tmp_path):
     result = CliRunner().invoke(cli, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
     assert "cudnn[backward_data reversed x=2x5x17x17" in result.output
+    assert "w=6x5x3x3/1x6x90x30->NHWC y=" in result.output  # HWIO converted to K, taps, C
 
 
 # ---- the whole training step, and on a real GPU ------------------------------------------------
@@ -426,6 +507,8 @@ def test_cnn_train_step_with_backward_calls_on_host_conv(tmp_path, monkeypatch):
     assert sorted(c.direction for c in calls) == [
         "backward_data", "backward_filter", "backward_filter", "backward_filter", "forward",
         "forward", "forward"]
+    # jax's NHWC activations: every backward call with the NHWC filter an H200 accepts.
+    assert {c.w_format for c in calls if c.direction != "forward"} == {"NHWC"}
     meta = weights.meta("cnn_train_step")
     got = ex.run(weights.arrays(meta))
     assert ex.runner.dnn_calls == len(calls)
@@ -443,8 +526,10 @@ def _cudnn_on_gpu() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n][5][0] is not None])
 def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
-    """Each backward form through real cuDNN (full f32, deterministic algorithms): cuDNN set
-    it up (none refused), ran it once, matches the interpreter, and runs to the same bits."""
+    """Each backward form through real cuDNN (full f32, deterministic algorithms), with the
+    filter format its activations call for (NHWC ones and NCHW ones, filters converted or
+    read in place): cuDNN set it up (none refused), ran it once, matches the interpreter,
+    and runs to the same bits."""
     from hloc.runtime import load
 
     from .support.run import interpret
@@ -459,7 +544,7 @@ def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch)
     exe = load(str(path), "cuda")
     inputs = _inputs(case[0], case[1])
     got = exe.run(inputs)
-    (conv,) = _convs(exe.program)
+    conv = _check_plan(name, exe)
     assert sorted(exe.runner.dnn.plans) == [conv.name] and exe.runner.dnn_calls == 1
     assert_close([np.asarray(g) for g in got], interpret(_text(case), inputs), rtol=1e-5,
                  atol=1e-5)

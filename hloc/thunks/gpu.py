@@ -124,8 +124,8 @@ class ConvCall:
       o, r with o*stride + r*dilation - padding = i (an HLO lhs-dilated convolution);
     - "backward_filter", cudnnConvolutionBackwardFilter: reads x and y (dy), writes w (dw):
       dw[k, c, r] = sum over n, o of x[n, c, o*stride + r*dilation - padding] * dy[n, k, o]
-      (an HLO weight-gradient convolution). w is then written packed in `w_format`, never
-      through `w_strides`.
+      (an HLO weight-gradient convolution). w is then written packed in `w_format` (NHWC,
+      K, spatial, C, for NHWC-strided activations), never through `w_strides`.
 
     `mode` "cross_correlation" (CUDNN_CROSS_CORRELATION) is the formula below as written;
     "convolution" (CUDNN_CONVOLUTION) reads the filter's taps reversed in every spatial dim
@@ -138,12 +138,15 @@ class ConvCall:
     semantic order, N (batch), C (feature), then the spatial dims (2 or 3 of them: a 1-D
     convolution gets a unit spatial dim); `x_strides` and `y_strides` are element strides of
     those dims in their slices, so any physical layout of the HLO arrays is described. The
-    filter `w` is K (output features) x C/groups x spatial, packed as `w_format` says: "NCHW"
+    filter `w` is K (output features) x C/groups x spatial (`w_dims` in that order whatever
+    the format, as cuDNN's filter descriptor takes them), packed as `w_format` says: "NCHW"
     (K, C, spatial..., the last dim fastest) or "NHWC" (K, spatial..., C), unless `w_strides`
     is set: then the filter is in any layout (jax's HWIO, OHWI, ...), those are the element
     strides of its K, C, spatial dims in its slice, and the runtime first converts it into a
-    packed K, C, spatial ("NCHW", the only `w_format` allowed with strides) scratch copy
-    (cudnnTransformTensor into the cuDNN engine's workspace), then convolves. Padding is the same
+    scratch copy packed in `w_format` (cudnnTransformTensor into the cuDNN engine's
+    workspace), then convolves. hloc's formats (conv_check.filter_format): NCHW for forward
+    calls; for backward calls NHWC when x or dy is NHWC-strided (C stride 1), else NCHW;
+    strides for read filters only (forward: into NCHW; backward data). Padding is the same
     on both sides of each spatial dim (cuDNN's only form). `dtype` is x's, w's and y's element
     type (IR name), `compute` the accumulation type (f32). What hloc hands to cuDNN this way:
     plain forward convolutions and the convolution cores of fused ones, transposed (lhs-

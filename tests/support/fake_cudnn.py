@@ -1,7 +1,9 @@
 """A fake libcudnn for tests without a GPU: the legacy-API entry points hloc binds
 (hloc.runtime.cuda.cudnn.PROTOTYPES) as C function pointers, so every argument passes through
 real ctypes marshalling, whose bodies record the descriptors and compute each call with the
-emulator's host_conv from what C received (forward, backward data, backward filter)."""
+emulator's host_conv from what C received (forward, backward data, backward filter). Its
+backward heuristics answer as an H200's cuDNN 9 does: every algorithm NOT_SUPPORTED for the
+descriptors host_conv.unsupported names (NHWC-strided activations with an NCHW filter)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import ctypes
 import numpy as np
 
 from hloc.runtime.cuda import cudnn
-from hloc.runtime.cuda.host_conv import backward_data, backward_filter, convolve
+from hloc.runtime.cuda.host_conv import backward_data, backward_filter, convolve, unsupported
 from hloc.thunks import gpu as gt
 
 
@@ -147,20 +149,28 @@ class HostCudnn:
 
     def _ConvolutionForward(self, handle, alpha, xd, x, wd, w, conv, algo, space, space_size,
                             beta, yd, y):
-        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, 0, space, space_size, conv,
-                                       (xd, x), (wd, w), (yd, y))
+        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, "forward", space,
+                                       space_size, conv, (xd, x), (wd, w), (yd, y))
         ys[...] = convolve(call, xs, ws)
         return 0
 
     # Backward data and filter: heuristic order an FFT, a non-deterministic (atomic) algorithm,
-    # then ALGO_1 (deterministic, full f32), the one that must be chosen.
+    # then ALGO_1 (deterministic, full f32), the one that must be chosen; every one status
+    # 3000 for a descriptor an H200 refuses.
+    def _backward_perfs(self, perfs, got, rows, direction, x, w, y, conv) -> int:
+        if unsupported(self._described(direction, x, w, y, conv)) is not None:
+            rows = [(algo, cudnn.CUDNN_STATUS_NOT_SUPPORTED, math, det)
+                    for algo, _, math, det in rows]
+        return self._perfs(perfs, got, rows)
+
     def _GetConvolutionBackwardDataAlgorithmMaxCount(self, handle, count):
         count[0] = 8
         return 0
 
     def _GetConvolutionBackwardDataAlgorithm_v7(self, handle, w, dy, conv, dx, n, got, perfs):
         self._order(("filter", "tensor", "conv", "tensor"), w, dy, conv, dx)
-        return self._perfs(perfs, got, [(2, 0, 3, 1), (0, 0, 3, 0), (1, 0, 3, 1)])
+        return self._backward_perfs(perfs, got, [(2, 0, 3, 1), (0, 0, 3, 0), (1, 0, 3, 1)],
+                                    "backward_data", dx, w, dy, conv)
 
     def _GetConvolutionBackwardDataWorkspaceSize(self, handle, w, dy, conv, dx, algo, size):
         self._order(("filter", "tensor", "conv", "tensor"), w, dy, conv, dx)
@@ -170,8 +180,10 @@ class HostCudnn:
 
     def _ConvolutionBackwardData(self, handle, alpha, wd, w, dyd, dy, conv, algo, space,
                                  space_size, beta, dxd, dx):
-        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, 1, space, space_size, conv,
-                                       (dxd, dx), (wd, w), (dyd, dy))
+        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, "backward_data", space,
+                                       space_size, conv, (dxd, dx), (wd, w), (dyd, dy))
+        if unsupported(call) is not None:
+            return cudnn.CUDNN_STATUS_NOT_SUPPORTED
         xs[...] = backward_data(call, ys, ws)
         return 0
 
@@ -181,7 +193,8 @@ class HostCudnn:
 
     def _GetConvolutionBackwardFilterAlgorithm_v7(self, handle, x, dy, conv, dw, n, got, perfs):
         self._order(("tensor", "tensor", "conv", "filter"), x, dy, conv, dw)
-        return self._perfs(perfs, got, [(6, 0, 3, 1), (3, 0, 3, 0), (1, 0, 3, 1)])
+        return self._backward_perfs(perfs, got, [(6, 0, 3, 1), (3, 0, 3, 0), (1, 0, 3, 1)],
+                                    "backward_filter", x, dw, dy, conv)
 
     def _GetConvolutionBackwardFilterWorkspaceSize(self, handle, x, dy, conv, dw, algo, size):
         self._order(("tensor", "tensor", "conv", "filter"), x, dy, conv, dw)
@@ -191,32 +204,40 @@ class HostCudnn:
 
     def _ConvolutionBackwardFilter(self, handle, alpha, xd, x, dyd, dy, conv, algo, space,
                                    space_size, beta, dwd, dw):
-        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, 1, space, space_size, conv,
-                                       (xd, x), (dwd, dw), (dyd, dy))
+        call, (xs, ws, ys) = self._run(handle, alpha, beta, algo, "backward_filter", space,
+                                       space_size, conv, (xd, x), (dwd, dw), (dyd, dy))
+        if unsupported(call) is not None:
+            return cudnn.CUDNN_STATUS_NOT_SUPPORTED
         ws[...] = backward_filter(call, xs, ys)
         return 0
 
     def _order(self, kinds, *descs) -> None:
         assert tuple(self.descs[d]["kind"] for d in descs) == kinds
 
-    def _run(self, handle, alpha, beta, algo, want_algo, space, space_size, conv, x, w, y):
+    def _described(self, direction, x, w, y, conv) -> gt.ConvCall:
+        """The `direction` ConvCall that descriptors x, w, y (the forward convolution's
+        roles) and conv describe (no slices)."""
+        X, W, Y, C = (self.descs[d] for d in (x, w, y, conv))
+        assert X["kind"] == Y["kind"] == "tensor" and W["kind"] == "filter"
+        assert X["dtype"] == W["dtype"] == Y["dtype"] == 0 and C["kind"] == "conv"
+        return gt.ConvCall(None, None, None, "f32", "f32", X["dims"], X["strides"], W["dims"],
+                           ("NCHW", "NHWC")[W["format"]], Y["dims"], Y["strides"], C["pad"],
+                           C["stride"], C["dilation"], C["groups"], mode=C["mode"],
+                           direction=direction)
+
+    def _run(self, handle, alpha, beta, algo, direction, space, space_size, conv, x, w, y):
         """The ConvCall C received (x, w, y: (descriptor, address)) and its three views;
         the call's fixed arguments checked (the chosen algorithm, its workspace, 1 and 0)."""
+        want_algo = 0 if direction == "forward" else 1
         assert handle == self.HANDLE and algo == want_algo and space and space_size == 64
         assert ctypes.c_float.from_address(alpha).value == 1.0
         assert ctypes.c_float.from_address(beta).value == 0.0
-        X, W, Y = (self.descs[d] for d, _ in (x, w, y))
-        C = self.descs[conv]
-        assert X["kind"] == Y["kind"] == "tensor" and W["kind"] == "filter"
-        assert X["dtype"] == W["dtype"] == Y["dtype"] == 0 and C["kind"] == "conv"
-        assert C["math"] == cudnn.CUDNN_FMA_MATH
-        call = gt.ConvCall(None, None, None, "f32", "f32", X["dims"], X["strides"], W["dims"],
-                           ("NCHW", "NHWC")[W["format"]], Y["dims"], Y["strides"], C["pad"],
-                           C["stride"], C["dilation"], C["groups"], mode=C["mode"])
+        call = self._described(direction, x[0], w[0], y[0], conv)
+        assert self.descs[conv]["math"] == cudnn.CUDNN_FMA_MATH
         self.calls += 1
-        return call, (_view(x[1], X["dims"], X["strides"]),
-                      _view(w[1], W["dims"], cudnn.filter_strides(call)),
-                      _view(y[1], Y["dims"], Y["strides"]))
+        return call, (_view(x[1], call.x_dims, call.x_strides),
+                      _view(w[1], call.w_dims, cudnn.filter_strides(call)),
+                      _view(y[1], call.y_dims, call.y_strides))
 
 
 class StreamedMemory:

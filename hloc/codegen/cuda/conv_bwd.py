@@ -23,8 +23,11 @@ size is out_size(dx, w, ...)). Where HLO's padding is asymmetric, the written te
 larger, as XLA's padding legalization does: more dx positions (a larger spatial size, the
 HLO output starting `offset` positions in) or more filter taps (p = lo + offset * d: the HLO
 taps are taps offset... of cuDNN's). That tensor then lies in scratch memory and the epilogue
-kernel reads the HLO convolution's window of it (conv_core). cuDNN writes a filter packed only
-(K, C, taps or K, taps, C): a dw in another layout (jax's HWIO) goes through scratch as well.
+kernel reads the HLO convolution's window of it (conv_core). cuDNN writes a filter packed only,
+and a backward call's filter format follows its activations (conv_check.filter_format: K, taps,
+C for NHWC-strided x or dy, jax's usual layout; else K, C, taps): a dw in another layout
+(jax's HWIO) goes through scratch as well. Backward data reads the forward kernel converted
+into that format first unless it is packed so already (ConvCall.w_strides).
 
 Not handled here (hloc's kernels, or a forward descriptor where conv_dnn finds one): groups,
 window strides with lhs dilation, reversal of some spatial dims only, and window geometry no
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 
 from ...ir import Instruction, Opcode, Shape
 from ...ir.shape import Layout
+from ...runtime.cuda.conv_check import filter_format
 from ...thunks.gpu import ConvCall
 from ..elemental.memory import strides
 from .conv_dnn import DNN_TYPES, NoDnn, checked_call, operand_strides
@@ -79,17 +83,20 @@ def is_transposed(conv: Instruction) -> bool:
     return any(wd.base_dilation != 1 for wd in conv.attrs.window.dims)
 
 
-def scratch_form(conv: Instruction) -> Written | None:
-    """The array a gradient convolution's backward call writes into scratch memory (its
-    result's layout where cuDNN can write that), or None for other convolutions."""
+def scratch_form(conv: Instruction, instr: Instruction) -> Written | None:
+    """The array a gradient convolution (of kernel thunk `instr`) has its backward call
+    write into scratch memory (its result's layout where cuDNN can write that), or None for
+    other convolutions."""
     if not (is_transposed(conv) or is_weight_gradient(conv)):
         return None
-    return written(conv, conv.shape)
+    return written(conv, instr, conv.shape)
 
 
-def written(conv: Instruction, out_shape: Shape) -> Written | None:
-    """The array a backward call writes for `conv` when its result is wanted in `out_shape`'s
-    layout, or None when `conv` is no gradient cuDNN's backward calls express."""
+def written(conv: Instruction, instr: Instruction, out_shape: Shape) -> Written | None:
+    """The array a backward call writes for `conv` (of kernel thunk `instr`, whose operands'
+    layouts pick a weight gradient's filter format) when its result is wanted in
+    `out_shape`'s layout, or None when `conv` is no gradient cuDNN's backward calls express
+    (or reads operands in no layout cuDNN is given)."""
     if conv.shape.dtype.name not in DNN_TYPES or (conv.attrs.batch_group_count or 1) != 1 or (
             conv.attrs.feature_group_count or 1) != 1:
         return None
@@ -99,7 +106,7 @@ def written(conv: Instruction, out_shape: Shape) -> Written | None:
         if is_transposed(conv):
             return _data_written(conv, out_shape)
         if is_weight_gradient(conv):
-            return _filter_written(conv, out_shape)
+            return _filter_written(conv, instr)
     except NoDnn:
         return None
     return None
@@ -147,10 +154,11 @@ def _filter_window(wd, size_x: int, size_dy: int, taps: int) -> tuple[int, int, 
     raise NoDnn
 
 
-def _filter_written(conv: Instruction, out_shape: Shape) -> Written:
+def _filter_written(conv: Instruction, instr: Instruction) -> Written:
     dn = conv.attrs.conv_dnums
     if any(wd.window_reversal for wd in conv.attrs.window.dims):
         raise NoDnn
+    (_, x), (_, dy) = _filter_operands(conv, instr)
     lhs = conv.operands[0].shape
     dims, offsets = list(conv.shape.dims), [0] * conv.shape.rank
     window = []
@@ -159,10 +167,13 @@ def _filter_written(conv: Instruction, out_shape: Shape) -> Written:
         pad, offsets[do], dims[do] = _filter_window(wd, lhs.dims[dx], wd.size,
                                                     conv.shape.dims[do])
         window.append((pad, wd.window_dilation, wd.stride, dims[do]))
-    # Packed K, C, taps (cuDNN's NCHW filter, which its forward call takes with NHWC
-    # activations and full-f32 math, where it refused NHWC filters).
-    kcrs = [dn.output_feature_dimension, dn.output_batch_dimension, *dn.output_spatial_dimensions]
-    shape = Shape.array(conv.shape.element_type, dims, Layout(tuple(reversed(kcrs))))
+    # Packed in the format x's and dy's layouts call for: K, taps, C (NHWC) for NHWC-strided
+    # activations, which an H200's backward filter took only so; else K, C, taps (NCHW).
+    k, c, taps = (dn.output_feature_dimension, dn.output_batch_dimension,
+                  list(dn.output_spatial_dimensions))
+    nhwc = filter_format("backward_filter", x, dy) == "NHWC"
+    order = [k, *taps, c] if nhwc else [k, c, *taps]
+    shape = Shape.array(conv.shape.element_type, dims, Layout(tuple(reversed(order))))
     return Written("backward_filter", shape, tuple(offsets), tuple(window))
 
 
@@ -206,7 +217,7 @@ def backward_call(instr: Instruction, conv: Instruction, operand_slices, out_sli
     """The backward cuDNN call of gradient convolution `conv` of kernel thunk `instr` writing
     `out_slice`, an array of `out_shape` (the convolution's Written shape, or the thunk's
     output when that is it); NoDnn when there is none."""
-    form = written(conv, out_shape)
+    form = written(conv, instr, out_shape)
     if form is None or not form.is_array(out_shape):
         raise NoDnn
     if form.direction == "backward_data":
@@ -234,19 +245,27 @@ def _data_call(instr, conv, operand_slices, out_slice, form: Written) -> ConvCal
         window=(pads, steps, dilations), direction="backward_data", mode=mode)
 
 
-def _filter_call(instr, conv, operand_slices, out_slice, form: Written) -> ConvCall:
+def _filter_operands(conv: Instruction, instr: Instruction):
+    """A weight gradient's x (the HLO lhs) and dy (rhs) as (parameter number, (dims,
+    strides) in cuDNN's N, C, spatial order); NoDnn unless both are read in place."""
     dn = conv.attrs.conv_dnums
-    lhs, rhs = conv.operands
-    (xp, xs), (yp, ys) = operand_strides(lhs, instr), operand_strides(rhs, instr)
     x_order = [dn.input_feature_dimension, dn.input_batch_dimension, *dn.input_spatial_dimensions]
     y_order = [dn.kernel_input_feature_dimension, dn.kernel_output_feature_dimension,
                *dn.kernel_spatial_dimensions]
+    out = []
+    for node, order in zip(conv.operands, (x_order, y_order), strict=True):
+        number, steps = operand_strides(node, instr)
+        out.append((number, (_order(list(node.shape.dims), order), _order(steps, order))))
+    return out
+
+
+def _filter_call(instr, conv, operand_slices, out_slice, form: Written) -> ConvCall:
+    dn = conv.attrs.conv_dnums
+    (xp, x), (yp, dy) = _filter_operands(conv, instr)
     w_order = [dn.output_feature_dimension, dn.output_batch_dimension,
                *dn.output_spatial_dimensions]
     pads, steps, dilations, _ = zip(*form.window, strict=True)
     return checked_call(
-        operand_slices[xp], out_slice, operand_slices[yp], conv.shape.dtype.name,
-        x=(_order(list(lhs.shape.dims), x_order), _order(xs, x_order)),
-        y=(_order(list(rhs.shape.dims), y_order), _order(ys, y_order)),
+        operand_slices[xp], out_slice, operand_slices[yp], conv.shape.dtype.name, x=x, y=dy,
         w=(_order(list(form.shape.dims), w_order), _order(strides(form.shape), w_order)),
         window=(pads, steps, dilations), direction="backward_filter")

@@ -14,7 +14,8 @@ cuDNN can express (conv_dnn.core_call: a convolution of parameters) runs as two 
 
 The scratch holds the convolution in its own layout, except for a gradient that cuDNN's
 backward calls run (conv_bwd.Written): a transposed convolution with asymmetric padding, or
-a weight gradient with asymmetric padding or a layout other than packed K, C, taps, is
+a weight gradient with asymmetric padding or a layout other than the packed filter format
+its activations call for (K, taps, C for NHWC-strided ones, else K, C, taps), is
 written larger or in that layout, and both kernels index it at the convolution's window
 (`Scratch`). Such a gradient splits even when nothing is fused to it (the epilogue is then
 a copy). Both are one Sequential named after the fusion, on the fusion's stream (each stream
@@ -59,8 +60,9 @@ class Scratch:
                                                                           strict=True)]
 
 
-def scratch_of(conv: Instruction) -> Scratch:
-    form = scratch_form(conv)
+def scratch_of(conv: Instruction, instr: Instruction) -> Scratch:
+    """Where kernel thunk `instr`'s split convolution `conv` lies in its scratch buffer."""
+    form = scratch_form(conv, instr)
     if form is None:
         return Scratch(conv.shape, (0,) * conv.shape.rank)
     return Scratch(form.shape, form.offsets)
@@ -76,11 +78,12 @@ def split_core(instr: Instruction, root: Instruction) -> Instruction | None:
     conv = find_core(root)
     if conv is None or conv.opcode != Opcode.CONVOLUTION:
         return None
-    form = scratch_form(conv)
+    form = scratch_form(conv, instr)
     if conv is root and (form is None or form.holds(instr.shape)):
         return None  # cuDNN writes the output itself (conv_dnn.conv_call)
     placeholders = [Slice(0, 0, 0)] * len(instr.operands)
-    if core_call(instr, conv, placeholders, Slice(0, 0, 0), scratch_of(conv).shape) is None:
+    if core_call(instr, conv, placeholders, Slice(0, 0, 0),
+                 scratch_of(conv, instr).shape) is None:
         return None
     return conv
 
@@ -92,7 +95,7 @@ def plan_split(pc: PlanContext, k: int) -> list[Part] | None:
     conv = split_core(pc.instr, item.instr)
     if conv is None:
         return None
-    scratch = -(-scratch_of(conv).shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    scratch = -(-scratch_of(conv, pc.instr).shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
     outputs, terms = max(1, conv.shape.num_elements), sum_terms(conv)
     core = split_part(pc, k, CORE, outputs, terms) if long_sums(outputs, terms) else None
     if core is None:
@@ -116,7 +119,7 @@ def emit_core(kb: KernelBuild) -> None:
     """The convolution alone, into the scratch: one thread per element (the loop kernel's
     indexing), or threads sharing elements for long sums (conv_split's group/tile modes)."""
     conv = _conv(kb)
-    scratch = scratch_of(conv)
+    scratch = scratch_of(conv, kb.instr)
 
     def store(index, value) -> None:
         store_element(kb.ctx, scratch.shape, kb.scratch, scratch.index(kb, index), value)
@@ -135,7 +138,7 @@ def emit_core(kb: KernelBuild) -> None:
 def emit_epilogue(kb: KernelBuild) -> None:
     """The loop kernel with the convolution's value read back from the scratch."""
     conv = _conv(kb)
-    scratch = scratch_of(conv)
+    scratch = scratch_of(conv, kb.instr)
     kb.gens = generators_with(kb, {id(conv): lambda index: load_element(
         kb.ctx, scratch.shape, kb.scratch, scratch.index(kb, list(index)))})
     emit_loop(kb)
@@ -153,7 +156,7 @@ def described(made: Thunk, instr: Instruction, operands) -> Thunk | None:
     conv = split_core(instr, kernel_computation(instr).root)
     if conv is None:
         return None
-    call = core_call(instr, conv, operands, core.args[-1], scratch_of(conv).shape)
+    call = core_call(instr, conv, operands, core.args[-1], scratch_of(conv, instr).shape)
     fields = {f: getattr(core, f) for f in ("name", "kernel", "variant", "grid", "block",
                                              "shared_bytes", "args")}
     return Sequential(made.name, (ConvLaunch(**fields, dnn=call), epilogue))

@@ -7,10 +7,13 @@ convolution (`conv_call`), or the core of a fusion with an elementwise epilogue,
 into scratch memory that the epilogue kernel reads (`core_call`, used by conv_core). The HLO
 dimension numbers become cuDNN's N, C, spatial order; each array's layout becomes explicit
 element strides (cudnnSetTensorNdDescriptor takes any strides). cuDNN's legacy filter
-descriptor only knows packed K,C,spatial ("NCHW") and K,spatial,C ("NHWC") filters: a packed
-K,C,spatial kernel is described as it is, any other layout (jax's HWIO, OHWI, ...) by its
-strides (`w_strides`), which the runtime converts to packed K,C,spatial before convolving
-(cuDNN 9 refused OHWI filters with full-f32 FMA math on an H200).
+descriptor only knows packed K,C,spatial ("NCHW") and K,spatial,C ("NHWC") filters. A
+forward call's filter is NCHW (cuDNN 9 refused OHWI filters with full-f32 FMA math on an
+H200); a backward call's filter is NHWC when its activations are NHWC-strided (features
+innermost, as jax lays them out: that H200 supported no backward algorithm for those with an
+NCHW filter), else NCHW (conv_check.filter_format). A kernel packed in its call's format is
+described as it is, any other layout (jax's HWIO, OIHW for an NHWC call, ...) by its strides
+(`w_strides`), which the runtime converts to that packed format before convolving.
 
 Gradients get cuDNN's backward calls instead (conv_bwd): lhs-dilated convolutions backward
 data, weight-gradient-shaped ones backward filter (a weight gradient those cannot express
@@ -58,18 +61,18 @@ def _packed(dims, steps, order) -> bool:
     return True
 
 
-def _filter_format(dims, steps, direction: str) -> tuple[str, tuple[int, ...]]:
-    """(w_format, w_strides) of a K, C, spatial filter with these strides: packed K, C,
-    spatial as it is; a filter cuDNN reads in any other layout by its strides (converted
-    first); a written filter (backward_filter) packed K, spatial, C as NHWC, else NoDnn."""
-    n = len(dims)
-    if _packed(dims, steps, list(range(n))):
-        return "NCHW", ()
+def _filter_strides(dims, steps, w_format: str, direction: str) -> tuple[int, ...]:
+    """`w_strides` of a K, C, spatial filter with these strides described in `w_format`:
+    none when it is packed that way (cuDNN reads or writes it in place), else its strides
+    (the runtime converts the filter into a packed copy first); NoDnn for a written filter
+    (backward_filter) not packed in its format."""
+    from ...runtime.cuda.conv_check import filter_order
+
+    if _packed(dims, steps, filter_order(w_format, len(dims))):
+        return ()
     if direction == "backward_filter":
-        if _packed(dims, steps, [0, *range(2, n), 1]):
-            return "NHWC", ()
         raise NoDnn
-    return "NCHW", tuple(steps)
+    return tuple(steps)
 
 
 def _window(conv: Instruction, x_spatial: list[int], y_spatial: list[int]):
@@ -164,9 +167,10 @@ def checked_call(x_slice, w_slice, y_slice, dtype: str, x, y, w, window, groups:
                  direction: str = "forward", mode: str = "cross_correlation") -> ConvCall:
     """A ConvCall from cuDNN-ordered (dims, strides) of x, y and the filter w (K, C,
     spatial) and the window's (paddings, strides, dilations): a 1-D convolution gets a unit
-    spatial dim, the filter its format; NoDnn past a C int or with a size cuDNN's forward
-    geometry does not give."""
-    from ...runtime.cuda.conv_check import out_size
+    spatial dim, the filter the format the activations call for (conv_check.filter_format:
+    NHWC for a backward call with NHWC-strided activations, else NCHW); NoDnn past a C int
+    or with a size cuDNN's forward geometry does not give."""
+    from ...runtime.cuda.conv_check import filter_format, out_size
 
     if dtype not in DNN_TYPES:
         raise NoDnn
@@ -180,7 +184,8 @@ def checked_call(x_slice, w_slice, y_slice, dtype: str, x, y, w, window, groups:
         pads, steps, dilations = [0, *pads], [1, *steps], [1, *dilations]
     if not 4 <= len(x_dims) <= 5 or min(x_dims + y_dims + w_dims) < 1:
         raise NoDnn
-    w_format, w_strides = _filter_format(w_dims, w_steps, direction)
+    w_format = filter_format(direction, (x_dims, x_steps), (y_dims, y_steps))
+    w_strides = _filter_strides(w_dims, w_steps, w_format, direction)
     shapes = ((x_dims, x_steps), (y_dims, y_steps), (w_dims, w_steps))
     reach = [sum((d - 1) * s for d, s in zip(dims, st, strict=True)) + 1 for dims, st in shapes]
     if max(reach + x_dims + y_dims + w_dims) > _INT_MAX:

@@ -108,7 +108,7 @@ def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
     lhs, rhs = core.operands[0].shape, core.operands[1].shape
     if not (lhs.is_array and rhs.is_array):
         return None
-    if scratch_form(core) is not None and (split := plan_split(pc, k)) is not None:
+    if scratch_form(core, pc.instr) is not None and (split := plan_split(pc, k)) is not None:
         return split
     outputs = pc.output_shapes[item.outputs[0]].num_elements
     if not long_sums(outputs, sum_terms(core)):

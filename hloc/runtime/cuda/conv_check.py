@@ -24,6 +24,31 @@ def out_size(size: int, filt: int, pad: int, stride: int, dilation: int) -> int:
     return span // stride + 1 if span >= 0 else 0
 
 
+def nhwc_strided(dims, steps) -> bool:
+    """Whether an N, C, spatial tensor (dims and element strides) keeps its features
+    innermost: C stride 1 with more than one feature (NHWC-like, jax's usual layout)."""
+    return dims[1] > 1 and steps[1] == 1
+
+
+def filter_format(direction: str, x, y) -> str:
+    """The filter format hloc describes a call with, from its activations x and y ((dims,
+    strides), N, C, spatial order): "NHWC" (K, spatial, C) for a backward call whose x or dy
+    is NHWC-strided, else "NCHW" (K, C, spatial). On an H200 (cuDNN 9, full f32) no
+    backward data or backward filter algorithm supports NHWC-strided activations with an
+    NCHW filter, while the same calls with an NHWC filter have a deterministic one (ALGO_1);
+    forward calls take an NCHW filter with either activation layout, and NCHW-packed
+    activations with an NCHW filter run in every direction."""
+    if direction != "forward" and any(nhwc_strided(*t) for t in (x, y)):
+        return "NHWC"
+    return "NCHW"
+
+
+def filter_order(w_format: str, nd: int) -> list[int]:
+    """The filter's K, C, spatial dims (0, 1, 2, ...) outermost first as `w_format` packs
+    them."""
+    return list(range(nd)) if w_format == "NCHW" else [0, *range(2, nd), 1]
+
+
 def filter_strides(call: ConvCall) -> tuple[int, ...]:
     """Element strides of the filter's K, C, spatial dims in its slice: `w_strides` when the
     filter is converted before convolving, else those of its packed format."""
@@ -34,10 +59,8 @@ def packed_filter_strides(call: ConvCall) -> tuple[int, ...]:
     """Element strides of the filter's K, C, spatial dims packed in `w_format` (the layout
     cuDNN convolves: the slice's own, or the converted copy's)."""
     dims = call.w_dims
-    order = (list(range(len(dims))) if call.w_format == "NCHW"
-             else [0, *range(2, len(dims)), 1])
     out, step = [0] * len(dims), 1
-    for d in reversed(order):
+    for d in reversed(filter_order(call.w_format, len(dims))):
         out[d] = step
         step *= dims[d]
     return tuple(out)
@@ -59,14 +82,24 @@ def _well_formed(call: ConvCall) -> bool:
         return False
     if call.direction not in DNN_DIRECTIONS or call.mode not in DNN_MODES:
         return False
-    if call.direction != "forward" and (call.groups != 1 or (
-            call.direction == "backward_filter" and call.w_strides != ())):
-        return False  # hloc writes no grouped backward call; dw is written packed
-    if type(call.w_strides) is not tuple or len(call.w_strides) not in (0, nd) or (
-            call.w_strides and (call.w_format != "NCHW" or not _ints(call.w_strides, 1))):
+    if call.direction != "forward" and call.groups != 1:
+        return False  # hloc writes no grouped backward call
+    return (_filter_well_formed(call) and all(_ints(v, 1) for v in shapes)
+            and _ints(call.padding, 0) and _ints(call.window_strides + call.dilation, 1)
+            and _ints((call.groups,), 1))
+
+
+def _filter_well_formed(call: ConvCall) -> bool:
+    """The packed-filter rules: a written filter (backward filter) is packed in its format,
+    never strided; a read one may be converted from its strides into packed NCHW (forward,
+    where an H200 refused NHWC filters with full f32) or into the call's format (backward
+    data, NCHW or NHWC)."""
+    if type(call.w_strides) is not tuple or len(call.w_strides) not in (0, len(call.x_dims)):
         return False
-    return (all(_ints(v, 1) for v in shapes) and _ints(call.padding, 0)
-            and _ints(call.window_strides + call.dilation, 1) and _ints((call.groups,), 1))
+    if not call.w_strides:
+        return True
+    allowed = {"forward": ("NCHW",), "backward_data": FILTER_FORMATS}.get(call.direction, ())
+    return call.w_format in allowed and _ints(call.w_strides, 1)
 
 
 def _consistent(call: ConvCall) -> bool:
@@ -80,9 +113,9 @@ def _consistent(call: ConvCall) -> bool:
 
 def check_conv(call: ConvCall, name: str) -> None:
     """InputError unless the descriptor is well formed (a known direction and mode; a
-    backward call ungrouped, a written filter packed), its sizes agree (channels, groups,
-    cuDNN's output size: every direction uses the forward convolution's geometry) and every
-    tensor it touches lies inside its slice."""
+    backward call ungrouped; the packed-filter rules of `_filter_well_formed`), its sizes
+    agree (channels, groups, cuDNN's output size: every direction uses the forward
+    convolution's geometry) and every tensor it touches lies inside its slice."""
     if not _well_formed(call) or not _consistent(call):
         raise InputError(f"gpu_thunks.json: bad cuDNN descriptor for %{name}")
     size = dtypes.info(dtypes.from_name(call.dtype)).byte_size

@@ -22,9 +22,10 @@ schedule: convolutions on different streams may run at once; allocated here, nev
 CUDA-graph capture) are made once per executable; the handle is bound to the schedule's
 current stream before each call. A descriptor with filter strides (ConvCall.w_strides: jax's
 HWIO filters, OHWI, ...; read filters only) first converts the filter with
-cudnnTransformTensor into a packed K, C, spatial copy that lies in the same slot after the
-algorithm's workspace, on every call (filters are parameters and may change between runs),
-then uses the copy with an NCHW filter descriptor.
+cudnnTransformTensor into a copy packed in the descriptor's format (K, C, spatial for NCHW;
+K, spatial, C for NHWC, which backward calls with NHWC-strided activations need) that lies in
+the same slot after the algorithm's workspace, on every call (filters are parameters and may
+change between runs), then uses the copy with the filter descriptor of that format.
 
 Precision, as XLA's GPU back end decides it for convolutions (TF32 allowed when every operand
 precision is at most HIGH) and as hloc does for dots: HLOC_CUDA_TF32 unset or 0 computes every
@@ -63,6 +64,7 @@ CONV_MODES = ("auto", "kernel", "cudnn")
 
 # cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9; unchanged since 8).
 CUDNN_STATUS_SUCCESS = 0
+CUDNN_STATUS_NOT_SUPPORTED = 3000
 CUDNN_DATA_TYPE = {"f32": 0, "f16": 2, "bf16": 9}  # FLOAT, HALF, BFLOAT16
 CUDNN_DATA_FLOAT = 0
 CUDNN_TENSOR_FORMAT = {"NCHW": 0, "NHWC": 1}
@@ -133,6 +135,13 @@ def warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning("%s", message)
+
+
+def warn_refused(refused: list[str]) -> None:
+    """One warning naming the convolutions cuDNN refused at setup (their kernels run)."""
+    if refused:
+        warn_once(f"cuDNN refused {len(refused)} convolution(s), hloc's kernel runs them: "
+                  + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else ""))
 
 
 def select_conv(mode: str, has_descriptors: bool, make: Callable):
@@ -379,9 +388,7 @@ class CudnnConv:
                                                                  tf32))
             except (_Refused, InputError) as e:
                 refused.append(f"%{t.name} ({e})")
-        if refused:
-            warn_once(f"cuDNN refused {len(refused)} convolution(s), hloc's kernel runs them: "
-                      + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else ""))
+        warn_refused(refused)
 
     def _why(self, status: int) -> str:
         try:
@@ -429,8 +436,8 @@ class CudnnConv:
         return p
 
     def _transform(self, p: _Plan, call: ConvCall, dt: int) -> None:
-        """Tensor descriptors converting the filter from its strides to packed K, C, spatial
-        (the filter descriptor's NCHW) with cudnnTransformTensor."""
+        """Tensor descriptors converting the filter from its strides to packed in the filter
+        descriptor's format (packed_filter_strides) with cudnnTransformTensor."""
         if "cudnnTransformTensor" not in self.f:
             raise _Refused("this libcudnn has no cudnnTransformTensor (the filter needs "
                            "converting)")
@@ -504,7 +511,7 @@ class CudnnConv:
         space = _VP(base) if p.workspace else _VP()
         alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         ptrs = {label: _VP(self.device.address(getattr(call, label))) for label in "xwy"}
-        if p.w_to is not None:  # the filter, packed K, C, spatial, after the workspace
+        if p.w_to is not None:  # the filter, packed in its format, after the workspace
             packed = _VP(base + p.filter_offset)
             self._call(self.f["cudnnTransformTensor"](
                 self.handle, ctypes.byref(alpha), p.w_from, ptrs["w"], ctypes.byref(beta),

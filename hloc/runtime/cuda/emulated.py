@@ -178,7 +178,7 @@ class CudaEmulatedExecutable(GpuExecutable):
     def _new_device(self) -> None:
         self.memory = HostMemory(self.program.allocations, self.library)
         blas = HostBlas(self.memory) if use_cublas() else None
-        dnn = HostConv(self.memory) if use_cudnn() else None
+        dnn = HostConv(self.memory, self.program) if use_cudnn() else None
         self.runner = GpuRunner(self.program, self.module, self.memory, blas, dnn)
 
     def sibling(self) -> CudaEmulatedExecutable:

@@ -14,6 +14,10 @@ of sum(y * conv(x, w)) with respect to w; the written tensor's old contents are 
 (beta = 0). Sums run in f64 and are rounded to the written type once, so every number of a
 descriptor is exercised as the GPU would use it and a wrong one shows up against the
 interpreter.
+
+It also refuses what real cuDNN was seen to refuse (`unsupported`), as the cuDNN engine does
+at setup: such a thunk runs hloc's kernel with one warning, so a mapping that real cuDNN
+would turn down fails the emulated tests' "ran on cuDNN" checks instead of passing unseen.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import itertools
 import numpy as np
 
 from ...ir import dtypes
-from ...thunks.gpu import ConvCall
-from .conv_check import check_conv, filter_strides
+from ...thunks.gpu import ConvCall, ConvLaunch
+from .conv_check import check_conv, filter_strides, nhwc_strided
+from .cudnn import CUDNN_STATUS_NOT_SUPPORTED, DIRECTIONS, warn_refused
 
 
 def _tensor(raw: np.ndarray, dtype: str, dims, steps, writeable: bool = False) -> np.ndarray:
@@ -92,17 +97,48 @@ def backward_filter(call: ConvCall, x: np.ndarray, dy: np.ndarray) -> np.ndarray
     return dw
 
 
-class HostConv:
-    """Runs ConvCall descriptors on emulated device memory (cuda_emulated.HostMemory)."""
+def unsupported(call: ConvCall) -> str | None:
+    """Why real cuDNN supports no algorithm for a (well-formed) descriptor, or None. The rule
+    measured on an H200 with cuDNN 9 (full f32): every backward data and backward filter
+    algorithm returned CUDNN_STATUS_NOT_SUPPORTED for NHWC-strided activations (x or dy: C
+    stride 1, C > 1) with an NCHW filter; hloc describes those with an NHWC filter
+    (conv_check.filter_format)."""
+    if call.direction == "forward" or call.w_format != "NCHW":
+        return None
+    if not any(nhwc_strided(dims, steps) for dims, steps in (
+            (call.x_dims, call.x_strides), (call.y_dims, call.y_strides))):
+        return None
+    return f"{call.direction} with NHWC-strided activations and an NCHW filter"
 
-    def __init__(self, memory):
+
+class HostConv:
+    """Runs ConvCall descriptors on emulated device memory (cuda_emulated.HostMemory).
+
+    Given the program, it refuses the descriptors cuDNN does not support (`unsupported`) up
+    front, as the cuDNN engine does: `runs` is then False for them (hloc's kernel runs, one
+    warning), and calling one anyway fails as cuDNN's call would."""
+
+    def __init__(self, memory, program=None):
         self.memory = memory
+        self.refused: dict[str, str] = {}
+        for t in program.walk() if program is not None else ():
+            why = unsupported(t.dnn) if isinstance(t, ConvLaunch) and t.dnn else None
+            if why is not None:
+                self.refused[t.name] = why
+        warn_refused([f"%{name} (cuDNN status {CUDNN_STATUS_NOT_SUPPORTED}: {why})"
+                      for name, why in self.refused.items()])
 
     def runs(self, name: str) -> bool:
-        return True
+        return name not in self.refused
 
     def __call__(self, call: ConvCall, name: str) -> None:
+        from .driver import CudaError
+
         check_conv(call, name)
+        why = unsupported(call)
+        if why is not None:
+            raise CudaError(f"{DIRECTIONS[call.direction].run} for %{name} failed (cuDNN "
+                            f"status {CUDNN_STATUS_NOT_SUPPORTED}: not supported, {why})")
         view = lambda label, dims, steps, writeable=False: _tensor(  # noqa: E731
             self.memory.view(getattr(call, label)), call.dtype, dims, steps, writeable)
         x = view("x", call.x_dims, call.x_strides, call.direction == "backward_data")
