@@ -70,8 +70,8 @@ CASES = {
                       "f32[1,4,8,4,3]{4,3,2,1,0}",
                       "size=2x2x2 pad=1_1x1_1x0_0 lhs_dilate=2x3x2",
                       "b012f_012io->b012f", ("backward_data", False, NHWC_CONVERTED)),
-    "transposed_nchw_in_memory": ("f32[2,5,5,3]{1,2,3,0}", "f32[3,3,3,4]{3,2,1,0}",
-                                  "f32[2,10,10,4]{1,2,3,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
+    "transposed_nchw_in_memory": ("f32[2,5,5,3]{2,1,3,0}", "f32[3,3,3,4]{3,2,1,0}",
+                                  "f32[2,10,10,4]{2,1,3,0}", "size=3x3 pad=1_2x1_2 lhs_dilate=2x2",
                                   "b01f_01io->b01f", ("backward_data", False, NCHW_CONVERTED)),
     # The kernel already packed as cuDNN's NHWC filter (K = its input feature outermost, C =
     # its output feature innermost): read in place, no conversion.
@@ -397,6 +397,42 @@ def test_backward_arguments_through_a_host_cudnn(name, monkeypatch):
     assert fake.calls == 1 and ex.runner.dnn_calls == 1
     assert fake.transforms == bool(conv.dnn.w_strides)
     assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_auto_mode_gives_backward_calls_to_cudnn_only_where_it_measured_faster(monkeypatch):
+    """HLOC_CUDA_CONV=auto: deterministic (the default) keeps every backward call on hloc's
+    kernels; HLOC_CUDA_DETERMINISTIC=0 gives weight gradients to cuDNN with its first
+    supported algorithm, determinism aside (the fake's heuristic lists ALGO_3 before ALGO_1),
+    the result still the interpreter's."""
+    got, want, ex, inputs = _run("wgrad_cnn_11", "kernel", monkeypatch)
+    (conv,) = _convs(ex.program)
+    memory = StreamedMemory(ex.memory)
+    kept = cudnn.CudnnConv(memory, ex.program, lib=HostCudnn(ex.memory), auto=True)
+    assert not kept.plans
+    lib = HostCudnn(ex.memory)
+    lib.backward_algo = 3
+    fast = cudnn.CudnnConv(memory, ex.program, lib=lib, auto=True, only_deterministic=False)
+    assert fast.runs(conv.name) and fast.plans[conv.name].algo == 3
+    ex.runner.dnn = fast
+    assert_close(ex.run(inputs), want, rtol=1e-5, atol=1e-5)
+    assert ex.runner.dnn_calls == 1
+    transposed = dataclasses.replace(conv.dnn, direction="backward_data")
+    assert not cudnn.runs_in_auto(transposed, only_deterministic=False)  # NHWC: slower there
+    assert cudnn.runs_in_auto(dataclasses.replace(transposed, w_format="NCHW"), False)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("value,allowed", [("1", True), ("0", False), (" 0 ", False)])
+def test_determinism_switch(value, allowed):
+    assert cudnn.deterministic({"HLOC_CUDA_DETERMINISTIC": value}) is allowed
+    assert cudnn.deterministic({}) is True
+
+
+@pytest.mark.cpu
+def test_determinism_switch_refuses_other_values():
+    with pytest.raises(InputError, match="HLOC_CUDA_DETERMINISTIC='yes': expected 0 or 1"):
+        cudnn.deterministic({"HLOC_CUDA_DETERMINISTIC": "yes"})
 
 
 @pytest.mark.cpu

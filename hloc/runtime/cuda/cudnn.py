@@ -60,6 +60,7 @@ from .vendor import Switch, library_candidates, load_first, newest_first, precis
 from .vendor import wheel_dirs as vendor_wheel_dirs
 
 CONV_ENV = "HLOC_CUDA_CONV"
+DETERMINISTIC_ENV = "HLOC_CUDA_DETERMINISTIC"
 CONV_MODES = ("auto", "kernel", "cudnn")
 
 # cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9; unchanged since 8).
@@ -142,6 +143,34 @@ def warn_refused(refused: list[str]) -> None:
     if refused:
         warn_once(f"cuDNN refused {len(refused)} convolution(s), hloc's kernel runs them: "
                   + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else ""))
+
+
+def deterministic(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether cuDNN may only use deterministic algorithms (HLOC_CUDA_DETERMINISTIC, default 1:
+    every run gives the same bits). 0 allows the others too, as XLA's GPU back end does unless
+    --xla_gpu_deterministic_ops: the fast weight-gradient algorithms sum with atomics."""
+    value = env.get(DETERMINISTIC_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise InputError(f"{DETERMINISTIC_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def runs_in_auto(call: ConvCall, only_deterministic: bool) -> bool:
+    """Whether HLOC_CUDA_CONV=auto gives `call` to cuDNN (else hloc's kernel runs it).
+
+    Forward calls: always. Backward calls only where cuDNN measured faster than hloc's
+    kernels: on an H200 (cuDNN 9, full f32) the CNN training step's weight gradients took
+    0.17-0.72 ms with cuDNN's deterministic algorithms (the only ones with NHWC activations:
+    algorithm 1) against 0.04-0.13 ms in hloc's conv.core kernels, but 0.06 ms with the
+    non-deterministic algorithm 0; its transposed convolution took 0.20 ms with NHWC
+    activations (hloc: 0.11) and 0.08 ms with NCHW ones. So backward filter runs on cuDNN
+    when non-deterministic algorithms are allowed, backward data when, in addition, its
+    activations are NCHW-like (an NCHW filter: conv_check.filter_format). HLOC_CUDA_CONV=cudnn gives cuDNN every described call."""
+    if call.direction == "forward":
+        return True
+    if only_deterministic:
+        return False
+    return call.direction == "backward_filter" or call.w_format == "NCHW"
 
 
 def select_conv(mode: str, has_descriptors: bool, make: Callable):
@@ -360,7 +389,8 @@ class CudnnConv:
     (`math_type`). `runs(name)` says whether a thunk's convolution was set up; the others
     keep hloc's kernel."""
 
-    def __init__(self, device, program, lib=None, precisions=None, tf32: bool = False):
+    def __init__(self, device, program, lib=None, precisions=None, tf32: bool = False,
+                 only_deterministic: bool = True, auto: bool = False):
         from .driver import CudaError
 
         self.lib = lib if lib is not None else load_cudnn()
@@ -372,6 +402,8 @@ class CudnnConv:
             raise CudaError(f"cudnnCreate failed ({self._why(status)})")
         self.bound_stream: int | None = None
         self.plans: dict[str, _Plan] = {}
+        self.only_deterministic = only_deterministic
+        self.auto = auto
         self._set_up(program, precisions or {}, tf32)
         self.streams = program.streams.num_streams if program.streams else 1
         self.slot = _aligned(max((p.slot for p in self.plans.values()), default=0))
@@ -381,6 +413,8 @@ class CudnnConv:
         refused = []
         for t in program.walk():
             if not isinstance(t, ConvLaunch) or t.dnn is None or t.name in self.plans:
+                continue
+            if self.auto and not runs_in_auto(t.dnn, self.only_deterministic):
                 continue
             try:
                 check_conv(t.dnn, t.name)
@@ -457,8 +491,8 @@ class CudnnConv:
 
     def _algorithm(self, p: _Plan, math: int, api: Direction) -> None:
         """The first algorithm of cuDNN's heuristic order for the call's direction that is
-        supported, deterministic, not FFT-based, keeps full f32 when asked (FMA) and needs
-        at most WORKSPACE_LIMIT bytes."""
+        supported, deterministic (unless HLOC_CUDA_DETERMINISTIC=0), not FFT-based, keeps
+        full f32 when asked (FMA) and needs at most WORKSPACE_LIMIT bytes."""
         if any(name not in self.f for name in (api.run, api.max_count, api.heuristic,
                                                api.workspace)):
             raise _Refused(f"this libcudnn has no {api.run}")
@@ -472,7 +506,7 @@ class CudnnConv:
                                   ctypes.byref(got), perfs), api.heuristic)
         for perf in perfs[:max(0, min(got.value, n))]:
             if (perf.status != CUDNN_STATUS_SUCCESS or perf.algo not in api.algorithms
-                    or perf.determinism != CUDNN_DETERMINISTIC
+                    or (self.only_deterministic and perf.determinism != CUDNN_DETERMINISTIC)
                     or perf.memory > WORKSPACE_LIMIT
                     or (math == CUDNN_FMA_MATH and perf.mathType != CUDNN_FMA_MATH)):
                 continue
@@ -485,7 +519,8 @@ class CudnnConv:
             if size.value <= WORKSPACE_LIMIT:
                 p.algo, p.math, p.workspace = perf.algo, perf.mathType, size.value
                 return
-        raise _Refused(f"no supported deterministic algorithm among {got.value} "
+        kind = "deterministic " if self.only_deterministic else ""
+        raise _Refused(f"no supported {kind}algorithm among {got.value} "
                        f"(math type {math})")
 
     def runs(self, name: str) -> bool:

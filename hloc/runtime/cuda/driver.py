@@ -397,13 +397,14 @@ class CudaExecutable(GpuExecutable):
         """cuDNN for the descriptor-carrying convolution thunks (HLOC_CUDA_CONV, cudnn), or
         None: hloc's convolution kernels."""
         from .cublas import tf32_allowed
-        from .cudnn import CudnnConv, conv_mode, conv_precisions, select_conv
+        from .cudnn import CudnnConv, conv_mode, conv_precisions, deterministic, select_conv
 
-        mode, tf32 = conv_mode(), tf32_allowed()
+        mode, tf32, only_deterministic = conv_mode(), tf32_allowed(), deterministic()
         described = any(isinstance(t, ConvLaunch) and t.dnn is not None
                         for t in self.program.walk())
         self.dnn = select_conv(mode, described, lambda: CudnnConv(
-            self.memory, self.program, precisions=conv_precisions(self.module), tf32=tf32))
+            self.memory, self.program, precisions=conv_precisions(self.module), tf32=tf32,
+            only_deterministic=only_deterministic, auto=mode == "auto"))
         return self.dnn
 
 
