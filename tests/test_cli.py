@@ -297,3 +297,21 @@ def test_snapshot_arguments_feed_hlo_run(tmp_path):
     np.savez(tmp_path / "other.npz", **changed)
     r = hlo_run(out, "--inputs", tmp_path / "other.npz", "--expected", SAMPLES / f"{SAMPLE}.expected.npz")
     assert r.exit_code == 1
+
+
+@pytest.mark.parametrize("chosen", [None, "3"])
+def test_compile_starts_one_blas_thread_unless_told_otherwise(tmp_path, chosen):
+    """`hloc compile` in a fresh process sets OPENBLAS_NUM_THREADS=1 before NumPy loads (its
+    thread pool costs CPU time a compile has no use for); a user's own setting stays."""
+    require_samples()
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if chosen:
+        env["OPENBLAS_NUM_THREADS"] = chosen
+    code = ("import os, sys; from hloc.cli.main import cli\n"
+            "try: cli(sys.argv[1:])\nexcept SystemExit as e: assert not e.code, e.code\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    r = subprocess.run([sys.executable, "-c", code, "compile", str(SAMPLES / "donation.pb"),
+                        "-o", str(tmp_path / "d.bundle"), "--stop-after", "passes"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == (chosen or "1")

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 from hloc.codegen import llvm
-from hloc.codegen.llvm_split import optimize_parallel, parse_items, split_module
+from hloc.codegen.llvm_split import Partition, optimize_parallel, parse_items, split_module
 from hloc.codegen.target import host_target
 
 
-def _module_text(kernels: int) -> str:
+def _module_text(kernels: int, small: int = 0) -> str:
     """Kernels scale(x, n) -> x * (k+1) + helper(k); an internal helper shared by all, a
-    driver calling every kernel, and an internal constant table."""
+    driver calling every kernel, and an internal constant table. The first `small` kernels
+    are marked optsize, as the CPU emitter marks kernels with little work."""
     lines = [f'target triple = "{host_target().triple}"',
              '@"table" = internal constant [4 x double] [double 1.0, double 2.0, double 3.0, double 4.0]',
              'declare double @"llvm.fabs.f64"(double %".1")',
@@ -28,7 +29,8 @@ def _module_text(kernels: int) -> str:
              '  ret double %".6"',
              "}"]
     for k in range(kernels):
-        lines += [f'define void @"k{k}"(ptr %".1", i64 %".2") nounwind', "{", "entry:",
+        attrs = "nounwind optsize" if k < small else "nounwind"
+        lines += [f'define void @"k{k}"(ptr %".1", i64 %".2") {attrs}', "{", "entry:",
                   '  br label %"loop"', "loop:",
                   '  %"i" = phi i64 [0, %"entry"], [%"next", %"loop"]',
                   '  %"p" = getelementptr double, ptr %".1", i64 %"i"',
@@ -49,32 +51,61 @@ def _module_text(kernels: int) -> str:
 def test_partitions_hold_each_root_once_and_what_it_needs():
     text = _module_text(40)
     parts = split_module(text, 4)
-    assert len(parts) == 4
+    assert len(parts) == 4 and not any(p.scalar for p in parts)
     defined = []
     for part in parts:
-        _, items = parse_items(part)
+        _, items = parse_items(part.text)
         names = [i.name for i in items if i.kind == "define"]
         defined += [n for n in names if n != "helper"]
         if any(n.startswith("k") for n in names):
             assert "helper" in names and any(i.name == "table" for i in items)
-        llvm.parse(part)  # every partition is a valid module on its own
+        llvm.parse(part.text)  # every partition is a valid module on its own
     assert sorted(defined) == sorted([f"k{k}" for k in range(40)] + ["driver"])
 
 
 def test_small_or_unsplittable_modules_stay_whole():
-    assert split_module(_module_text(2), 4) == [_module_text(2)]
-    exported = _module_text(40).replace('@"table" = internal constant', '@"table" = constant')
-    assert split_module(exported, 4) == [exported]
+    assert split_module(_module_text(2), 4) == [Partition(_module_text(2))]
+    exported = _module_text(40, small=20).replace('@"table" = internal constant',
+                                                  '@"table" = constant')
+    assert split_module(exported, 4) == [Partition(exported)]
+
+
+def test_small_kernels_get_scalar_partitions_of_their_own():
+    parts = split_module(_module_text(40, small=30), 4)
+    assert [p.scalar for p in parts] == [False] * 4 + [True] * 2
+    for part in parts:
+        _, items = parse_items(part.text)
+        roots = [i for i in items if i.kind == "define" and not i.internal]
+        assert all(r.small == part.scalar for r in roots)
+
+
+def test_scalar_partitions_are_not_vectorized():
+    """The same kernel is vectorized in a big partition and not in a scalar one."""
+    target = host_target()
+    with_driver = _module_text(2, small=2)  # below the split size: one partition
+    assert split_module(with_driver, 4) == [Partition(with_driver)]  # the driver is not small
+    whole = with_driver[:with_driver.index('define void @"driver"')]
+    assert split_module(whole, 4) == [Partition(whole, scalar=True)]
+    ir = {}
+    for scalar in (False, True):
+        module = llvm.parse(whole)
+        llvm.optimize(module, target, 2, vectorize=not scalar)
+        ir[scalar] = str(module)
+    assert "<4 x double>" in ir[False] or "<2 x double>" in ir[False]
+    assert "x double>" not in ir[True]
+
+
+def _optimizer(target):
+    return lambda m, scalar: llvm.optimize_concurrently(m, target, 2, vectorize=not scalar)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_linked_module_computes_and_is_deterministic(threads):
     target = host_target()
-    text = _module_text(40)
+    text = _module_text(40, small=15)
     objects = []
     for _ in range(2):
-        module = optimize_parallel(text, lambda m: llvm.optimize_concurrently(m, target, 2),
-                                   threads)
+        module = optimize_parallel(text, _optimizer(target), threads)
         objects.append(llvm.emit_concurrently(module, target, 2))
     assert objects[0] == objects[1]
     library = llvm.JitLibrary(objects[0], target)
@@ -89,9 +120,7 @@ def test_linked_module_computes_and_is_deterministic(threads):
 
 def test_object_is_the_same_for_any_thread_count():
     target = host_target()
-    text = _module_text(40)
-    a = llvm.emit_concurrently(optimize_parallel(
-        text, lambda m: llvm.optimize_concurrently(m, target, 2), 1), target, 2)
-    b = llvm.emit_concurrently(optimize_parallel(
-        text, lambda m: llvm.optimize_concurrently(m, target, 2), 2), target, 2)
+    text = _module_text(40, small=15)
+    a = llvm.emit_concurrently(optimize_parallel(text, _optimizer(target), 1), target, 2)
+    b = llvm.emit_concurrently(optimize_parallel(text, _optimizer(target), 2), target, 2)
     assert a == b

@@ -118,39 +118,40 @@ def parse(ir_text: str):
     return module
 
 
-def optimize(module, target, opt_level: int = 2) -> None:
+def optimize(module, target, opt_level: int = 2, *, vectorize: bool = True) -> None:
     """Run LLVM's default -O<level> pipeline (new pass manager) on `module`, in place.
 
-    Loop and SLP vectorization are on from -O2, as in clang.
+    Loop and SLP vectorization are on from -O2, as in clang, unless `vectorize` is False
+    (kernels too small for vector code to pay: llvm_split.Partition.scalar).
     """
     tm = target_machine(target, opt_level)
     module.triple = target.triple
     module.data_layout = target.data_layout
-    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level))
+    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level, vectorize))
     pass_builder.getModulePassManager().run(module, pass_builder)
 
 
-def _tuning(opt_level: int):
+def _tuning(opt_level: int, vectorize: bool = True):
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    vectorize = opt_level >= 2
+    vectorize = vectorize and opt_level >= 2
     pto.loop_vectorization = vectorize
     pto.slp_vectorization = vectorize
     pto.loop_unrolling = opt_level >= 1
     return pto
 
 
-def optimize_concurrently(module, target, opt_level: int = 2) -> None:
+def optimize_concurrently(module, target, opt_level: int = 2, *, vectorize: bool = True) -> None:
     """`optimize`, but able to run on several threads at once, each on a module of its own
     LLVM context: llvmlite serializes every call into LLVM with one global lock, which the
     (long) pass-manager run skips here. LLVM itself is thread-safe across contexts."""
     run = _unlocked("LLVMPY_RunNewModulePassManager")
     if run is None:  # another llvmlite: stay correct, just serial
-        optimize(module, target, opt_level)
+        optimize(module, target, opt_level, vectorize=vectorize)
         return
     tm = target_machine(target, opt_level)
     module.triple = target.triple
     module.data_layout = target.data_layout
-    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level))
+    pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level, vectorize))
     manager = pass_builder.getModulePassManager()
     run(manager, module, pass_builder)
 

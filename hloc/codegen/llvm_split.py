@@ -12,9 +12,14 @@ from which the one relocatable object is emitted as before.
   (duplicates are internal, so linking renames them; each copy is inlined or stays local).
 - A partition declares the external functions it calls but does not define (drivers call
   kernels). Declarations, attribute groups and metadata are copied into every partition.
+- Roots come in two tiers: kernels the emitter marked `optsize` (too little work for vector
+  code to pay: codegen/cpu/compile.py) and the rest. Each tier has partitions of its own, and
+  a partition of small kernels is optimized *scalar* (the same -O level without the loop and
+  SLP vectorizers): on modules of many small kernels the vectorizers and the instcombine work
+  on their vector code were over half of LLVM's time, for kernels of a few microseconds.
 - The partition count is fixed, not the number of cores, so the object code is the same on
   every machine. A module the splitter does not understand (an externally visible global)
-  or one too small to gain is optimized whole.
+  or one too small to gain is optimized whole (scalar only if all its roots are small).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as binding
 
-PARTITIONS = 4
+PARTITIONS = 4  # per tier: the small kernels' tier gets half as many (it is cheaper)
 # Below this much IR text, the split, extra parses and link cost more than they save.
 MIN_SPLIT_BYTES = 20_000
 
@@ -40,6 +45,20 @@ class _Item:
     text: str
     internal: bool = False
     refs: frozenset[str] = frozenset()
+
+    @property
+    def small(self) -> bool:
+        """A function the emitter marked `optsize` (attributes follow the parameter list)."""
+        head = self.text.split("\n", 1)[0]
+        return "optsize" in head[head.rfind(")"):].split()
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Part of a module's IR text; `scalar`: only small kernels, no vectorizers needed."""
+
+    text: str
+    scalar: bool = False
 
 
 def _first_name(line: str) -> str | None:
@@ -96,17 +115,27 @@ def _declaration(define: _Item) -> str:
     return "declare" + line[len("define"):]
 
 
-def split_module(text: str, parts: int = PARTITIONS) -> list[str]:
-    """The IR text as up to `parts` partition texts ([text] when it is not worth it)."""
-    if len(text) < MIN_SPLIT_BYTES or parts < 2:
-        return [text]
+def split_module(text: str, parts: int = PARTITIONS) -> list[Partition]:
+    """The IR text as partitions: up to `parts` of the big roots and `parts // 2` of the small
+    ones ([whole text] when splitting is not worth it)."""
     header, items = parse_items(text)
-    if any(it.kind == "global" and not it.internal for it in items):
-        return [text]
-    by_name = {it.name: it for it in items if it.kind in ("define", "global")}
     roots = [it for it in items if it.kind == "define" and not it.internal]
-    if len(roots) < 2:
-        return [text]
+    whole = [Partition(text, bool(roots) and all(r.small for r in roots))]
+    if len(text) < MIN_SPLIT_BYTES or parts < 2 or len(roots) < 2:
+        return whole
+    if any(it.kind == "global" and not it.internal for it in items):
+        return [Partition(text)]
+    by_name = {it.name: it for it in items if it.kind in ("define", "global")}
+    big = [r for r in roots if not r.small]
+    small = [r for r in roots if r.small]
+    return ([Partition(_partition_text(header, items, m)) for m in _bins(big, by_name, parts)]
+            + [Partition(_partition_text(header, items, m), scalar=True)
+               for m in _bins(small, by_name, max(1, parts // 2))])
+
+
+def _bins(roots: list[_Item], by_name: dict[str, _Item], parts: int) -> list[set[str]]:
+    """Roots (with what they need) dealt to `parts` bins, largest first, each to the smallest
+    bin so far; empty bins dropped."""
     closures = {r.name: _closure(r, by_name) for r in roots}
     cost = {r.name: sum(len(by_name[n].text) for n in closures[r.name]) for r in roots}
     bins: list[set[str]] = [set() for _ in range(parts)]
@@ -115,7 +144,7 @@ def split_module(text: str, parts: int = PARTITIONS) -> list[str]:
         k = min(range(parts), key=lambda b: (sizes[b], b))
         bins[k] |= closures[root.name]
         sizes[k] += cost[root.name]
-    return [_partition_text(header, items, members) for members in bins if members]
+    return [b for b in bins if b]
 
 
 def _closure(root: _Item, by_name: dict[str, _Item]) -> set[str]:
@@ -144,17 +173,18 @@ def _partition_text(header: list[str], items: list[_Item], members: set[str]) ->
 
 
 def optimize_parallel(text: str, optimize, threads: int):
-    """Optimize `text` with `optimize(module)` per partition on up to `threads` threads;
-    the linked, optimized module (in the global LLVM context)."""
+    """Optimize `text` with `optimize(module, scalar)` per partition (scalar: only small
+    kernels, see Partition) on up to `threads` threads; the linked, optimized module (in the
+    global LLVM context)."""
     parts = split_module(text)
     if len(parts) == 1:
         module = binding.parse_assembly(text)
-        optimize(module)
+        optimize(module, parts[0].scalar)
         return module
 
-    def run(part: str) -> str:
-        module = binding.parse_assembly(part, context=binding.create_context())
-        optimize(module)
+    def run(part: Partition) -> str:
+        module = binding.parse_assembly(part.text, context=binding.create_context())
+        optimize(module, part.scalar)
         return str(module)
 
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(parts))),

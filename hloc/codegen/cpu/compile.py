@@ -129,9 +129,10 @@ def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> ll
 
     llvm.initialize()
     try:
-        module = optimize_parallel(text,
-                                   lambda m: llvm.optimize_concurrently(m, target, opt_level),
-                                   threads=os.cpu_count() or 1)
+        module = optimize_parallel(
+            text, lambda m, scalar: llvm.optimize_concurrently(m, target, opt_level,
+                                                               vectorize=not scalar),
+            threads=os.cpu_count() or 1)
         module.verify()
     except RuntimeError as e:
         raise CheckFailed(f"invalid LLVM IR: {e}") from None
@@ -200,9 +201,10 @@ def emit_all(groups, target):
 
 
 # Kernels estimated below this much work (thunk_kernels.work, rough scalar operations) are
-# optimized for size: they take well under a microsecond, where a vectorized main loop plus
-# its remainder loops gains nothing measurable, yet such code costs LLVM over a third of its
-# time on modules made of small kernels (compile time matters there: it is most of the cost).
+# optimized for size and without the vectorizers (llvm_split gives them scalar partitions):
+# they take microseconds, where a vectorized main loop plus its remainder loops gains little,
+# yet such code costs LLVM over half of its time on modules made of small kernels (compile
+# time matters there: it is most of the cost).
 SMALL_KERNEL_WORK = 1 << 12
 
 
