@@ -363,6 +363,9 @@ def parse_args(argv):
     p.add_argument("--arch", default=None, help="sm_XX (default: the GPU's)")
     p.add_argument("--xla-python", default=None,
                    help="the Python that runs the XLA side (one with jax; default: this one)")
+    p.add_argument("--xla-deterministic", action="store_true",
+                   help="XLA with --xla_gpu_exclude_nondeterministic_ops (hloc is deterministic "
+                        "unless HLOC_CUDA_DETERMINISTIC=0)")
     p.add_argument("--emulated", action="store_true",
                    help="try it without a GPU: hloc on cuda-emulated, XLA on CPU (timings "
                         "mean nothing)")
@@ -372,6 +375,8 @@ def parse_args(argv):
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(unknown)} (choose from {', '.join(PARTS)})")
     args.parts = tuple(x for x in parts if not (args.skip_tests and x == "tests"))
+    if args.xla_deterministic:
+        os.environ["GPU_CHECK_XLA_DETERMINISTIC"] = "1"  # the XLA side's processes inherit it
     return args
 
 

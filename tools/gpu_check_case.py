@@ -48,6 +48,11 @@ os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 # (scan_rnn_200 on an H200: 0.085 max error against f32 with them, 1.4e-4 without); cuBLAS
 # honours the override, so XLA runs its dots through cuBLAS here: full f32 on both sides.
 os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
+# gpu_check --xla-deterministic: XLA with only deterministic kernels too, as hloc runs by default
+# (HLOC_CUDA_DETERMINISTIC): like against like where XLA would pick atomics (cuDNN's fast
+# weight-gradient algorithms, scatters).
+if os.environ.get("GPU_CHECK_XLA_DETERMINISTIC") == "1":
+    os.environ["XLA_FLAGS"] += " --xla_gpu_exclude_nondeterministic_ops=true"
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
