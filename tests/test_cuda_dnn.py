@@ -605,11 +605,10 @@ def test_split_descriptor_outside_its_scratch_argument_is_refused(tmp_path):
         load(str(bad), "cuda-emulated")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", FUSED)
-def test_fused_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
-    """The split form on a GPU: cuDNN runs the core (filter converted) into the scratch, the
-    epilogue kernel reads it; every described convolution ran (none refused)."""
+def fused_through_cudnn_on_gpu(text: str, inputs, tmp_path, monkeypatch) -> None:
+    """A fused convolution on a GPU with HLOC_CUDA_CONV=cudnn (graphs off, full f32): its
+    one described convolution set up (none refused) and ran once, and the result is the
+    interpreter's. Shared with test_cuda_dnn_backward."""
     from hloc.runtime import load
 
     from .support.run import interpret
@@ -618,15 +617,21 @@ def test_fused_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
     monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
     monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
     monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
-    text = FUSED[name]
     path = compile_text(tmp_path, text, "conv", target="cuda", cuda_archs=("sm_80", "sm_90"))
     exe = load(str(path), "cuda")
-    inputs = _fused_inputs(text)
     got = exe.run(inputs)
     described = [c.name for c in _convs(exe.program) if c.dnn is not None]
     assert len(described) == 1 and sorted(exe.runner.dnn.plans) == described
     assert exe.runner.dnn_calls == 1
     assert_close([np.asarray(g) for g in got], interpret(text, inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
+    """The split form on a GPU: cuDNN runs the core (filter converted) into the scratch, the
+    epilogue kernel reads it; every described convolution ran (none refused)."""
+    fused_through_cudnn_on_gpu(FUSED[name], _fused_inputs(FUSED[name]), tmp_path, monkeypatch)
 
 
 @pytest.mark.gpu

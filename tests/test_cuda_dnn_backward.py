@@ -592,20 +592,9 @@ def test_backward_convolutions_through_cudnn_on_gpu(name, tmp_path, monkeypatch)
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", FUSED)
 def test_fused_gradients_through_cudnn_on_gpu(name, tmp_path, monkeypatch):
-    from hloc.runtime import load
+    """A fused gradient (SGD update, ReLU mask) on a GPU: the backward call into scratch, the
+    epilogue reading it, none refused, the interpreter's result."""
+    from .test_cuda_dnn import fused_through_cudnn_on_gpu
 
-    from .support.run import interpret
-
-    _cudnn_on_gpu()
-    monkeypatch.setenv("HLOC_CUDA_CONV", "cudnn")
-    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
-    monkeypatch.delenv("HLOC_CUDA_TF32", raising=False)
     text = FUSED[name][0]
-    path = compile_text(tmp_path, text, "conv", target="cuda", cuda_archs=("sm_80", "sm_90"))
-    exe = load(str(path), "cuda")
-    inputs = _fused_inputs(text)
-    got = exe.run(inputs)
-    described = [c.name for c in _convs(exe.program) if c.dnn is not None]
-    assert len(described) == 1 and sorted(exe.runner.dnn.plans) == described
-    assert exe.runner.dnn_calls == 1
-    assert_close([np.asarray(g) for g in got], interpret(text, inputs), rtol=1e-5, atol=1e-5)
+    fused_through_cudnn_on_gpu(text, _fused_inputs(text), tmp_path, monkeypatch)
