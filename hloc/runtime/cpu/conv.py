@@ -9,8 +9,9 @@ fixed at load time, so a run is a few copies and one product.
   is a plain strided view of it.
 - A 1x1 window that keeps the spatial size is one product: the input as [N*S, C] by the
   kernel as [C, O].
-- A 2-D f32 convolution on AVX-512 hosts runs one native GEMM per (image, kernel row)
-  straight from the padded input (`_direct_convolution`): no im2col matrix at all.
+- A 2-D f32 convolution on AVX2 hosts runs the native implicit-GEMM kernel over the padded
+  input (conv_native.py); on AVX-512 hosts one native GEMM per (image, kernel row) straight
+  from the padded input (`_direct_convolution`). Neither writes an im2col matrix.
 - Everything else is im2col: the patches are gathered into a [BG, G, Nb*OUT, WINDOW*Cg]
   matrix (one strided copy) and multiplied by the kernel as [BG, G, WINDOW*Cg, Og]; feature
   groups (G) and batch groups (BG) are the batches of that product, window reversal reads
@@ -107,7 +108,10 @@ def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kerne
     if _is_pointwise(form):
         cols = MatrixCell(ctx, input_slice, instr.operands[0].shape, form.in_perm, (rows, taps))
         return matmul_runner(cols, kernel, out, flops)
-    direct = _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice)
+    from .conv_native import conv_runner
+
+    direct = conv_runner(ctx, instr, form, x, kernel_slice, output_slice) \
+        or _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice)
     if direct is not None:
         return direct
     gather, patches = _patches(x, form)
