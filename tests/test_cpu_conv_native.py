@@ -87,9 +87,10 @@ def test_kernel_matches_numpy(n, hp, wp, c, o, kh, kw, stride, dh, cuts):
     out = np.full((n, oh, ow, o), np.nan, np.float32)
     bounds = [0, *cuts, n * oh * ow]
     for lo, hi in zip(bounds, bounds[1:], strict=False):
-        words = (ctypes.c_int64 * conv_gemm.CONV_WORDS)(
+        words = (ctypes.c_int64 * conv_gemm.CALL_WORDS)(
             lo, hi, oh * ow, ow, xp.ctypes.data, hp * wp * c, stride[0] * wp * c,
-            stride[1] * c, kh, kw * c, dh * wp * c, packed.ctypes.data, o, out.ctypes.data, o)
+            stride[1] * c, kh, kw * c, dh * wp * c, packed.ctypes.data, o, out.ctypes.data, o,
+            0)  # no epilogue
         lib.conv(ctypes.addressof(words))
     np.testing.assert_allclose(out, _reference(xp, w, oh, ow, stride, dh), rtol=1e-4,
                                atol=1e-4 * np.sqrt(depth))
@@ -133,3 +134,140 @@ def test_convolution_thunks(inp, ker, out, window, labels, tmp_path, monkeypatch
 
 def _dims(shape_text: str) -> list[int]:
     return [int(d) for d in shape_text.split("[")[1].rstrip("]").split(",")]
+
+
+# ---- fused epilogues (codegen/cpu/conv_epilogue.py) ---------------------------------------------
+
+def _epilogue_words(words, ops) -> None:
+    """Fill the epilogue part of a call's words: ops are (Epilogue, array or None, ld)."""
+    base = conv_gemm.CONV_WORDS
+    words[base] = len(ops)
+    for i, (code, array, ld) in enumerate(ops):
+        words[base + 1 + 3 * i:base + 4 + 3 * i] = [int(code),
+                                                    0 if array is None else array.ctypes.data, ld]
+
+
+def _xla_max_zero(x: np.ndarray, zero_first: bool) -> np.ndarray:
+    """XLA's maximum with +0 (the interpreter's float_max): NaN-propagating, -0 < +0."""
+    if zero_first:  # max(+0, x): +0 where x < 0, else x with its sign bit cleared
+        cleared = (x.view(np.uint32) & np.uint32(0x7FFFFFFF)).view(np.float32)
+        return np.where(x < 0, np.float32(0), cleared)
+    return np.where((x > 0) | np.isnan(x), x, np.float32(0))
+
+
+@needs_kernel
+@pytest.mark.parametrize("zero_first", [False, True])
+def test_kernel_epilogue_is_the_unfused_arithmetic_bit_for_bit(zero_first):
+    lib = conv_native.library()
+    rng = np.random.default_rng(7)
+    n, hp, wp, c, o = 2, 8, 9, 5, 32
+    xp = rng.standard_normal((n, hp, wp, c), dtype=np.float32)
+    w = rng.standard_normal((3, 3, c, o), dtype=np.float32)
+    oh, ow, depth = hp - 2, wp - 2, 9 * c
+    xp[0, 0, 0, :] = np.nan  # NaNs and infinities flow through the ops (and max keeps NaN)
+    xp[1, 3, 4, :] = np.inf
+    scale, bias = (rng.standard_normal(o, dtype=np.float32) for _ in range(2))
+    residual = rng.standard_normal((n * oh * ow, o + 3), dtype=np.float32)  # row stride o + 3
+    residual[5, :4] = [-0.0, 0.0, np.nan, -np.inf]
+    packed = np.zeros(depth * o, np.float32)
+    lib.pack(depth, o, w.ctypes.data, o, packed.ctypes.data)
+    outs = []
+    for ops in ([], [(conv_gemm.Epilogue.MUL_COLUMN, scale, 0),
+                     (conv_gemm.Epilogue.ADD_COLUMN, bias, 0),
+                     (conv_gemm.Epilogue.ADD, residual, o + 3),
+                     (conv_gemm.Epilogue.ZERO_MAX if zero_first else conv_gemm.Epilogue.MAX_ZERO,
+                      None, 0)]):
+        out = np.full((n * oh * ow, o), np.nan, np.float32)
+        words = (ctypes.c_int64 * conv_gemm.CALL_WORDS)(
+            0, n * oh * ow, oh * ow, ow, xp.ctypes.data, hp * wp * c, wp * c, c, 3, 3 * c,
+            wp * c, packed.ctypes.data, o, out.ctypes.data, o)
+        _epilogue_words(words, ops)
+        lib.conv(ctypes.addressof(words))
+        outs.append(out)
+    plain, fused = outs
+    want = _xla_max_zero(plain * scale + bias + residual[:, :o], zero_first)
+    np.testing.assert_array_equal(fused.view(np.uint32), want.view(np.uint32))
+
+
+FUSED = """HloModule fused
+fused {{
+  x = f32[2,24,24,32]{{3,2,1,0}} parameter(0)
+  w = f32[3,3,32,{o}]{{3,2,1,0}} parameter(1)
+  s = f32[{o}]{{0}} parameter(2)
+  b = f32[{o}]{{0}} parameter(3)
+  r = f32[2,24,24,{o}]{{3,2,1,0}} parameter(4)
+  c = f32[2,24,24,{o}]{{3,2,1,0}} convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+  sb = f32[2,24,24,{o}]{{3,2,1,0}} broadcast(s), dimensions={{3}}
+  m = f32[2,24,24,{o}]{{3,2,1,0}} multiply(sb, c)
+  bb = f32[2,24,24,{o}]{{3,2,1,0}} broadcast(b), dimensions={{3}}
+  a = f32[2,24,24,{o}]{{3,2,1,0}} add(m, bb)
+  ar = f32[2,24,24,{o}]{{3,2,1,0}} add(a, r)
+  z = f32[] constant({zero})
+  zz = f32[2,24,24,{o}]{{3,2,1,0}} broadcast(z), dimensions={{}}
+  ROOT y = f32[2,24,24,{o}]{{3,2,1,0}} maximum(zz, ar)
+}}
+ENTRY e {{
+  x = f32[2,24,24,32]{{3,2,1,0}} parameter(0)
+  w = f32[3,3,32,{o}]{{3,2,1,0}} parameter(1)
+  s = f32[{o}]{{0}} parameter(2)
+  b = f32[{o}]{{0}} parameter(3)
+  r = f32[2,24,24,{o}]{{3,2,1,0}} parameter(4)
+  ROOT f = f32[2,24,24,{o}]{{3,2,1,0}} fusion(x, w, s, b, r), kind=kOutput, calls=fused
+}}
+"""
+
+
+def test_epilogue_chains_are_recognized():
+    from hloc.codegen.cpu.conv_epilogue import convolution_epilogue
+    from tests.support.kernels import parse_module
+
+    def ops(text):
+        comp = next(c for c in parse_module(text).computations if c.name == "fused")
+        conv = next(i for i in comp.instructions if i.opcode.name == "CONVOLUTION")
+        return convolution_epilogue(comp, conv)
+
+    assert ops(FUSED.format(o=48, zero="0")) == [
+        ["mul_column", ["operand", 2]], ["add_column", ["operand", 3]], ["add", ["operand", 4]],
+        ["zero_max"]]
+    assert ops(FUSED.format(o=48, zero="-0")) is None  # maximum(-0, x) is another op
+    # A scale broadcast along another dimension is no per-feature vector.
+    assert ops(FUSED.format(o=24, zero="0").replace("broadcast(s), dimensions={3}",
+                                                     "broadcast(s), dimensions={1}")) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("o,fused", [(48, True), (40, False)])  # 40: tails, the two steps
+def test_fused_convolution_epilogue_thunks(o, fused, tmp_path, monkeypatch):
+    from hloc.runtime.cpu import conv
+
+    ran = []
+    real = conv.fused_convolution
+    monkeypatch.setattr(conv, "fused_convolution", lambda *a: _note(ran, real(*a)))
+    monkeypatch.setattr("hloc.runtime.cpu.kernels.fused_convolution", conv.fused_convolution)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(d).astype(np.float32)
+            for d in ((2, 24, 24, 32), (3, 3, 32, o), (o,), (o,), (2, 24, 24, o))]
+    compare_with_interpreter({o: (FUSED.format(o=o, zero="0"), args)}, tmp=tmp_path,
+                             rtol=1e-4, atol=1e-3)
+    assert ran == [fused]
+
+
+def _note(ran: list, runner):
+    ran.append(runner is not None)
+    return runner
+
+
+def test_a_bad_epilogue_reference_is_refused(tmp_path):
+    from hloc.errors import InputError
+    from hloc.runtime import load
+
+    from .trust_support import compile_text, repack
+
+    good = compile_text(tmp_path, FUSED.format(o=48, zero="0"), "fused")
+
+    def edit(doc):
+        (composite,) = doc["composites"].values()
+        composite["steps"][0]["epilogue"]["ops"][0][1] = ["operand", 99]
+    bad = repack(good, tmp_path / "bad.bundle", edit_json={"kernels.json": edit})
+    with pytest.raises(InputError, match="outside its thunk's slices"):
+        load(str(bad), "cpu")

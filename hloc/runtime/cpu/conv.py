@@ -96,6 +96,27 @@ def convolution_runner(ctx: LoadContext, instr, input_slice, kernel_slice, outpu
     return _plain_runner(ctx, instr, form, x, input_slice, kernel_slice, output_slice)
 
 
+def fused_convolution(ctx: LoadContext, thunk, step: dict, slice_of):
+    """A composite's convolution step computing its epilogue too (the step's "epilogue",
+    codegen/cpu/conv_epilogue.py) straight into the output, or None where only the two
+    steps can run it (no epilogue, another convolution form, no native kernel)."""
+    from .conv_native import conv_runner, epilogue_ops
+
+    epilogue = step.get("epilogue") if step.get("kind") == "convolution" else None
+    if epilogue is None:
+        return None
+    instr = ctx.instruction(step["instruction"])
+    form = ConvForm.of(instr)
+    fusion = ctx.instruction(thunk.name)
+    ops = epilogue_ops(epilogue["ops"], slice_of, [o.shape for o in fusion.operands])
+    if ops is None or not (host_convolution(instr) and form.plain):
+        return None
+    x = ctx.memory.cell(slice_of(step["input"]), instr.operands[0].shape,
+                        lambda v: v.transpose(form.in_perm))
+    return conv_runner(ctx, instr, form, x, slice_of(step["kernel"]),
+                       slice_of(epilogue["output"]), ops)
+
+
 def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kernel_slice,
                   output_slice):
     """Ungrouped, unreversed: a pointwise product, the direct form or im2col."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from ... import __version__
 from ...codegen.cpu import conv_gemm
+from ...codegen.cpu.conv_gemm import Epilogue
 from ...codegen.cpu.gemm import AVX2, Geometry
 from ...util.objcache import cache_key, cached_object
 from . import blas, parallel
@@ -68,51 +69,115 @@ def library() -> _Library | None:
     return _Library(AVX2, cpu_target("x86-64-v3"))
 
 
-def conv_runner(ctx, instr, form, x, kernel_slice, output_slice):
+def conv_runner(ctx, instr, form, x, kernel_slice, output_slice, epilogue=()):
     """A runner for a plain 2-D f32 convolution (`form`, conv.ConvForm), or None where this
     kernel does not apply (no library, another dtype, window dilation along W, an output that
-    is no [N*OH*OW, O] matrix with unit column stride)."""
+    is no [N*OH*OW, O] matrix with unit column stride, an epilogue it cannot apply).
+
+    `epilogue`: (conv_gemm.Epilogue, operand) pairs applied to the result before it is stored
+    into `output_slice`, operand a (slice, HLO shape) or None (see epilogue_operands)."""
     from .conv import padded_input
 
     lib = library()
     window = form.window
     if lib is None or len(window) != 2 or window[1].window_dilation != 1 \
-            or x.a.dtype != np.float32:
+            or x.a.dtype != np.float32 or len(epilogue) > conv_gemm.EPILOGUE_OPS:
         return None
     (kh, kw), c, o = (wd.size for wd in window), form.x_dims[-1], form.y_dims[-1]
     rows = form.y_dims[0] * form.y_dims[1] * form.y_dims[2]
     out = MatrixCell(ctx, output_slice, instr.shape, form.out_perm, (rows, o))
-    if not (out.fixed and _unit_rows(out.cell.a)):
+    ops = epilogue_operands(ctx, form, rows, epilogue)
+    if not (out.fixed and _unit_rows(out.cell.a)) or ops is None \
+            or (epilogue and o % lib.geo.nr):  # the tile applies its epilogue to whole tiles
         return None
     kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, form.k_perm,
                         (kh * kw * c, o))
     weights = kernel.cell if kernel.fixed and _unit_rows(kernel.cell.a) else _Scratch(kernel)
     gather, xp = padded_input(x, form)
-    nr, depth = lib.geo.nr, kh * kw * c
-    packed = _aligned(-(-o // nr) * nr * depth)
+    depth = kh * kw * c
+    packed = _aligned(-(-o // lib.geo.nr) * lib.geo.nr * depth)
     hp, wp = xp.shape[1], xp.shape[2]
     template = [0, 0, form.y_dims[1] * form.y_dims[2], form.y_dims[2], xp.ctypes.data,
                 hp * wp * c, window[0].stride * wp * c, window[1].stride * c, kh, kw * c,
                 window[0].window_dilation * wp * c, packed.ctypes.data, o, 0,
-                out.cell.a.strides[0] // 4]
+                out.cell.a.strides[0] // 4, len(ops)]
+    for code, _, ld in ops:
+        template += [int(code), 0, ld]
     lists = [_words(template, lo, hi) for lo, hi in _pieces(rows, lib.geo.mr, 2 * rows * depth * o)]
-    fill = weights.fill if isinstance(weights, _Scratch) else None
-    pack, call, pool = lib.pack, lib.conv, parallel.pool()
+    pack = functools.partial(_pack, lib, weights, depth, o, packed)
+    run = _runner(lib, lists, [out.cell] + [cell for _, cell, _ in ops], gather, pack)
+    run.keep_alive = (xp, packed)
+    return run
+
+
+def epilogue_ops(ops: list, slice_of, shapes: list):
+    """kernels.json's epilogue ops (["mul_column", ref], ...) as conv_runner's (Epilogue,
+    (slice, HLO shape) or None) pairs, or None for an op this kernel does not know."""
+    out: list[tuple[Epilogue, tuple | None]] = []
+    for op in ops:
+        code = Epilogue.__members__.get(str(op[0]).upper())
+        if code is None:
+            return None
+        if code in (Epilogue.MAX_ZERO, Epilogue.ZERO_MAX):
+            out.append((code, None))
+        elif len(op) == 2 and op[1][0] == "operand":
+            out.append((code, (slice_of(op[1]), shapes[op[1][1]])))
+        else:
+            return None
+    return out
+
+
+def epilogue_operands(ctx, form, rows: int, epilogue):
+    """[(code, cell or None, row stride)] for the kernel's epilogue words, or None where an
+    operand is not what its op reads: a contiguous f32[O] vector for the column ops, an
+    [N*OH*OW, O] f32 matrix with unit column stride (the output's dimension order) for ADD."""
+    o = form.y_dims[-1]
+    ops: list[tuple[Epilogue, object, int]] = []
+    for code, operand in epilogue:
+        if code in (Epilogue.MAX_ZERO, Epilogue.ZERO_MAX):
+            ops.append((code, None, 0))
+            continue
+        s, shape = operand
+        if code == Epilogue.ADD:
+            m = MatrixCell(ctx, s, shape, form.out_perm, (rows, o))
+            if not (m.fixed and m.cell.a.dtype == np.float32 and _unit_rows(m.cell.a)):
+                return None
+            ops.append((code, m.cell, m.cell.a.strides[0] // 4))
+            continue
+        cell = ctx.memory.cell(s, shape, lambda v: v)
+        if cell.a.dtype != np.float32 or cell.a.shape != (o,) or cell.a.strides != (4,):
+            return None
+        ops.append((code, cell, 0))
+    return ops
+
+
+def _pack(lib, weights, depth: int, o: int, packed: np.ndarray) -> None:
+    """The filter (a fixed view or a scratch copy, refreshed) into its panels."""
+    if isinstance(weights, _Scratch):
+        weights.fill()
+    w = weights.a
+    lib.pack(depth, o, address(w), w.strides[0] // 4, packed.ctypes.data)
+
+
+def _runner(lib, lists, cells, gather, pack):
+    """Run the calls of `lists` (one per row piece) after filling the padded input and
+    packing the filter; each run re-points the words at the cells' current arrays (the
+    output, then each epilogue operand: a cell may be rebound between runs)."""
+    call, pool = lib.conv, parallel.pool()
+    slots = [13] + [conv_gemm.CONV_WORDS + 2 + 3 * i for i in range(len(cells) - 1)]
 
     def run() -> None:
         gather()
-        if fill is not None:
-            fill()
-        w = weights.a
-        pack(depth, o, address(w), w.strides[0] // 4, packed.ctypes.data)
-        c_address = address(out.cell.a)
-        for words, _ in lists:
-            words[13] = c_address
+        pack()
+        for slot, cell in zip(slots, cells, strict=True):
+            if cell is not None:
+                a = address(cell.a)
+                for words, _ in lists:
+                    words[slot] = a
         if len(lists) == 1:
             call(lists[0][1])
         else:
             pool.run(call, [(pointer,) for _, pointer in lists])
-    run.keep_alive = (xp, packed)  # type: ignore[attr-defined]
     return run
 
 
@@ -141,6 +206,6 @@ def _pieces(rows: int, mr: int, flops: int) -> list[tuple[int, int]]:
 
 def _words(template: list[int], lo: int, hi: int) -> tuple[ctypes.Array, ctypes.c_void_p]:
     """One hloc_sconv call's words (rows [lo, hi)) and their address."""
-    words = (ctypes.c_int64 * conv_gemm.CONV_WORDS)(*template)
+    words = (ctypes.c_int64 * conv_gemm.CALL_WORDS)(*template)
     words[0], words[1] = lo, hi
     return words, ctypes.c_void_p(ctypes.addressof(words))
