@@ -5,6 +5,10 @@ row, or im2col) re-read the output once per kernel row and the filter with a str
 floats; this kernel reads the zero-padded input in place, the filter packed once per run, and
 writes each output tile once (a ResNet 3x3 layer: 85 GFLOP/s on one Zen 3 core against 50).
 
+A composite whose convolution step carries an epilogue (codegen/cpu/conv_epilogue.py: a
+per-feature scale and bias, a residual, a ReLU) gets it applied by the kernel as each tile is
+stored (conv.fused_convolution): the scratch buffer and the epilogue kernel's pass over it go.
+
 It is used where the native GEMM's geometry is the AVX2 one (AVX2 + FMA hosts without
 AVX-512, or HLOC_CPU_GEMM=avx2, what benchmarks of x86-64-v3 bundles set): on AVX-512 hosts
 the AVX-512 GEMM's direct form stays, as its speed there was measured and this kernel's was
