@@ -185,13 +185,22 @@ def _placement(n: int, wd) -> tuple[int, slice, slice]:
 
 def padded_input(x, form: ConvForm):
     """(runner copying the input in, the zero-bordered (N, *spatial, C) buffer)."""
+    copy, xp = padded_images(x, form)
+    n = form.x_dims[0]
+    return (lambda: copy(0, n)), xp
+
+
+def padded_images(x, form: ConvForm):
+    """(copy(n0, n1) copying images [n0, n1) of the input in, the zero-bordered (N, *spatial,
+    C) buffer): the copies of disjoint image ranges may run on different threads."""
     places = [_placement(n, wd) for n, wd in zip(form.x_dims[1:-1], form.window, strict=True)]
     xp = np.zeros([form.x_dims[0], *(p[0] for p in places), form.x_dims[-1]], x.a.dtype)
-    dst = xp[(slice(None), *(p[1] for p in places))]
-    src = (slice(None), *(p[2] for p in places))
-    if all(p[2] == slice(0, n) for p, n in zip(places, form.x_dims[1:-1], strict=True)):
-        return (lambda: np.copyto(dst, x.a)), xp
-    return (lambda: np.copyto(dst, x.a[src])), xp
+    inner = tuple(p[1] for p in places)
+    src = tuple(p[2] for p in places)
+
+    def copy(n0: int, n1: int) -> None:
+        np.copyto(xp[(slice(n0, n1), *inner)], x.a[(slice(n0, n1), *src)])
+    return copy, xp
 
 
 def _patches(x, form: ConvForm):

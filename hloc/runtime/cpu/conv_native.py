@@ -80,7 +80,7 @@ def conv_runner(ctx, instr, form, x, kernel_slice, output_slice, epilogue=()):
 
     `epilogue`: (conv_gemm.Epilogue, operand) pairs applied to the result before it is stored
     into `output_slice`, operand a (slice, HLO shape) or None (see epilogue_operands)."""
-    from .conv import padded_input
+    from .conv import padded_images
 
     lib = library()
     window = form.window
@@ -97,7 +97,8 @@ def conv_runner(ctx, instr, form, x, kernel_slice, output_slice, epilogue=()):
     kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, form.k_perm,
                         (kh * kw * c, o))
     weights = kernel.cell if kernel.fixed and _unit_rows(kernel.cell.a) else _Scratch(kernel)
-    gather, xp = padded_input(x, form)
+    copy, xp = padded_images(x, form)
+    gather = _gather(copy, form.x_dims[0], 2 * rows * kh * kw * c * o)
     depth = kh * kw * c
     packed = _aligned(-(-o // lib.geo.nr) * lib.geo.nr * depth)
     hp, wp = xp.shape[1], xp.shape[2]
@@ -183,6 +184,16 @@ def _runner(lib, lists, cells, gather, pack):
         else:
             pool.run(call, [(pointer,) for _, pointer in lists])
     return run
+
+
+def _gather(copy, images: int, flops: int):
+    """The padded input's copy (copy(n0, n1) of image ranges), split across the pool by images
+    where the convolution is (a ResNet layer: 1 ms against 22 ms of kernel on one thread)."""
+    pieces = _pieces(images, 1, flops)
+    if len(pieces) == 1:
+        return lambda: copy(0, images)
+    pool = parallel.pool()
+    return functools.partial(pool.run, copy, pieces)
 
 
 def _unit_rows(a: np.ndarray) -> bool:
