@@ -222,6 +222,14 @@ ENTRY e {
   x = s32[9,17,36]{2,1,0} parameter(0)
   ROOT t = s32[36,9,17]{2,1,0} transpose(x), dimensions={2,0,1}
 }""",
+    # An attention head split: reshapes around the transpose that only rename the bytes.
+    "head_split": """HloModule t
+ENTRY e {
+  x = f32[80,99]{1,0} parameter(0)
+  r = f32[2,40,3,33]{3,2,1,0} reshape(x)
+  t = f32[2,3,33,40]{3,2,1,0} transpose(r), dimensions={0,2,3,1}
+  ROOT o = f32[6,33,40]{2,1,0} reshape(t)
+}""",
 }
 
 

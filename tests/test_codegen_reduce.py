@@ -279,3 +279,34 @@ ENTRY e {
     inputs = random_inputs(module.entry, 3)
     inputs[1] = np.array([[0, 0], [4, 4], [5, 1]], np.int64)
     check_hlo(text, inputs)
+
+
+SOFTMAX_DIVIDE = """HloModule m
+ENTRY e {
+  e = f32[3,4,8,64]{3,2,1,0} parameter(0)
+  s = f32[3,4,8]{2,1,0} parameter(1)
+  b = f32[3,4,8,64]{3,2,1,0} broadcast(s), dimensions={0,1,2}
+  d = f32[3,4,8,64]{3,2,1,0} divide(e, b)
+  ROOT r = f32[12,8,64]{2,1,0} reshape(d)
+}"""
+
+
+def test_in_place_elementwise_through_a_reshape_vectorizes():
+    # The output shares operand 0's buffer ([12, 8, 64] over [3, 4, 8, 64], as attention's
+    # softmax division): both addresses must reach one expression (memory.linear_offset),
+    # else LLVM guards the vector loop with an overlap check that an exact overlap fails.
+    module = parse_module(SOFTMAX_DIVIDE)
+    comp = module.entry
+    spec = KernelSpec("sd", comp, ("d",), tuple(p.shape for p in comp.parameters),
+                      (comp.root.shape,), aliases=((0, 0),))
+    compiled = Compiled([spec])
+    body = compiled.emitted.metadata.optimized_ir
+    assert "fdiv <" in body and "fdiv float" not in body and "diff.check" not in body
+    rng = np.random.default_rng(6)
+    e = rng.standard_normal((3, 4, 8, 64)).astype(np.float32)
+    s = rng.uniform(1, 2, (3, 4, 8)).astype(np.float32)
+    want = reference(comp, [e, s])[0]
+    buffer = e.copy()  # operand 0 and the output: one buffer
+    for lo, hi in ((0, 50), (50, compiled.emitted.metadata.kernels["sd"].parallel_extent)):
+        compiled.loaded.call("sd", [buffer, s, buffer], lo, hi)
+    assert_matches(buffer.reshape(12, 8, 64), want)

@@ -139,6 +139,14 @@ def _check_composite(fail, name: str, c: dict, io, defined: frozenset[str]) -> N
 def _refs(step: dict) -> list:
     refs = list(step.get("buffers") or ())
     refs += [step[k] for k in ("lhs", "rhs", "output", "input", "kernel") if k in step]
+    epilogue = step.get("epilogue")
+    if epilogue is not None:  # a convolution's fused epilogue (codegen/cpu/conv_epilogue.py)
+        ops = epilogue.get("ops") if isinstance(epilogue, dict) else None
+        if not isinstance(ops, list) or not all(isinstance(op, list) and op for op in ops) \
+                or epilogue.get("replaces") != 1:  # the step after the convolution
+            return [None]  # reported as a bad reference
+        refs.append(epilogue.get("output"))
+        refs += [op[1] for op in ops if len(op) > 1]
     return refs
 
 

@@ -65,7 +65,21 @@ def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
             composite.steps.append(_contraction_step(c, operands, out))
     if comp.root not in contractions:
         _epilogue(composite, comp, params, contractions, refs, f"{symbol}_epi")
+        _mark_convolution_epilogue(composite, comp, contractions)
     return composite
+
+
+def _mark_convolution_epilogue(composite: Composite, comp: Computation, contractions) -> None:
+    """Record on a lone convolution step the epilogue ops its kernel may apply instead of
+    the epilogue kernel step (conv_epilogue.py); the runtime picks either form."""
+    from .conv_epilogue import convolution_epilogue
+
+    steps = composite.steps
+    if len(contractions) != 1 or len(steps) != 2 or steps[0]["kind"] != "convolution":
+        return
+    ops = convolution_epilogue(comp, contractions[0])
+    if ops:
+        steps[0]["epilogue"] = {"ops": ops, "output": ["output", 0], "replaces": 1}
 
 
 def _native_convolution(c: Instruction) -> bool:

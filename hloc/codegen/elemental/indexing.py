@@ -15,7 +15,7 @@ from llvmlite import ir
 from ...ir import Opcode, PrimitiveType
 from .compose import constant_generator
 from .convert import convert_value, from_bits, to_bits
-from .memory import literal_table, load_element, major_to_minor, row_major
+from .memory import literal_table, load_element, major_to_minor, row_major, split_of
 from .registry import emits
 from .scalar import const, out_type
 from .types import I64, elem_type
@@ -109,10 +109,16 @@ def reshape_index(ctx, src_dims, dst_dims, dst_index: list[ir.Value]) -> list[ir
         if len(gs) == 1 and len(gd) == 1:
             out[gs[0]] = dst_index[gd[0]]
             continue
-        linear = None
-        for d in gd:
-            linear = dst_index[d] if linear is None else \
-                _nsw(b, "add", _nsw(b, "mul", linear, ctx.i64(dst_dims[d])), dst_index[d])
+        linear = dst_index[gd[0]]
+        for d in gd[1:]:
+            # x / n, x % n joined back is x itself (see memory.linear_offset, which needs
+            # both sides of an in-place reshape to reach the same expression).
+            joined = split_of(linear, dst_index[d])
+            if joined is not None and joined[1] == dst_dims[d]:
+                linear = joined[0]
+            else:
+                linear = _nsw(b, "add", _nsw(b, "mul", linear, ctx.i64(dst_dims[d])),
+                              dst_index[d])
         digits = delinearize(b, linear, [src_dims[d] for d in gs])
         for d, v in zip(gs, digits, strict=True):
             out[d] = v

@@ -34,15 +34,52 @@ def strides(shape: Shape) -> list[int]:
 
 
 def linear_offset(ctx, shape: Shape, index: list[ir.Value]) -> ir.Value:
-    """The element offset of a multi-index in a dense buffer of `shape`."""
+    """The element offset of a multi-index in a dense buffer of `shape`.
+
+    Adjacent digits x / n, x % n of a dimension pair with strides n*s, s (an index a reshape
+    split out of one dimension: delinearize's digits) contribute x * s: the same offset, but
+    one LLVM can compare with the same position reached without the split. An in-place
+    elementwise loop through a reshape (attention's softmax division, [B*H, S, S] written
+    over [B, H, S, S]) then reads and writes addresses LLVM sees are equal, and vectorizes
+    without a run-time overlap check (which an exact overlap fails: the loop ran scalar)."""
     b = ctx.builder
+    terms = _fold_digits([(index[d], stride) for d, stride in
+                          sorted(enumerate(strides(shape)), key=lambda ds: -ds[1])
+                          if shape.dims[d] != 1])  # the index is 0 there
     total: ir.Value | None = None
-    for d, stride in enumerate(strides(shape)):
-        if shape.dims[d] == 1:
-            continue  # the index is 0 there
-        term = index[d] if stride == 1 else b.mul(index[d], ctx.i64(stride), flags=["nsw"])
+    for value, stride in terms:
+        term = value if stride == 1 else b.mul(value, ctx.i64(stride), flags=["nsw"])
         total = term if total is None else b.add(total, term, flags=["nsw"])
     return total if total is not None else ctx.i64(0)
+
+
+def _fold_digits(terms: list[tuple[ir.Value, int]]) -> list[tuple[ir.Value, int]]:
+    """(value, stride) terms, major to minor, with every adjacent (x udiv n, n*s), (x urem n,
+    s) pair replaced by (x, s), repeatedly (x = (x udiv n) * n + x urem n for x >= 0)."""
+    out: list[tuple[ir.Value, int]] = []
+    for value, stride in terms:
+        out.append((value, stride))
+        while len(out) >= 2:
+            (hi, hs), (lo, ls) = out[-2], out[-1]
+            x = split_of(hi, lo)
+            if x is None or hs != ls * x[1]:
+                break
+            out[-2:] = [(x[0], ls)]
+    return out
+
+
+def split_of(hi: ir.Value, lo: ir.Value) -> tuple[ir.Value, int] | None:
+    """(x, n) when hi is `x udiv n` and lo is `x urem n` for a constant n > 0."""
+    if not (isinstance(hi, ir.Instruction) and isinstance(lo, ir.Instruction)):
+        return None
+    if hi.opname != "udiv" or lo.opname != "urem":
+        return None
+    (x, n), (y, m) = hi.operands, lo.operands
+    if x is not y or not (isinstance(n, ir.Constant) and isinstance(m, ir.Constant)):
+        return None
+    if n.constant != m.constant or not isinstance(n.constant, int) or n.constant <= 0:
+        return None
+    return x, n.constant
 
 
 def from_storage(ctx, et: ElemType, raw: ir.Value) -> ir.Value:

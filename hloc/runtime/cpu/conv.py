@@ -9,8 +9,9 @@ fixed at load time, so a run is a few copies and one product.
   is a plain strided view of it.
 - A 1x1 window that keeps the spatial size is one product: the input as [N*S, C] by the
   kernel as [C, O].
-- A 2-D f32 convolution on AVX-512 hosts runs one native GEMM per (image, kernel row)
-  straight from the padded input (`_direct_convolution`): no im2col matrix at all.
+- A 2-D f32 convolution on AVX2 hosts runs the native implicit-GEMM kernel over the padded
+  input (conv_native.py); on AVX-512 hosts one native GEMM per (image, kernel row) straight
+  from the padded input (`_direct_convolution`). Neither writes an im2col matrix.
 - Everything else is im2col: the patches are gathered into a [BG, G, Nb*OUT, WINDOW*Cg]
   matrix (one strided copy) and multiplied by the kernel as [BG, G, WINDOW*Cg, Og]; feature
   groups (G) and batch groups (BG) are the batches of that product, window reversal reads
@@ -95,6 +96,27 @@ def convolution_runner(ctx: LoadContext, instr, input_slice, kernel_slice, outpu
     return _plain_runner(ctx, instr, form, x, input_slice, kernel_slice, output_slice)
 
 
+def fused_convolution(ctx: LoadContext, thunk, step: dict, slice_of):
+    """A composite's convolution step computing its epilogue too (the step's "epilogue",
+    codegen/cpu/conv_epilogue.py) straight into the output, or None where only the two
+    steps can run it (no epilogue, another convolution form, no native kernel)."""
+    from .conv_native import conv_runner, epilogue_ops
+
+    epilogue = step.get("epilogue") if step.get("kind") == "convolution" else None
+    if epilogue is None:
+        return None
+    instr = ctx.instruction(step["instruction"])
+    form = ConvForm.of(instr)
+    fusion = ctx.instruction(thunk.name)
+    ops = epilogue_ops(epilogue["ops"], slice_of, [o.shape for o in fusion.operands])
+    if ops is None or not (host_convolution(instr) and form.plain):
+        return None
+    x = ctx.memory.cell(slice_of(step["input"]), instr.operands[0].shape,
+                        lambda v: v.transpose(form.in_perm))
+    return conv_runner(ctx, instr, form, x, slice_of(step["kernel"]),
+                       slice_of(epilogue["output"]), ops)
+
+
 def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kernel_slice,
                   output_slice):
     """Ungrouped, unreversed: a pointwise product, the direct form or im2col."""
@@ -107,7 +129,10 @@ def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kerne
     if _is_pointwise(form):
         cols = MatrixCell(ctx, input_slice, instr.operands[0].shape, form.in_perm, (rows, taps))
         return matmul_runner(cols, kernel, out, flops)
-    direct = _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice)
+    from .conv_native import conv_runner
+
+    direct = conv_runner(ctx, instr, form, x, kernel_slice, output_slice) \
+        or _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice)
     if direct is not None:
         return direct
     gather, patches = _patches(x, form)
@@ -160,13 +185,22 @@ def _placement(n: int, wd) -> tuple[int, slice, slice]:
 
 def padded_input(x, form: ConvForm):
     """(runner copying the input in, the zero-bordered (N, *spatial, C) buffer)."""
+    copy, xp = padded_images(x, form)
+    n = form.x_dims[0]
+    return (lambda: copy(0, n)), xp
+
+
+def padded_images(x, form: ConvForm):
+    """(copy(n0, n1) copying images [n0, n1) of the input in, the zero-bordered (N, *spatial,
+    C) buffer): the copies of disjoint image ranges may run on different threads."""
     places = [_placement(n, wd) for n, wd in zip(form.x_dims[1:-1], form.window, strict=True)]
     xp = np.zeros([form.x_dims[0], *(p[0] for p in places), form.x_dims[-1]], x.a.dtype)
-    dst = xp[(slice(None), *(p[1] for p in places))]
-    src = (slice(None), *(p[2] for p in places))
-    if all(p[2] == slice(0, n) for p, n in zip(places, form.x_dims[1:-1], strict=True)):
-        return (lambda: np.copyto(dst, x.a)), xp
-    return (lambda: np.copyto(dst, x.a[src])), xp
+    inner = tuple(p[1] for p in places)
+    src = tuple(p[2] for p in places)
+
+    def copy(n0: int, n1: int) -> None:
+        np.copyto(xp[(slice(n0, n1), *inner)], x.a[(slice(n0, n1), *src)])
+    return copy, xp
 
 
 def _patches(x, form: ConvForm):

@@ -23,7 +23,7 @@ from ...thunks import Convolution, Gemm
 from ...thunks.base import ThunkKind, walk
 from . import parallel
 from .contract import build_gemm, native_product_list
-from .conv import build_convolution
+from .conv import build_convolution, fused_convolution
 from .host import build_host_step
 from .memory import SCRATCH
 from .program import LoadContext, Step, builds, op_names
@@ -144,9 +144,16 @@ def _composite_slices(thunk, composite: dict) -> Callable[[list], Slice]:
     return slice_of
 
 
+
 def _composite_runner(ctx: LoadContext, thunk, composite: dict) -> Callable[[], None]:
     slice_of = _composite_slices(thunk, composite)
-    runs = [_COMPOSITE_PARTS[step["kind"]](ctx, step, slice_of) for step in composite["steps"]]
+    steps = list(composite["steps"])
+    fused = fused_convolution(ctx, thunk, steps[0], slice_of) if steps else None
+    if fused is not None:  # the convolution applies the epilogue kernel's ops itself
+        steps = [s for i, s in enumerate(steps) if i != steps[0]["epilogue"]["replaces"]]
+    runs = [_COMPOSITE_PARTS[step["kind"]](ctx, step, slice_of) for step in steps]
+    if fused is not None:
+        runs[0] = fused
     if len(runs) == 1:
         return runs[0]
 
