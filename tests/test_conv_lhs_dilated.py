@@ -22,9 +22,14 @@ from hloc.codegen.elemental.context import EmitContext
 from hloc.codegen.elemental.scalar import const
 from hloc.codegen.elemental.types import I64, elem_type
 from hloc.codegen.target import host_target
+from hloc.ir import Opcode
 from hloc.ir.text.parser import parse_module
+from hloc.ir.verifier import verify
+from hloc.passes.conv_phases import ConvPhases
+from hloc.passes.pipelines import pipeline_spec
+from hloc.runtime.interpreter import evaluate
 
-from .support.bundles import variants
+from .support.bundles import members, variants
 from .support.kernels import check_hlo
 from .support.run import compare_with_interpreter, emulate_hlo
 
@@ -87,8 +92,11 @@ FORMS = {
                            rhs=[2, 3], pad=[(1, 2), (2, 2)]),
     "negative_pad": dict(n=2, spatial=[7, 6], c=2, o=3, kernel=[3, 2], lhs=[2, 3],
                          pad=[(-2, 1), (-1, -2)], stride=[1, 2]),
-    "reversed": dict(n=2, spatial=[5, 4], c=3, o=2, kernel=[3, 4], lhs=[2, 3], rev=[1, 0],
+    # Reversed windows whose phases are not symmetric (4 taps by 2, 3 taps by 3), and one not.
+    "reversed": dict(n=2, spatial=[5, 4], c=3, o=2, kernel=[4, 3], lhs=[2, 3], rev=[1, 1],
                      pad=[(2, 1), (1, 3)]),
+    "reversed_one": dict(n=1, spatial=[5, 4], c=2, o=3, kernel=[4, 3], lhs=[2, 2], rev=[0, 1],
+                         pad=[(1, 2), (2, 0)]),
     "three_d": dict(n=1, spatial=[3, 4, 3], c=2, o=3, kernel=[2, 3, 2], lhs=[2, 1, 3],
                     stride=[1, 2, 1], pad=[(1, 1), (1, 0), (2, 1)]),
     # More dilation than window: outputs between input elements have no tap at all.
@@ -269,3 +277,57 @@ def test_cpu_pipeline_matches_interpreter(name, cpu_path, tmp_path):
     text = conv_text(FORMS[name])
     compare_with_interpreter({name: (text, _inputs(text, 5))}, tmp=tmp_path, rtol=1e-5,
                              atol=1e-5)
+
+
+# ---- the CPU pipelines: conv-phases ---------------------------------------------------------
+
+def _phases_apply(form: dict) -> bool:
+    """Whether conv-phases splits `form` (stride 1 and no window dilation where dilated)."""
+    ns = len(form["spatial"])
+    dims = list(zip(form.get("lhs", [1] * ns), form.get("stride", [1] * ns),
+                    form.get("rhs", [1] * ns), strict=True))
+    return any(d > 1 for d, _, _ in dims) and all(s == 1 and w == 1 for d, s, w in dims if d > 1)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", list(FORMS))
+def test_cpu_phases_match_interpreter(name, cpu_path, tmp_path):
+    """Every form through the CPU pipeline with conv-phases splitting even small ones."""
+    spec = pipeline_spec("cpu", 2).replace("conv-phases", "conv-phases{min-macs=0}")
+    text = conv_text(FORMS[name])
+    (outcome,) = compare_with_interpreter({name: (text, _inputs(text, 6))}, tmp=tmp_path,
+                                          rtol=1e-5, atol=1e-5, passes=spec).values()
+    compiled = members(outcome.artifact)["module.hlo"].decode()
+    assert ("lhs_dilate" not in compiled) == _phases_apply(FORMS[name]), compiled
+
+
+def _macs(module) -> int:
+    total = 0
+    for comp in module.computations:
+        for i in comp.instructions:
+            if i.opcode == Opcode.CONVOLUTION:
+                rhs, dn = i.operands[1].shape, i.attrs.conv_dnums
+                total += i.shape.num_elements * rhs.dims[dn.kernel_input_feature_dimension] * \
+                    math.prod(rhs.dims[d] for d in dn.kernel_spatial_dimensions)
+    return total
+
+
+@pytest.mark.cpu
+def test_phases_of_the_cnn_transposed_convolution():
+    """d = 2 in two dimensions: four convolutions of the undilated input with 2x2, 2x1, 1x2
+    and 1x1 taps of the kernel (strided slices), a quarter of the multiply-adds, interleaved
+    by concatenates and reshapes; below min-macs nothing changes."""
+    text = conv_text(FORMS["cnn_transposed"])
+    module = parse_module(text)
+    before = _macs(module)
+    assert not ConvPhases().run(module)  # small: left to the native kernel
+    assert ConvPhases(min_macs=0).run(module)
+    verify(module)
+    convs = [i for i in module.entry.instructions if i.opcode == Opcode.CONVOLUTION]
+    assert sorted(math.prod(c.operands[1].shape.dims[:2]) for c in convs) == [1, 2, 2, 4]
+    assert all(wd.base_dilation == 1 for c in convs for wd in c.attrs.window.dims)
+    assert all(s.stride == 2 for c in convs for s in c.operands[1].attrs.slice[:2])
+    assert 4 * _macs(module) == before  # 9 taps per 4 outputs instead of 36
+    args = _inputs(text, 7)
+    want = evaluate(parse_module(text), args).flatten()[0]
+    np.testing.assert_allclose(evaluate(module, args).flatten()[0], want, rtol=1e-5, atol=1e-5)
