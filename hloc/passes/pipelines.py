@@ -45,6 +45,16 @@ _NATIVE_O3 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse
               "dot-canonicalizer", "dce", "layout-assignment", "fusion{max-ops=1024,duplicate=8}",
               "multi-output-fusion", "bitcast-reshapes", "dce"]
 
+
+def _cpu(pipeline: list[str]) -> list[str]:
+    """A native pipeline with conv-phases before layout assignment: the CPU runtime multiplies
+    every tap of a base-dilated input, holes included, so transposed convolutions are split
+    into one convolution per output phase. CUDA's loop kernel skips the holes itself
+    (windows.TapSequence) and cuDNN takes the dilated form."""
+    at = pipeline.index("layout-assignment")
+    return [*pipeline[:at], "conv-phases", *pipeline[at:]]
+
+
 PIPELINES: dict[tuple[str, int], list[str]] = {
     # The interpreter executes HLO directly: optimizations only shrink the work, and fusion
     # (evaluated through the fused computation) checks that fused modules keep their values.
@@ -55,11 +65,12 @@ PIPELINES: dict[tuple[str, int], list[str]] = {
     ("interpreter", 3): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
                                      "fusion{max-ops=1024,duplicate=8}", "multi-output-fusion", "dce"],
     ("cpu", 0): _NATIVE_O0,
-    ("cpu", 1): _NATIVE_O1,
-    ("cpu", 2): _NATIVE_O2,
-    ("cpu", 3): _NATIVE_O3,
-    # CUDA uses the CPU pipelines: the same numerics (XLA CPU is the reference) and the same
-    # fusion kinds; the GPU backend maps kInput fusions to reduction kernels.
+    ("cpu", 1): _cpu(_NATIVE_O1),
+    ("cpu", 2): _cpu(_NATIVE_O2),
+    ("cpu", 3): _cpu(_NATIVE_O3),
+    # CUDA uses the native pipelines (without conv-phases): the same numerics (XLA CPU is the
+    # reference) and the same fusion kinds; the GPU backend maps kInput fusions to reduction
+    # kernels.
     ("cuda", 0): _NATIVE_O0,
     ("cuda", 1): _NATIVE_O1,
     ("cuda", 2): _NATIVE_O2,

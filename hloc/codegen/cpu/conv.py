@@ -7,8 +7,9 @@ costs far more than the arithmetic, so they get a kernel here (`@native_kind("co
 which also lets a run of small thunks around them go into one native driver).
 
 Work units are (output position, block of output features of one group). A unit keeps one
-accumulator per feature of its block and sweeps the window taps (skipping taps on padding
-or base-dilation holes, a whole dimension at a time) and the group's input features; the
+accumulator per feature of its block and sweeps the window taps (skipping taps on padding,
+a whole dimension at a time; a base-dilated dimension visits only the taps on input
+elements, windows.TapSequence) and the group's input features; the
 innermost loop runs over the block's features, unit-stride in the usual HWIO kernel and
 NHWC output layouts, so LLVM vectorizes it.
 
@@ -36,7 +37,7 @@ from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import _dot_compute_type as dot_compute_type
 from ..elemental.scalar import const
 from ..elemental.types import elem_type
-from ..elemental.windows import window_tap
+from ..elemental.windows import TapSequence, window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
 from .thunk_kernels import native_kind
@@ -201,10 +202,16 @@ class _ConvEmitter:
         ri: list[ir.Value] = [ctx.i64(0)] * self.rhs.rank
         with contextlib.ExitStack() as stack:
             for i, wd in enumerate(self.window):
-                tap = stack.enter_context(ctx.loop(0, wd.size, "tap"))
-                ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
-                                     self.lhs.dims[dn.input_spatial_dimensions[i]])
-                stack.enter_context(b.if_then(ok))
+                out_pos, size = (index[dn.output_spatial_dimensions[i]],
+                                 self.lhs.dims[dn.input_spatial_dimensions[i]])
+                if wd.base_dilation > 1:  # only the taps on input elements, none to skip
+                    seq = TapSequence.of(ctx, out_pos, wd, size)
+                    t = stack.enter_context(ctx.loop(seq.start, seq.stop, "tap"))
+                    tap, pos = seq.tap(ctx, t)
+                else:
+                    tap = stack.enter_context(ctx.loop(0, wd.size, "tap"))
+                    ok, pos = window_tap(ctx, out_pos, tap, wd, size)
+                    stack.enter_context(b.if_then(ok))
                 li[dn.input_spatial_dimensions[i]] = pos
                 ri[dn.kernel_spatial_dimensions[i]] = (
                     b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)

@@ -11,6 +11,7 @@ Products accumulate in f32 (f64 for f64, 64-bit integers for integers), like the
 
 from __future__ import annotations
 
+import functools
 import math
 
 from llvmlite import ir
@@ -22,7 +23,7 @@ from ..elemental.reduction import accumulate_loops
 from ..elemental.registry import emits
 from ..elemental.scalar import const
 from ..elemental.types import I1, elem_type
-from ..elemental.windows import window_tap
+from ..elemental.windows import TapSequence, window_tap
 from .gemm import compute_type
 
 
@@ -70,24 +71,56 @@ class ConvTerms:
         in_batch = b.add(b.mul(bg, ctx.i64(self.nb)), index[dn.output_batch_dimension])
         return index, o, g, in_batch
 
-    def add(self, element: tuple, ivs, acc: ir.Value) -> ir.Value:
+    def tap_sequences(self, index) -> list[TapSequence | None]:
+        """Per spatial dimension of output element `index`: the taps that can land on an input
+        element where the dimension is base-dilated (TapSequence), else None (every tap)."""
+        dn, lhs = self.dn, self.lhs
+        return [TapSequence.of(self.ctx, index[dn.output_spatial_dimensions[i]], wd,
+                               lhs.dims[dn.input_spatial_dimensions[i]])
+                if wd.base_dilation > 1 else None for i, wd in enumerate(self.window)]
+
+    def bounds(self, seqs: list[TapSequence | None]) -> list[tuple[ir.Value, ir.Value]]:
+        """The reduction loops' bounds (in the order of `sizes`) when base-dilated dimensions
+        visit only their TapSequence: a per-element trip count instead of the window size."""
+        zero = self.ctx.i64(0)
+        natural = [(zero, self.ctx.i64(self.cg))] + [
+            (zero, self.ctx.i64(wd.size)) if seq is None else (seq.start, seq.stop)
+            for wd, seq in zip(self.window, seqs, strict=True)]
+        return [natural[a] for a in self.axes]
+
+    def add(self, element: tuple, ivs, acc: ir.Value,
+            seqs: list[TapSequence | None] | None = None) -> ir.Value:
         """acc + the term of `element` at reduction position `ivs` (one value per axis, in
-        the order of `sizes`)."""
-        ctx, b, dn, lhs, rhs = self.ctx, self.ctx.builder, self.dn, self.lhs, self.rhs
-        index, o, g, in_batch = element
+        the order of `sizes`). Without `seqs` a spatial iv is the window tap; with them, a
+        base-dilated dimension's iv is the position in its TapSequence (loops from `bounds`)."""
+        ctx = self.ctx
+        index = element[0]
         natural = [ivs[self.axes.index(a)] for a in range(len(self.axes))]
-        c, taps = natural[0], natural[1:]
+        seqs = seqs or [None] * len(self.window)
+        taps = []
+        for i, (wd, iv, seq) in enumerate(zip(self.window, natural[1:], seqs, strict=True)):
+            size = self.lhs.dims[self.dn.input_spatial_dimensions[i]]
+            if seq is not None:
+                tap, pos = seq.tap(ctx, iv)
+                taps.append((tap, None, pos))  # in bounds by construction
+                continue
+            ok, pos = window_tap(ctx, index[self.dn.output_spatial_dimensions[i]], iv, wd, size)
+            taps.append((iv, ok, pos))
+        return self._term(element, natural[0], taps, acc)
+
+    def _term(self, element: tuple, c: ir.Value, taps: list, acc: ir.Value) -> ir.Value:
+        """acc + lhs * rhs at input feature c and one (tap, valid, input position) per
+        spatial dimension; acc where a tap is invalid (valid None: always valid)."""
+        ctx, b, dn, lhs, rhs = self.ctx, self.ctx.builder, self.dn, self.lhs, self.rhs
+        _, o, g, in_batch = element
         li = [ctx.i64(0)] * lhs.rank
         ri = [ctx.i64(0)] * rhs.rank
         li[dn.input_batch_dimension] = in_batch
         li[dn.input_feature_dimension] = b.add(b.mul(g, ctx.i64(self.cg)), c)
         ri[dn.kernel_output_feature_dimension] = o
         ri[dn.kernel_input_feature_dimension] = c
-        valid = ir.Constant(I1, 1)
-        for i, (wd, tap) in enumerate(zip(self.window, taps, strict=True)):
-            ok, pos = window_tap(ctx, index[dn.output_spatial_dimensions[i]], tap, wd,
-                                 lhs.dims[dn.input_spatial_dimensions[i]])
-            valid = b.and_(valid, ok)
+        checks = [ok for _, ok, _ in taps if ok is not None]
+        for i, (wd, (tap, _, pos)) in enumerate(zip(self.window, taps, strict=True)):
             li[dn.input_spatial_dimensions[i]] = pos
             ri[dn.kernel_spatial_dimensions[i]] = (
                 b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
@@ -97,6 +130,9 @@ class ConvTerms:
             y = convert_value(ctx, self.r_et, self.cet, self.rhs_gen(ri))
             return b.fadd(acc, b.fmul(x, y)) if self.cet.is_float else b.add(acc, b.mul(x, y))
 
+        if not checks:
+            return product()
+        valid = functools.reduce(b.and_, checks, ir.Constant(I1, 1))
         return ctx.select_branch(valid, product, lambda: acc)
 
     def combine(self, a: ir.Value, c: ir.Value) -> ir.Value:
@@ -115,9 +151,12 @@ def convolution(ctx, instr: Instruction, gens):
         if terms.count == 0:
             return terms.finish(terms.zero())
         element = terms.element(index)
-        bounds = [(ctx.i64(0), ctx.i64(n)) for n in terms.sizes]
-        (acc,) = accumulate_loops(ctx, bounds, [terms.zero()],
-                                  lambda ivs, accs: [terms.add(element, ivs, accs[0])])
+        # Base-dilated dimensions visit only the taps that can hit an input element (a
+        # transposed convolution's window is mostly holes); conv_split's flattened loops,
+        # with their fixed term count, keep visiting every tap.
+        seqs = terms.tap_sequences(index)
+        (acc,) = accumulate_loops(ctx, terms.bounds(seqs), [terms.zero()],
+                                  lambda ivs, accs: [terms.add(element, ivs, accs[0], seqs)])
         return terms.finish(acc)
 
     return generate
