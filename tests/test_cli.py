@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -315,3 +316,36 @@ def test_compile_starts_one_blas_thread_unless_told_otherwise(tmp_path, chosen):
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == (chosen or "1")
+
+
+# Modules a one-device CPU compile has no use for, imported lazily (issue 16: the command's
+# start-up is most of a small module's compile time).
+_NOT_FOR_A_COMPILE = ("hloc.cli.inspect_cmd", "hloc.cli.bisect_cmd", "hloc.cli.diff_cmd",
+                      "hloc.collectives.execute", "hloc.collectives.sharding",
+                      "hloc.bundle.reader", "hloc.bundle.signing", "hloc.codegen.elemental.dft",
+                      "hloc.codegen.elemental.fmath64.log", "fractions")
+
+
+def test_compile_imports_only_what_it_uses(tmp_path):
+    require_samples()
+    code = ("import sys; from hloc.cli.main import cli\n"
+            "try: cli(sys.argv[1:])\nexcept SystemExit as e: assert not e.code, e.code\n"
+            f"print(sorted(set({_NOT_FOR_A_COMPILE!r}) & set(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code, "compile", str(SAMPLES / "top_k.pb"),
+                        "-o", str(tmp_path / "t.bundle"), "--no-cache"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "[]"
+
+
+def test_lazy_commands_and_exports_resolve():
+    import hloc.bundle
+    import hloc.collectives
+    from hloc.cli.main import LazyGroup, cli
+
+    for name in LazyGroup.LAZY:
+        assert cli.get_command(click.Context(cli), name).name == name
+    for package in (hloc.collectives, hloc.bundle):
+        assert all(getattr(package, name) is not None for name in package.__all__)
+    with pytest.raises(AttributeError):
+        _ = hloc.collectives.no_such_name
