@@ -13,7 +13,7 @@ import click
 
 from .. import __version__
 from ..errors import InputError
-from .common import debug_enabled, guarded, setup_logging
+from .common import debug_enabled, exit_without_teardown, guarded, setup_logging
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
@@ -306,7 +306,10 @@ def main() -> None:
     from ..util.safe_write import install_sigterm_cleanup
 
     install_sigterm_cleanup()  # a killed compile leaves no temp file behind
-    cli(prog_name="hloc")
+    try:
+        cli(prog_name="hloc")
+    except SystemExit as e:  # click ends every command so
+        exit_without_teardown(e.code)
 
 
 if __name__ == "__main__":
