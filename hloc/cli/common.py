@@ -75,7 +75,7 @@ def bad_usage(message: str) -> HlocError:
     return InputError(message)
 
 
-def exit_without_teardown(code: object) -> NoReturn:
+def exit_without_teardown(code: str | int | None) -> NoReturn:
     """End the process as `sys.exit(code)` would, without Python's teardown of every module
     and object: after a compile that teardown took 0.1-0.15 s of a command of 0.5-1 s (a
     heap of IR and LLVM objects, hundreds of modules). atexit handlers still run (logging
