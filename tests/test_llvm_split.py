@@ -71,6 +71,17 @@ def test_small_or_unsplittable_modules_stay_whole():
     assert split_module(exported, 4) == [Partition(exported)]
 
 
+def test_a_global_defined_outside_is_declared_in_every_partition():
+    """The runtime's stop flag, which native loops poll: a declaration, not a reason to
+    compile the module whole."""
+    text = _module_text(40).replace(
+        'declare double @"llvm.fabs.f64"', '@"hloc_stop_flag" = external global i32\n'
+        'declare double @"llvm.fabs.f64"')
+    parts = split_module(text, 4)
+    assert len(parts) == 4
+    assert all('@"hloc_stop_flag" = external global i32' in p.text for p in parts)
+
+
 def test_small_kernels_get_scalar_partitions_of_their_own():
     parts = split_module(_module_text(40, small=30), 4)
     assert [p.scalar for p in parts] == [False] * 4 + [True] * 2

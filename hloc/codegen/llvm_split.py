@@ -16,15 +16,17 @@ that was the largest single cost of compiling attention_grad.
 - Internal functions and internal globals go with every root that references them
   (duplicates are internal: each object keeps its own local copy, or inlines it).
 - A partition declares the external functions it calls but does not define (drivers call
-  kernels). Declarations, attribute groups and metadata are copied into every partition.
+  kernels). Declarations (of functions, and of globals defined outside the module: the
+  runtime's stop flag that loops poll), attribute groups and metadata are copied into every
+  partition.
 - Roots come in two tiers: kernels the emitter marked `optsize` (too little work for vector
   code to pay: codegen/cpu/compile.py) and the rest. Each tier has partitions of its own, and
   a partition of small kernels is optimized *scalar* (the same -O level without the loop and
   SLP vectorizers): on modules of many small kernels the vectorizers and the instcombine work
   on their vector code were over half of LLVM's time, for kernels of a few microseconds.
 - The partition count is fixed, not the number of cores, so the objects are the same on
-  every machine and for any thread count. A module the splitter does not understand (an
-  externally visible global) or one too small to gain is compiled whole (scalar only if all
+  every machine and for any thread count. A module the splitter does not understand (a
+  global it defines and exports) or one too small to gain is compiled whole (scalar only if all
   its roots are small).
 """
 
@@ -104,6 +106,9 @@ def parse_items(text: str) -> tuple[list[str], list[_Item]]:
             i = j + 1
             continue
         if line.startswith("declare"):
+            items.append(_Item("declare", _first_name(line), line))
+        elif line.startswith("@") and line.split("=", 1)[1].split()[:1] == ["external"]:
+            # A global defined elsewhere (the runtime's stop flag): declared in every partition.
             items.append(_Item("declare", _first_name(line), line))
         elif line.startswith("@"):
             name = _first_name(line)
