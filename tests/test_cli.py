@@ -323,7 +323,8 @@ def test_compile_starts_one_blas_thread_unless_told_otherwise(tmp_path, chosen):
 _NOT_FOR_A_COMPILE = ("hloc.cli.inspect_cmd", "hloc.cli.bisect_cmd", "hloc.cli.diff_cmd",
                       "hloc.collectives.execute", "hloc.collectives.sharding",
                       "hloc.bundle.reader", "hloc.bundle.signing", "hloc.codegen.elemental.dft",
-                      "hloc.codegen.elemental.fmath64.log", "fractions")
+                      "hloc.codegen.elemental.fmath64.log", "fractions",
+                      "concurrent.futures")
 
 
 def test_compile_imports_only_what_it_uses(tmp_path):

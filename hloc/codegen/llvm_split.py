@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -191,6 +190,8 @@ def map_partitions(text: str, fn: Callable[[Partition], T], threads: int) -> lis
     parts = split_module(text)
     if len(parts) == 1 or threads <= 1:
         return [fn(part) for part in parts]
+    from concurrent.futures import ThreadPoolExecutor  # ~3 ms to import: split modules only
+
     with ThreadPoolExecutor(max_workers=min(threads, len(parts)),
                             thread_name_prefix="hloc-llvm") as pool:
         return list(pool.map(fn, parts))

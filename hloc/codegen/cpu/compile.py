@@ -1,15 +1,15 @@
-"""`compile_cpu`: a planned module → the CPU bundle members (one object for every kernel).
+"""`compile_cpu`: a planned module → the CPU bundle members (object code for every kernel).
 
 Every Kernel thunk of the thunk program (nested ones included) becomes one kernel of the
 emitter's ABI (spec.py), named `kernel_symbol(thunk name)`, all in one LLVM module; identical
 kernels share one symbol (dedup.py). The module is compiled as partitions on several threads
 (llvm_split), one relocatable object each: `cpu.o` when it is compiled whole, else `cpu.0.o`,
-`cpu.1.o`, ... (the loader resolves the symbols one object calls and another defines). Sort thunks
-and small Gemm / Convolution thunks get kernels too (thunk_kernels.NATIVE_KINDS; if one cannot
-be emitted its kind's runtime path runs). A fusion around big dots or convolutions becomes a
-*composite* (outline.py): BLAS for the contraction, kernels for what is computed before and
-after it. A Kernel thunk the emitter cannot generate (stochastic-convert, f8e8m0fnu, ...:
-UnsupportedError) becomes a *host fallback*: the runtime runs the reference interpreter's
+`cpu.1.o`, ... (the loader resolves the symbols one object calls and another defines).
+Sort thunks and small Gemm / Convolution thunks get kernels too (thunk_kernels.NATIVE_KINDS; if
+one cannot be emitted its kind's runtime path runs). A fusion around big dots or convolutions
+becomes a *composite* (outline.py): BLAS for the contraction, kernels for what is computed
+before and after it. A Kernel thunk the emitter cannot generate (stochastic-convert, f8e8m0fnu,
+...: UnsupportedError) becomes a *host fallback*: the runtime runs the reference interpreter's
 implementation of the instruction on views of the arena.
 Runs of small thunks and whole loops of them get a native *driver* (driver.py) that runs
 them without returning to Python. `kernels.json` lists all of it, so `hloc inspect` and the
@@ -99,13 +99,13 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     text = str(ir_module)
     compiled = compile_llvm(text, target, opt_level, assembly)
     members = _code_members(text, compiled)
-    objects = [members[name] for name in object_names(len(compiled))]
+    names = object_names(len(compiled))
     doc = {"version": KERNELS_VERSION, "abi": ABI,
            "objects": [{"member": name, "sha256": hashlib.sha256(members[name]).hexdigest()}
-                       for name in object_names(len(compiled))],
+                       for name in names],
            "thunks_sha256": hashlib.sha256(program_to_json(plan.program)).hexdigest(),
            "module": module.name, "target": target.describe(), "opt_level": opt_level,
-           "external_symbols": object_imports(objects), "kernels": kernels,
+           "external_symbols": object_imports([members[n] for n in names]), "kernels": kernels,
            "composites": composites, "drivers": [d.to_json() for d in drivers],
            "fallbacks": dict(sorted(fallbacks.items()))}
     members["kernels.json"] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
@@ -131,7 +131,8 @@ def _code_members(text: str, compiled: list[llvm.CompiledCode]) -> dict[str, byt
     def joined(texts: list[str]) -> bytes:
         if len(texts) == 1:
             return texts[0].encode()
-        return "".join(f"; ---- {name} ----\n{t}" for name, t in zip(names, texts, strict=True)).encode()
+        parts = zip(names, texts, strict=True)
+        return "".join(f"; ---- {name} ----\n{t}" for name, t in parts).encode()
 
     members["module.ll"] = text.encode()
     members["module.opt.ll"] = joined([code.optimized_ir for code in compiled])
