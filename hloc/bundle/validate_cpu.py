@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from .elf import ElfError, ElfSymbols, read_symbols
 from .symbols import allowed_import
@@ -52,8 +53,9 @@ def validate_cpu(bundle) -> None:
     _check_drivers(fail, check, meta, thunks, symbols.defined)
 
 
-def listed_objects(meta: dict) -> list[tuple[str, object]]:
-    """(member, sha256 as kernels.json gives it) of every object, in load order."""
+def listed_objects(meta: dict) -> list[tuple[Any, Any]]:
+    """(member, sha256) of every object, in load order, as kernels.json gives them (not yet
+    checked: see _objects)."""
     if meta.get("version") == 2:
         return [("cpu.o", meta.get("object_sha256"))]
     return [(o.get("member"), o.get("sha256")) if isinstance(o, dict) else (None, None)
