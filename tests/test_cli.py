@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -315,3 +316,67 @@ def test_compile_starts_one_blas_thread_unless_told_otherwise(tmp_path, chosen):
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == (chosen or "1")
+
+
+# Modules a one-device CPU compile has no use for, imported lazily (issue 16: the command's
+# start-up is most of a small module's compile time).
+_NOT_FOR_A_COMPILE = ("hloc.cli.inspect_cmd", "hloc.cli.bisect_cmd", "hloc.cli.diff_cmd",
+                      "hloc.collectives.execute", "hloc.collectives.sharding",
+                      "hloc.bundle.reader", "hloc.bundle.signing", "hloc.codegen.elemental.dft",
+                      "hloc.codegen.elemental.fmath64.log", "fractions",
+                      "concurrent.futures")
+
+
+def test_compile_imports_only_what_it_uses(tmp_path):
+    require_samples()
+    code = ("import sys; from hloc.cli.main import cli\n"
+            "try: cli(sys.argv[1:])\nexcept SystemExit as e: assert not e.code, e.code\n"
+            f"print(sorted(set({_NOT_FOR_A_COMPILE!r}) & set(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code, "compile", str(SAMPLES / "top_k.pb"),
+                        "-o", str(tmp_path / "t.bundle"), "--no-cache"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "[]"
+
+
+def test_lazy_commands_and_exports_resolve():
+    import hloc.bundle
+    import hloc.collectives
+    from hloc.cli.main import LazyGroup, cli
+
+    for name in LazyGroup.LAZY:
+        assert cli.get_command(click.Context(cli), name).name == name
+    for package in (hloc.collectives, hloc.bundle):
+        assert all(getattr(package, name) is not None for name in package.__all__)
+    with pytest.raises(AttributeError):
+        _ = hloc.collectives.no_such_name
+
+
+def _hloc_main(*args, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m hloc.cli.main ARGS`: the real entry point, which ends without teardown."""
+    return subprocess.run([sys.executable, "-m", "hloc.cli.main", *args], capture_output=True,
+                          text=True, timeout=300, **kwargs)
+
+
+def test_main_exits_without_teardown_but_keeps_the_contract(tmp_path):
+    require_samples()
+    out = tmp_path / "t.bundle"
+    r = _hloc_main("compile", str(SAMPLES / "top_k.pb"), "-o", str(out), "--no-cache")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = _hloc_main("inspect", str(out), "--json")  # piped stdout: flushed before the exit
+    assert r.returncode == 0 and json.loads(r.stdout)["target"]["kind"] == "cpu"
+    r = _hloc_main("compile", str(tmp_path / "missing.pb"), "-o", str(out))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    r = _hloc_main("compile", "--no-such-flag")
+    assert r.returncode == 2 and "no such option" in r.stderr.lower()
+
+
+def test_exit_without_teardown_runs_atexit_and_maps_codes(tmp_path):
+    code = ("import atexit, sys\nfrom hloc.cli.common import exit_without_teardown\n"
+            "atexit.register(lambda: print('atexit ran'))\nsys.stdout.write('partial')\n"
+            "exit_without_teardown(sys.argv[1] if sys.argv[1] != 'none' else None)\n")
+    for arg, status in (("none", 0), ("message", 1)):
+        r = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == status and r.stdout == "partialatexit ran\n", r
+        assert r.stderr == ("message\n" if arg == "message" else "")

@@ -126,7 +126,8 @@ def test_cpu_features_flag_lowers_vector_width(tmp_path):
 def test_bundle_is_deterministic(tmp_path):
     a = members(compile_bundle(SAMPLES / "attention.pb", tmp_path / "a.bundle"))
     b = members(compile_bundle(SAMPLES / "attention.pb", tmp_path / "b.bundle"))
-    for name in ("cpu.o", "kernels.json", "module.ll", "module.opt.ll", "thunks.json"):
+    assert "cpu.0.o" in a and a.keys() == b.keys()  # compiled as several objects
+    for name in a:
         assert a[name] == b[name], name
 
 

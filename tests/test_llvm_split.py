@@ -1,4 +1,5 @@
-"""llvm_split: a module optimized as partitions on several threads, linked back."""
+"""llvm_split: a module compiled as partitions on several threads, one object each, loaded
+together."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from hloc.codegen import llvm
-from hloc.codegen.llvm_split import Partition, optimize_parallel, parse_items, split_module
+from hloc.codegen.llvm_split import Partition, map_partitions, parse_items, split_module
 from hloc.codegen.target import host_target
 
 
@@ -70,6 +71,17 @@ def test_small_or_unsplittable_modules_stay_whole():
     assert split_module(exported, 4) == [Partition(exported)]
 
 
+def test_a_global_defined_outside_is_declared_in_every_partition():
+    """The runtime's stop flag, which native loops poll: a declaration, not a reason to
+    compile the module whole."""
+    text = _module_text(40).replace(
+        'declare double @"llvm.fabs.f64"', '@"hloc_stop_flag" = external global i32\n'
+        'declare double @"llvm.fabs.f64"')
+    parts = split_module(text, 4)
+    assert len(parts) == 4
+    assert all('@"hloc_stop_flag" = external global i32' in p.text for p in parts)
+
+
 def test_small_kernels_get_scalar_partitions_of_their_own():
     parts = split_module(_module_text(40, small=30), 4)
     assert [p.scalar for p in parts] == [False] * 4 + [True] * 2
@@ -95,20 +107,21 @@ def test_scalar_partitions_are_not_vectorized():
     assert "x double>" not in ir[True]
 
 
-def _optimizer(target):
-    return lambda m, scalar: llvm.optimize_concurrently(m, target, 2, vectorize=not scalar)
+def _objects(text: str, threads: int) -> list[bytes]:
+    target = host_target()
+    return [c.object_code for c in map_partitions(
+        text, lambda p: llvm.compile_in_context(p.text, target, 2, vectorize=not p.scalar),
+        threads)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_linked_module_computes_and_is_deterministic(threads):
-    target = host_target()
+def test_partition_objects_load_together_and_compute(threads):
+    """The driver in one object calls kernels defined in the others: one engine resolves
+    them, and the internal helper each object has a copy of stays local to it."""
     text = _module_text(40, small=15)
-    objects = []
-    for _ in range(2):
-        module = optimize_parallel(text, _optimizer(target), threads)
-        objects.append(llvm.emit_concurrently(module, target, 2))
-    assert objects[0] == objects[1]
-    library = llvm.JitLibrary(objects[0], target)
+    objects = _objects(text, threads)
+    assert len(objects) == 6
+    library = llvm.JitLibrary(objects, host_target())
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
     x = np.linspace(-2, 2, 16)
     want = x.copy()
@@ -118,9 +131,11 @@ def test_linked_module_computes_and_is_deterministic(threads):
     np.testing.assert_allclose(x, want, rtol=1e-12)
 
 
-def test_object_is_the_same_for_any_thread_count():
-    target = host_target()
+def test_objects_are_the_same_for_any_thread_count():
     text = _module_text(40, small=15)
-    a = llvm.emit_concurrently(optimize_parallel(text, _optimizer(target), 1), target, 2)
-    b = llvm.emit_concurrently(optimize_parallel(text, _optimizer(target), 2), target, 2)
-    assert a == b
+    assert _objects(text, 1) == _objects(text, 2) == _objects(text, 3)
+
+
+def test_map_partitions_keeps_partition_order():
+    text = _module_text(40, small=15)
+    assert map_partitions(text, lambda p: p, 2) == split_module(text)

@@ -66,7 +66,12 @@ def rebind(members: dict[str, bytes]) -> None:
     if "kernels.json" not in members:
         return
     meta = json.loads(members["kernels.json"])
-    meta["object_sha256"] = hashlib.sha256(members.get("cpu.o", b"")).hexdigest()
+    if meta.get("version") == 2:
+        meta["object_sha256"] = hashlib.sha256(members.get("cpu.o", b"")).hexdigest()
+    objects = meta.get("objects")
+    for entry in objects if isinstance(objects, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("member"), str):
+            entry["sha256"] = hashlib.sha256(members.get(entry["member"], b"")).hexdigest()
     meta["thunks_sha256"] = hashlib.sha256(members["thunks.json"]).hexdigest()
     members["kernels.json"] = json.dumps(meta).encode()
 

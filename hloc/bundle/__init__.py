@@ -31,10 +31,29 @@ Version policy (FORMAT_VERSION = (major, minor)):
   digest in tests/test_bundle_format.py, which pins the exact bytes of a reference bundle.
 """
 
+from typing import TYPE_CHECKING
+
 from .format import FORMAT_VERSION, MAGIC, MANIFEST_NAME, MODULE_NAME
 from .manifest import INPUT_FORMS, TARGET_KINDS, entry_section, manifest_problem, schema_path
-from .reader import Bundle, BundleMembers, read_bundle
-from .writer import write_bundle
+
+if TYPE_CHECKING:
+    from .reader import Bundle, BundleMembers, read_bundle
+    from .writer import write_bundle
+
+# The reader and the writer are imported on first use (PEP 562): a compile only writes, a run
+# only reads, and each costs the other a few ms at start.
+_LAZY = {"Bundle": "reader", "BundleMembers": "reader", "read_bundle": "reader",
+         "write_bundle": "writer"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT_VERSION",

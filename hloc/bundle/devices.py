@@ -15,9 +15,6 @@ runtimes then treat the value as replicated).
 
 from __future__ import annotations
 
-from ..collectives import DeviceGrid
-from ..collectives.sharding import leaf_texts
-
 
 def _parameter_texts(module) -> list[str | None]:
     params = module.entry.parameters
@@ -28,6 +25,8 @@ def _parameter_texts(module) -> list[str | None]:
 
 
 def _output_texts(module) -> list[str | None]:
+    from ..collectives.sharding import leaf_texts
+
     root = module.entry.result_shape
     count = sum(1 for _ in root.leaves())
     text = module.config.spmd_output_sharding or module.entry.root.attrs.sharding
@@ -40,6 +39,8 @@ def devices_section(module) -> dict | None:
     config = module.config
     if config.device_count <= 1:
         return None
+    from ..collectives.groups import DeviceGrid  # multi-device modules only
+
     grid = DeviceGrid.of(config)
     return {"count": grid.count, "replica_count": grid.replica_count,
             "num_partitions": grid.num_partitions,

@@ -2,7 +2,7 @@
 
 `read_bundle` proves a bundle is intact, not that it is sound: its hashes are unkeyed, so
 anyone who can write the file can recompute them. A thunk program whose slices point past
-their allocations, or kernels.json naming symbols cpu.o lacks, would corrupt memory or crash
+their allocations, or kernels.json naming symbols the objects lack, would corrupt memory or crash
 inside LLVM. `validate_bundle(bundle)` checks every member hloc reads, whatever the device,
 and raises InputError("member NAME: problem", path=bundle) at the first problem:
 
@@ -19,8 +19,8 @@ and raises InputError("member NAME: problem", path=bundle) at the first problem:
   (hloc.runtime.cuda.cudnn.check_conv), and whose x, w and y slices lie inside arguments of
   their launch (a split fusion's y inside its scratch slice: graph and stream dependencies
   know only the arguments);
-- CPU members (cpu.o, kernels.json): see validate_cpu.py; GPU code images (PTX, cubin):
-  see validate_gpu.py.
+- CPU members (the objects cpu*.o, kernels.json): see validate_cpu.py; GPU code images
+  (PTX, cubin): see validate_gpu.py.
 
 Walks are iterative: a deeply nested program is refused as data, never by RecursionError.
 """
@@ -56,7 +56,8 @@ def validate_bundle(bundle) -> None:
                 from .validate_gpu import validate_gpu
 
                 validate_gpu(bundle, program)
-    if "cpu.o" in bundle.members or "kernels.json" in bundle.members:
+    if "kernels.json" in bundle.members or any(n.startswith("cpu.") and n.endswith(".o")
+                                               for n in bundle.members):
         from .validate_cpu import validate_cpu
 
         validate_cpu(bundle)

@@ -97,12 +97,13 @@ def _open_temp(target: Path) -> tuple[Path, int]:
 def _write_image(f: BinaryIO, manifest: dict, members: Mapping[str, MemberData],
                  sign_key=None) -> dict:
     """Header placeholder, zip (members sorted, manifest last), then the real header."""
-    from .signing import SIGNED_HEADER_SIZE
-
     # Signed bundles are 1.1 (a longer header holds the signature); unsigned ones stay 1.0,
     # byte for byte as before.
-    version = SIGNED_FORMAT_VERSION if sign_key is not None else FORMAT_VERSION
-    header_size = SIGNED_HEADER_SIZE if sign_key is not None else HEADER_SIZE
+    version, header_size = FORMAT_VERSION, HEADER_SIZE
+    if sign_key is not None:
+        from .signing import SIGNED_HEADER_SIZE  # only here: a compile rarely signs
+
+        version, header_size = SIGNED_FORMAT_VERSION, SIGNED_HEADER_SIZE
     f.write(bytes(header_size))
     listing: dict[str, dict] = {}
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:

@@ -13,7 +13,7 @@ import click
 
 from .. import __version__
 from ..errors import InputError
-from .common import debug_enabled, guarded, setup_logging
+from .common import debug_enabled, exit_without_teardown, guarded, setup_logging
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
@@ -35,7 +35,26 @@ def opt_level_options(fn):
 debug_option = click.option("--debug", is_flag=True, help="tracebacks on internal errors; verify after every pass")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands from other modules are imported when they are run (or listed
+    by --help), not at start: defining them cost every `hloc compile` a few ms."""
+
+    LAZY = {"inspect": "inspect_cmd:inspect", "bisect": "bisect_cmd:bisect_cmd",
+            "reduce": "reduce_cmd:reduce_cmd", "diff": "diff_cmd:diff_cmd",
+            "extract": "extract_cmd:extract_cmd", "ops": "ops_cmd:ops"}
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            module, name = self.LAZY[cmd_name].split(":")
+            self.add_command(getattr(__import__(f"{__package__}.{module}", fromlist=[name]),
+                                     name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="hloc")
 def cli() -> None:
     """hloc: an ahead-of-time compiler driver for XLA HLO modules."""
@@ -105,13 +124,16 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
         click.echo(determinism.check_determinism(check_determinism, argv, output, dump_dir))
         return
     from ..bundle import write_bundle
-    from ..bundle.signing import load_key
     from ..compiler import CompileOptions, compile_model
     from ..util.safe_write import check_output_path
 
     setup_logging(debug_enabled(debug))
     check_output_path(output)
-    key = load_key(sign_key, signing=True) if sign_key else None
+    key = None
+    if sign_key:
+        from ..bundle.signing import load_key
+
+        key = load_key(sign_key, signing=True)
     options = CompileOptions(
         target=target, cuda_archs=tuple(cuda_arch) or ("sm_80",), cpu=cpu, cpu_features=cpu_features,
         opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
@@ -280,25 +302,14 @@ def passes_cmd(as_json):
             click.echo(f"    {{{o['name']}={o['default']}}}  ({o['type']})")
 
 
-from .inspect_cmd import inspect  # noqa: E402  (registers the inspect command)
-
-cli.add_command(inspect)
-
-from .bisect_cmd import bisect_cmd  # noqa: E402  (the debugging commands)
-from .diff_cmd import diff_cmd  # noqa: E402
-from .extract_cmd import extract_cmd  # noqa: E402
-from .ops_cmd import ops  # noqa: E402
-from .reduce_cmd import reduce_cmd  # noqa: E402
-
-for _command in (bisect_cmd, reduce_cmd, diff_cmd, extract_cmd, ops):
-    cli.add_command(_command)
-
-
 def main() -> None:
     from ..util.safe_write import install_sigterm_cleanup
 
     install_sigterm_cleanup()  # a killed compile leaves no temp file behind
-    cli(prog_name="hloc")
+    try:
+        cli(prog_name="hloc")
+    except SystemExit as e:  # click ends every command so
+        exit_without_teardown(e.code)
 
 
 if __name__ == "__main__":

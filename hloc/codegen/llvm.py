@@ -12,6 +12,7 @@ import functools
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -181,6 +182,23 @@ def emit_concurrently(module, target, opt_level: int = 2, *, assembly: bool = Fa
     return data.decode() if assembly else data
 
 
+def compile_in_context(ir_text: str, target, opt_level: int = 2, *, vectorize: bool = True,
+                       assembly: bool = False) -> CompiledCode:
+    """`compile_ir` in an LLVM context of its own, with the long steps (optimization, object
+    and assembly emission) outside llvmlite's global lock: several run at once on threads,
+    one per partition of a module (llvm_split). `vectorize`: see `optimize`."""
+    initialize()
+    try:
+        module = llvm.parse_assembly(ir_text, context=llvm.create_context())
+        optimize_concurrently(module, target, opt_level, vectorize=vectorize)
+        module.verify()
+    except RuntimeError as e:
+        raise CheckFailed(f"invalid LLVM IR: {e}") from None
+    obj = emit_concurrently(module, target, opt_level)
+    asm = emit_concurrently(module, target, opt_level, assembly=True) if assembly else None
+    return CompiledCode(ir_text, str(module), obj, asm)
+
+
 def emit_object(module, target, opt_level: int = 2) -> bytes:
     """Relocatable object code (ELF on Linux) for `target`."""
     return target_machine(target, opt_level).emit_object(module)
@@ -217,10 +235,13 @@ def compile_ir(ir_text: str, target, opt_level: int = 2, *, assembly: bool = Fal
 class JitLibrary:
     """Object code loaded into an MCJIT engine; look functions up by name.
 
-    Keep the library alive as long as any function address from it is in use.
+    `object_code` is one relocatable object or several (the partitions of one module,
+    llvm_split): MCJIT resolves each object's undefined symbols against the others' global
+    definitions first, then against the process. Keep the library alive as long as any
+    function address from it is in use.
     """
 
-    def __init__(self, object_code: bytes, target=None):
+    def __init__(self, object_code: bytes | Sequence[bytes], target=None):
         from ..runtime.limits import provide_runtime_symbols
         from .target import host_target
 
@@ -229,7 +250,9 @@ class JitLibrary:
         target = target or host_target()
         tm = target_machine(target, 2)
         self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        objects = [object_code] if isinstance(object_code, bytes) else list(object_code)
+        for obj in objects:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self._engine.finalize_object()
         self._lock = threading.Lock()
 

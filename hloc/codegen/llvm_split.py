@@ -1,37 +1,46 @@
-"""Optimizing one LLVM module on several cores: split its IR text, optimize, link back.
+"""Compiling one LLVM module on several cores: split its IR text into partitions, each
+optimized and emitted to an object of its own.
 
-LLVM's module optimizer runs on one thread, and on modules made of many small kernels it is
-most of a compile. Kernels do not depend on each other, so the module's text is cut into a
-fixed number of partitions, each optimized in its own LLVM context on its own thread
-(llvmlite releases the GIL), and the optimized partitions are linked back into one module,
-from which the one relocatable object is emitted as before.
+LLVM's optimizer and code generator run on one thread, and on modules made of many small
+kernels they are most of a compile. Kernels do not depend on each other, so the module's text
+is cut into a fixed number of partitions, each optimized and emitted in its own LLVM context
+on its own thread (hloc.codegen.llvm.compile_in_context runs outside llvmlite's lock). The
+partitions' objects are not linked: the CPU bundle carries one object per partition and the
+loader resolves the symbols one object calls and another defines (a driver calling kernels;
+codegen/cpu/compile.py, runtime JitLibrary). Linking the optimized partitions back into one
+module cost a print, a parse and a link each, and left code generation serial: on 2 cores
+that was the largest single cost of compiling attention_grad.
 
 - Every externally visible function (a kernel, a driver) is a *root*; roots are dealt to
   the partitions largest first, each to the smallest partition so far.
 - Internal functions and internal globals go with every root that references them
-  (duplicates are internal, so linking renames them; each copy is inlined or stays local).
+  (duplicates are internal: each object keeps its own local copy, or inlines it).
 - A partition declares the external functions it calls but does not define (drivers call
-  kernels). Declarations, attribute groups and metadata are copied into every partition.
+  kernels). Declarations (of functions, and of globals defined outside the module: the
+  runtime's stop flag that loops poll), attribute groups and metadata are copied into every
+  partition.
 - Roots come in two tiers: kernels the emitter marked `optsize` (too little work for vector
   code to pay: codegen/cpu/compile.py) and the rest. Each tier has partitions of its own, and
   a partition of small kernels is optimized *scalar* (the same -O level without the loop and
   SLP vectorizers): on modules of many small kernels the vectorizers and the instcombine work
   on their vector code were over half of LLVM's time, for kernels of a few microseconds.
-- The partition count is fixed, not the number of cores, so the object code is the same on
-  every machine. A module the splitter does not understand (an externally visible global)
-  or one too small to gain is optimized whole (scalar only if all its roots are small).
+- The partition count is fixed, not the number of cores, so the objects are the same on
+  every machine and for any thread count. A module the splitter does not understand (a
+  global it defines and exports) or one too small to gain is compiled whole (scalar only if all
+  its roots are small).
 """
 
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-import llvmlite.binding as binding
+T = TypeVar("T")
 
 PARTITIONS = 4  # per tier: the small kernels' tier gets half as many (it is cheaper)
-# Below this much IR text, the split, extra parses and link cost more than they save.
+# Below this much IR text, the split, the extra parses and objects cost more than they save.
 MIN_SPLIT_BYTES = 20_000
 
 _NAME = re.compile(r'@"((?:[^"\\]|\\.)*)"|@([-\w.$]+)')
@@ -96,6 +105,9 @@ def parse_items(text: str) -> tuple[list[str], list[_Item]]:
             i = j + 1
             continue
         if line.startswith("declare"):
+            items.append(_Item("declare", _first_name(line), line))
+        elif line.startswith("@") and line.split("=", 1)[1].split()[:1] == ["external"]:
+            # A global defined elsewhere (the runtime's stop flag): declared in every partition.
             items.append(_Item("declare", _first_name(line), line))
         elif line.startswith("@"):
             name = _first_name(line)
@@ -172,25 +184,14 @@ def _partition_text(header: list[str], items: list[_Item], members: set[str]) ->
     return "\n".join(out) + "\n"
 
 
-def optimize_parallel(text: str, optimize, threads: int):
-    """Optimize `text` with `optimize(module, scalar)` per partition (scalar: only small
-    kernels, see Partition) on up to `threads` threads; the linked, optimized module (in the
-    global LLVM context)."""
+def map_partitions(text: str, fn: Callable[[Partition], T], threads: int) -> list[T]:
+    """`fn(partition)` for every partition of `text` (split_module), in partition order, on
+    up to `threads` threads (fn must release the GIL for the long work to overlap)."""
     parts = split_module(text)
-    if len(parts) == 1:
-        module = binding.parse_assembly(text)
-        optimize(module, parts[0].scalar)
-        return module
+    if len(parts) == 1 or threads <= 1:
+        return [fn(part) for part in parts]
+    from concurrent.futures import ThreadPoolExecutor  # ~3 ms to import: split modules only
 
-    def run(part: Partition) -> str:
-        module = binding.parse_assembly(part.text, context=binding.create_context())
-        optimize(module, part.scalar)
-        return str(module)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(parts))),
+    with ThreadPoolExecutor(max_workers=min(threads, len(parts)),
                             thread_name_prefix="hloc-llvm") as pool:
-        optimized = list(pool.map(run, parts))
-    linked = binding.parse_assembly(optimized[0])
-    for part in optimized[1:]:
-        linked.link_in(binding.parse_assembly(part))
-    return linked
+        return list(pool.map(fn, parts))

@@ -1,23 +1,26 @@
-"""`compile_cpu`: a planned module → the CPU bundle members (one object for every kernel).
+"""`compile_cpu`: a planned module → the CPU bundle members (object code for every kernel).
 
 Every Kernel thunk of the thunk program (nested ones included) becomes one kernel of the
-emitter's ABI (spec.py), named `kernel_symbol(thunk name)`, all in one LLVM module compiled to
-one relocatable object `cpu.o`; identical kernels share one symbol (dedup.py). Sort thunks
-and small Gemm / Convolution thunks get kernels too (thunk_kernels.NATIVE_KINDS; if one cannot
-be emitted its kind's runtime path runs). A fusion around big dots or convolutions becomes a
-*composite* (outline.py): BLAS for the contraction, kernels for what is computed before and
-after it. A Kernel thunk the emitter cannot generate (stochastic-convert, f8e8m0fnu, ...:
-UnsupportedError) becomes a *host fallback*: the runtime runs the reference interpreter's
+emitter's ABI (spec.py), named `kernel_symbol(thunk name)`, all in one LLVM module; identical
+kernels share one symbol (dedup.py). The module is compiled as partitions on several threads
+(llvm_split), one relocatable object each: `cpu.o` when it is compiled whole, else `cpu.0.o`,
+`cpu.1.o`, ... (the loader resolves the symbols one object calls and another defines).
+Sort thunks and small Gemm / Convolution thunks get kernels too (thunk_kernels.NATIVE_KINDS; if
+one cannot be emitted its kind's runtime path runs). A fusion around big dots or convolutions
+becomes a *composite* (outline.py): BLAS for the contraction, kernels for what is computed
+before and after it. A Kernel thunk the emitter cannot generate (stochastic-convert, f8e8m0fnu,
+...: UnsupportedError) becomes a *host fallback*: the runtime runs the reference interpreter's
 implementation of the instruction on views of the arena.
 Runs of small thunks and whole loops of them get a native *driver* (driver.py) that runs
 them without returning to Python. `kernels.json` lists all of it, so `hloc inspect` and the
 runtime see the same facts.
 
-kernels.json (version 2):
-  {"version": 2, "object": "cpu.o", "abi": str, "target": {...}, "opt_level": int,
-   "object_sha256": sha256 of cpu.o, "thunks_sha256": sha256 of thunks.json (version 2 binds
-   the members to each other: the validator refuses a cpu.o or thunks.json from elsewhere),
-   "external_symbols": [names the object imports: libm],
+kernels.json (version 3):
+  {"version": 3, "objects": [{"member": "cpu.o" | "cpu.N.o", "sha256": of that member}],
+   "abi": str, "target": {...}, "opt_level": int,
+   "thunks_sha256": sha256 of thunks.json (the hashes bind the members to each other: the
+   validator refuses an object or thunks.json from elsewhere),
+   "external_symbols": [names the objects import and none defines: libm],
    "kernels": {thunk name: {"symbol", "parallel_extent", "num_operands", "num_outputs",
                "segments", "instruction_names", "aliases": [[output, operand]],
                "work": rough scalar operations of the whole kernel}},
@@ -31,6 +34,8 @@ kernels.json (version 2):
   | ["gemm", gemm thunk name] | ["step", [composite thunk name, step index]].
   A ref is ["operand", i] | ["output", k] | ["scratch", j]; "instruction" names the
   contraction inside the fused computation.
+Version 2 (bundles of earlier hlocs, still loaded) had one object: "object": "cpu.o" and
+"object_sha256" in place of "objects".
 """
 
 from __future__ import annotations
@@ -40,15 +45,14 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from llvmlite import ir
 
-from ...errors import CheckFailed, UnsupportedError
+from ...errors import InputError, UnsupportedError
 from ...ir import Module
 from ...thunks import program_to_json
 from .. import llvm
-from ..llvm_split import optimize_parallel
+from ..llvm_split import map_partitions
 from .dedup import kernel_key
 from .driver import driver_composites, driver_gemms, emit_drivers, plan_drivers
 from .kernel import emit_kernel
@@ -57,7 +61,7 @@ from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
 
 log = logging.getLogger("hloc.codegen.cpu")
 
-KERNELS_VERSION = 2
+KERNELS_VERSION = 3
 ABI = ("void NAME(i8** buffers, i64 begin, i64 end); buffers: operand leaves then output "
        "leaves; [begin, end) work units of parallel_extent")
 
@@ -94,23 +98,17 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     emit_drivers(ir_module, drivers, plan.program, kernels, composites)
     text = str(ir_module)
     compiled = compile_llvm(text, target, opt_level, assembly)
-    externals = object_imports(compiled.object_code)
-    doc = {"version": KERNELS_VERSION, "object": "cpu.o", "abi": ABI,
-           "object_sha256": hashlib.sha256(compiled.object_code).hexdigest(),
+    members = _code_members(text, compiled)
+    names = object_names(len(compiled))
+    doc = {"version": KERNELS_VERSION, "abi": ABI,
+           "objects": [{"member": name, "sha256": hashlib.sha256(members[name]).hexdigest()}
+                       for name in names],
            "thunks_sha256": hashlib.sha256(program_to_json(plan.program)).hexdigest(),
            "module": module.name, "target": target.describe(), "opt_level": opt_level,
-           "external_symbols": externals, "kernels": kernels, "composites": composites,
-           "drivers": [d.to_json() for d in drivers],
+           "external_symbols": object_imports([members[n] for n in names]), "kernels": kernels,
+           "composites": composites, "drivers": [d.to_json() for d in drivers],
            "fallbacks": dict(sorted(fallbacks.items()))}
-    meta = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    members = {
-        "cpu.o": compiled.object_code,
-        "kernels.json": meta,
-        "module.ll": text.encode(),
-        "module.opt.ll": compiled.optimized_ir.encode(),
-    }
-    if compiled.assembly is not None:
-        members["module.s"] = compiled.assembly.encode()
+    members["kernels.json"] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
     dumps = tuple((label, ext, members[name]) for label, ext, name in (
         ("cpu.module", "ll", "module.ll"), ("cpu.module.opt", "ll", "module.opt.ll"),
         ("cpu.module", "s", "module.s"), ("cpu.kernels", "json", "kernels.json"))
@@ -119,42 +117,51 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
                         {k: v["reason"] for k, v in fallbacks.items()})
 
 
-def compile_llvm(text: str, target, opt_level: int, assembly: bool = True) -> llvm.CompiledCode:
-    """Parse and optimize (partitions on several cores: llvm_split), then emit object code
-    and (optionally) assembly concurrently: the assembly comes from the optimized IR re-parsed
-    in its own LLVM context."""
-    import threading
+def object_names(count: int) -> list[str]:
+    """The bundle members of a module compiled as `count` objects (one per partition)."""
+    return ["cpu.o"] if count == 1 else [f"cpu.{i}.o" for i in range(count)]
 
-    import llvmlite.binding as binding
 
+def _code_members(text: str, compiled: list[llvm.CompiledCode]) -> dict[str, bytes]:
+    """The objects, the IR before optimization, and the optimized IR (and assembly) of every
+    partition, one after the other under a comment naming its object."""
+    names = object_names(len(compiled))
+    members = {name: code.object_code for name, code in zip(names, compiled, strict=True)}
+
+    def joined(texts: list[str]) -> bytes:
+        if len(texts) == 1:
+            return texts[0].encode()
+        parts = zip(names, texts, strict=True)
+        return "".join(f"; ---- {name} ----\n{t}" for name, t in parts).encode()
+
+    members["module.ll"] = text.encode()
+    members["module.opt.ll"] = joined([code.optimized_ir for code in compiled])
+    if compiled[0].assembly is not None:
+        members["module.s"] = joined([code.assembly or "" for code in compiled])
+    return members
+
+
+def compile_threads() -> int:
+    """Threads for LLVM's work: HLOC_COMPILE_THREADS, else one per core. The objects are the
+    same for any count (llvm_split's partitions are fixed)."""
+    value = os.environ.get("HLOC_COMPILE_THREADS", "").strip()
+    if not value:
+        return os.cpu_count() or 1
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"HLOC_COMPILE_THREADS must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def compile_llvm(text: str, target, opt_level: int, assembly: bool = True,
+                 threads: int | None = None) -> list[llvm.CompiledCode]:
+    """Every partition of `text` (llvm_split) optimized and emitted to an object (and
+    optionally assembly) in its own LLVM context, on `threads` threads (compile_threads()
+    by default); one CompiledCode per partition, in partition order."""
     llvm.initialize()
-    try:
-        module = optimize_parallel(
-            text, lambda m, scalar: llvm.optimize_concurrently(m, target, opt_level,
-                                                               vectorize=not scalar),
-            threads=os.cpu_count() or 1)
-        module.verify()
-    except RuntimeError as e:
-        raise CheckFailed(f"invalid LLVM IR: {e}") from None
-    optimized = str(module)
-    if not assembly:
-        return llvm.CompiledCode(text, optimized, llvm.emit_object(module, target, opt_level))
-    result: dict[str, Any] = {}
-
-    def emit_assembly() -> None:
-        try:
-            clone = binding.parse_assembly(optimized, context=binding.create_context())
-            result["asm"] = llvm.emit_concurrently(clone, target, opt_level, assembly=True)
-        except Exception as e:  # re-raised on the calling thread
-            result["error"] = e
-
-    worker = threading.Thread(target=emit_assembly, name="hloc-asm")
-    worker.start()
-    obj = llvm.emit_concurrently(module, target, opt_level)
-    worker.join()
-    if "error" in result:
-        raise result["error"]
-    return llvm.CompiledCode(text, optimized, obj, result["asm"])
+    return map_partitions(
+        text, lambda part: llvm.compile_in_context(part.text, target, opt_level,
+                                                   vectorize=not part.scalar, assembly=assembly),
+        threads or compile_threads())
 
 
 def target_manifest(target) -> dict:
@@ -250,13 +257,19 @@ def _kernel_entries(groups, infos) -> tuple[dict, dict]:
 
 # ---- what an object file imports --------------------------------------------------------------
 
-def object_imports(obj: bytes) -> list[str]:
-    """Undefined global symbols of an ELF64 little-endian relocatable object: what the loader
-    must resolve (libm functions, compiler builtins). [] for other object formats (the bundle
-    validator refuses those before they are loaded)."""
+def object_imports(objects: bytes | list[bytes]) -> list[str]:
+    """The global symbols ELF64 little-endian relocatable objects leave undefined and none of
+    them defines: what the loader must resolve (libm functions, compiler builtins). [] for
+    other object formats (the bundle validator refuses those before they are loaded)."""
     from ...bundle.elf import ElfError, read_symbols
 
+    undefined: set[str] = set()
+    defined: set[str] = set()
     try:
-        return sorted(read_symbols(obj).undefined)
+        for obj in [objects] if isinstance(objects, bytes) else objects:
+            symbols = read_symbols(obj)
+            undefined |= symbols.undefined
+            defined |= symbols.defined
     except ElfError:
         return []
+    return sorted(undefined - defined)

@@ -16,12 +16,12 @@ of such a module.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode
-from ..elemental.dft import AxisPass, DftPlan, Parts, finish, line_sum, plan_of, to_parts
 from ..elemental.indexing import delinearize
 from ..elemental.memory import store_element
 from ..elemental.types import F64
@@ -29,6 +29,12 @@ from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
 from .sort import STACK_BYTES
 from .thunk_kernels import native_kind
+
+if TYPE_CHECKING:
+    from ..elemental.dft import AxisPass, DftPlan, Parts
+
+# elemental/dft.py is imported where an FFT is planned or emitted, not with this module (the
+# kernel registries import it for every compile, and a compile with no FFT saves ~5 ms).
 
 # Native while a batch element's passes sum at most MAX_UNIT_TERMS terms and the whole
 # transform at most MAX_TERMS_PER_AXIS per transformed axis (numpy's fftn pays its call
@@ -43,6 +49,8 @@ MAX_TERMS_PER_AXIS = 1 << 14
 @native_kind("fft", min_opt_level=3)
 def native_fft(instr: Instruction) -> bool:
     """Whether an fft thunk should get a native kernel."""
+    from ..elemental.dft import plan_of
+
     if instr.opcode != Opcode.FFT:
         return False
     try:
@@ -70,6 +78,8 @@ class FftSegment(Segment):
     kind = "fft"
 
     def __init__(self, spec: KernelSpec, item: RootItem):
+        from ..elemental.dft import plan_of
+
         if spec.aliases:
             raise UnsupportedError(f"%{item.instr.name}: fft result shares its operand's buffer")
         self.spec, self.item = spec, item
@@ -80,6 +90,8 @@ class FftSegment(Segment):
         self.extent = 0 if self.plan.empty else self.plan.batches
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
+        from ..elemental.dft import finish, to_parts
+
         ctx, plan = kb.ctx, self.plan
         read = kb.gen(self.item.instr.operands[0])
         blocks = [ctx.alloca(F64, 2 * math.prod(plan.row_dims))
@@ -107,6 +119,8 @@ class FftSegment(Segment):
 
 def _emit_pass(ctx, p: AxisPass, extents: list[int], load, store) -> None:
     """Pass `p` over every line along its axis (the other axes at their current extents)."""
+    from ..elemental.dft import line_sum
+
     others = [a for a in range(len(extents)) if a != p.axis]
 
     def lines(depth: int, idx: list[ir.Value]) -> None:

@@ -16,7 +16,6 @@ from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...registry import Registry
-from ..elemental.dft import plan_of
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
 from .loops import element_work
@@ -195,6 +194,8 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
     if item.opcode == Opcode.FFT:
         # Every pass term of every batch element (fft.py): the transform's size, not only
         # its output elements, decides the thread split.
+        from ..elemental.dft import plan_of  # FFT modules only (~5 ms to import)
+
         plan = plan_of(item)
         return 0 if plan.empty else plan.batches * plan.pass_work()
     if item.opcode in (Opcode.TOPK, Opcode.CUSTOM_CALL):

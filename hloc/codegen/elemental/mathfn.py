@@ -16,11 +16,6 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...ir import Opcode, PrimitiveType
 from . import approx, lowfloat
-from .fmath64 import atan as fmath64_atan
-from .fmath64 import core as fmath64
-from .fmath64 import erf as fmath64_erf
-from .fmath64 import log as fmath64_log
-from .fmath64 import trig as fmath64_trig
 from .registry import emits, generic_lowering
 from .scalar import elementwise, exact_unary, unary_float
 from .types import F64, elem_type
@@ -39,19 +34,26 @@ _F32_UNARY = {
     Opcode.CBRT: approx.cbrt_f32,
 }
 
+# f64 without libm: (fmath64 module, function). Imported on first use: the CPU target calls
+# libm for f64 instead (cpu_math below), and the modules cost a compile ~10 ms to import.
 _F64_UNARY = {
-    Opcode.EXP: fmath64.exp_f64,
-    Opcode.EXPM1: fmath64.expm1_f64,
-    Opcode.LOG: fmath64_log.log_f64,
-    Opcode.LOG1P: fmath64_log.log1p_f64,
-    Opcode.SIN: fmath64_trig.sin_f64,
-    Opcode.COS: fmath64_trig.cos_f64,
-    Opcode.TAN: fmath64_trig.tan_f64,
-    Opcode.TANH: fmath64.tanh_f64,
-    Opcode.LOGISTIC: fmath64.logistic_f64,
-    Opcode.ERF: fmath64_erf.erf_f64,
-    Opcode.CBRT: fmath64_log.cbrt_f64,
+    Opcode.EXP: ("core", "exp_f64"),
+    Opcode.EXPM1: ("core", "expm1_f64"),
+    Opcode.LOG: ("log", "log_f64"),
+    Opcode.LOG1P: ("log", "log1p_f64"),
+    Opcode.SIN: ("trig", "sin_f64"),
+    Opcode.COS: ("trig", "cos_f64"),
+    Opcode.TAN: ("trig", "tan_f64"),
+    Opcode.TANH: ("core", "tanh_f64"),
+    Opcode.LOGISTIC: ("core", "logistic_f64"),
+    Opcode.ERF: ("erf", "erf_f64"),
+    Opcode.CBRT: ("log", "cbrt_f64"),
 }
+
+
+def _fmath64(module: str, name: str):
+    """Function `name` of fmath64/`module`.py."""
+    return getattr(__import__(f"{__package__}.fmath64.{module}", fromlist=[name]), name)
 
 
 # XLA CPU's expm1/sin/tan/tanh return a denormal operand unchanged (a small-argument
@@ -81,9 +83,10 @@ def denormal_quirks(ctx, opcode: Opcode, x: ir.Value, result: ir.Value) -> ir.Va
 
 def unary_f64(ctx, opcode: Opcode, x: ir.Value) -> ir.Value:
     """The target-neutral f64 `opcode` of x, denormals read as XLA CPU reads them."""
-    fn = _F64_UNARY.get(opcode)
-    if fn is None:
+    where = _F64_UNARY.get(opcode)
+    if where is None:
         raise UnsupportedError(f"{opcode.value} has no f64 lowering")
+    fn = _fmath64(*where)
     m = approx.FMath(ctx, F64)
     return denormal_quirks(ctx, opcode, x, fn(ctx, m.daz(x)))
 
@@ -146,7 +149,7 @@ def atan2_f64_xla(ctx, y, x):
     ±pi/2 against a zero or denormal x; a denormal x acts as zero (see _atan2_f64)."""
     m = approx.FMath(ctx, F64)
     b = ctx.builder
-    res = _atan2_f64(ctx, y, x, fmath64_atan.atan2_f64)
+    res = _atan2_f64(ctx, y, x, _fmath64("atan", "atan2_f64"))
     y_den = is_denormal(ctx, y)
     x_zero = m.lt(m.abs(x), m.c(2.2250738585072014e-308))
     normal_x = b.and_(m.lt(m.abs(x), m.c(float("inf"))), b.not_(x_zero))
@@ -160,7 +163,7 @@ emits(Opcode.ATAN2)(elementwise({"float": _atan2}))
 def float_power(ctx, instr, v, et):
     """The float rule of `power` (integer power lives in arith.py)."""
     if v[0].type == F64:
-        return fmath64_log.pow_f64(ctx, *v, xla_denormal_base=True)
+        return _fmath64("log", "pow_f64")(ctx, *v, xla_denormal_base=True)
     return approx.pow_f32(ctx, *v)
 
 

@@ -1,7 +1,8 @@
 """CpuExecutable: a CPU bundle loaded for execution.
 
 Load (once): check the host against the bundle's target (architecture, CPU features) and the
-symbols the object imports, before LLVM sees the object; JIT-load `cpu.o`; lay out one arena
+symbols the objects import, before LLVM sees them; JIT-load the objects kernels.json lists
+(`cpu.o`, or one per partition of the module: `cpu.0.o`, ...) into one engine; lay out one arena
 for the buffer assignment; upload constants; resolve every thunk into a ready step (native
 drivers for runs of small thunks, see hloc/codegen/cpu/driver.py).
 Run: copy the inputs into their parameter slices (large, suitably laid out inputs are read
@@ -57,6 +58,7 @@ class CpuExecutable:
     device = "cpu"
 
     def __init__(self, bundle):
+        from ...bundle.validate_cpu import listed_objects
         from ...codegen.cpu.compile import object_imports
         from ...codegen.llvm import JitLibrary
         from ...frontend import load_bytes
@@ -65,11 +67,12 @@ class CpuExecutable:
         self.bundle = bundle
         path = str(bundle.path)
         checks.check_target(bundle.manifest.get("target", {}), path)
-        obj = bytes(bundle.members["cpu.o"]) if "cpu.o" in bundle.members else b""
         kernels = _json_member(bundle, "kernels.json")
-        if (kernels.get("kernels") or kernels.get("composites")) and not obj:
-            raise InputError("CPU bundle lists kernels but has no cpu.o", path)
-        imports = object_imports(obj)
+        objects = [bytes(bundle.members[name]) for name, _ in listed_objects(kernels)
+                   if name in bundle.members]
+        if (kernels.get("kernels") or kernels.get("composites")) and not objects:
+            raise InputError("CPU bundle lists kernels but has no object code", path)
+        imports = object_imports(objects)
         if gemm.LIST_SYMBOL in imports:
             gemm.provide_list_symbol()
         checks.check_imports(imports, path)
@@ -78,7 +81,7 @@ class CpuExecutable:
         if "thunks.json" not in bundle.members:
             raise InputError("CPU bundle has no thunks.json member", path)
         self.program = program_from_json(bytes(bundle.members["thunks.json"]))
-        library = JitLibrary(obj) if obj else None
+        library = JitLibrary(objects) if objects else None
         self._library = library  # code stays mapped while the executable lives
         self._in_place, self._fresh = rebindable_allocations(self.program)
         self._kernels = kernels
