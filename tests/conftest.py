@@ -29,19 +29,6 @@ def sample_names(sub: str = "") -> list[str]:
     return sorted(prefix + p.name[: -len(".pb")] for p in base.glob("*.pb") if not p.name.endswith(".opt.pb"))
 
 
-# The samples whose pass-pipeline and per-fusion checks cost the most (together about a tenth
-# of `make test`'s time): those duplicate checks of theirs run in `make test-all` (slow);
-# every other check of them (against XLA's outputs on the CPU back end, the interpreter, the
-# frontend round trips, the emulator) stays in `make test`.
-HEAVY_SAMPLES = frozenset({"random", "attention_grad", "math", "dtype_zoo", "searchsorted_unique"})
-
-
-def heavy_slow(names, key=lambda n: n) -> list:
-    """`names` as pytest parameters, those whose key is in HEAVY_SAMPLES marked slow."""
-    return [pytest.param(n, marks=pytest.mark.slow) if key(n) in HEAVY_SAMPLES else n
-            for n in names]
-
-
 def require_samples() -> None:
     if not sample_names():
         if IN_CI:

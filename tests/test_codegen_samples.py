@@ -19,7 +19,7 @@ from hloc.errors import UnsupportedError
 from hloc.frontend.load import load
 from hloc.ir import Opcode, dtypes
 
-from .conftest import SAMPLES, heavy_slow
+from .conftest import SAMPLES
 from .support.kernels import Compiled, build_llvm_module, reference
 from .support.values import assert_matches, random_values
 
@@ -106,8 +106,7 @@ def check_sample(path: Path) -> dict:
     return stats
 
 
-@pytest.mark.parametrize("path", heavy_slow(_opt_samples(), key=lambda p: p.name[: -len(".opt.pb")]),
-                         ids=lambda p: p.name[: -len(".opt.pb")])
+@pytest.mark.parametrize("path", _opt_samples(), ids=lambda p: p.name[: -len(".opt.pb")])
 def test_sample_fusions(path):
     stats = check_sample(path)
     print(f"\n{path.name}: {stats['fusions']} fusions, {stats['compiled']} compiled, "

@@ -11,7 +11,7 @@ import pytest
 from hloc.errors import UnsupportedError
 from hloc.frontend import load
 from hloc.runtime.interpreter import evaluate
-from tests.conftest import SAMPLES, heavy_slow, sample_arrays, sample_meta, sample_names
+from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 from tests.test_interp_samples import mismatch
 
 from .support.golden import ML_FLOATS, bits_equal
@@ -60,12 +60,12 @@ def check_sample(name: str, spec: str, suffix: str = ".pb") -> None:
     assert not problems, "; ".join(problems)
 
 
-@pytest.mark.parametrize("name", heavy_slow(NAMES))
+@pytest.mark.parametrize("name", NAMES)
 def test_pipeline_preserves_results(name):
     check_sample(name, PIPELINE)
 
 
-@pytest.mark.parametrize("name", heavy_slow(NAMES))
+@pytest.mark.parametrize("name", NAMES)
 def test_default_pipeline_preserves_results(name):
     from hloc.passes.pipelines import pipeline_spec
 
@@ -75,7 +75,7 @@ def test_default_pipeline_preserves_results(name):
 OPTIMIZED = [n for n in NAMES if (SAMPLES / f"{n}.opt.pb").exists()]
 
 
-@pytest.mark.parametrize("name", heavy_slow(OPTIMIZED))
+@pytest.mark.parametrize("name", OPTIMIZED)
 def test_pipeline_on_xla_optimized_modules(name):
     """XLA's own output (fusions, bitcasts, layouts, copies, a schedule) stays valid too."""
     check_sample(name, PIPELINE.replace("inline,", ""), ".opt.pb")

@@ -18,14 +18,7 @@ from hloc.passes.fusion.cost import fusion_count, kernel_count
 from hloc.passes.pipelines import default_pipeline
 from hloc.runtime.interpreter import evaluate
 
-from .conftest import (
-    SAMPLES,
-    heavy_slow,
-    require_samples,
-    sample_arrays,
-    sample_meta,
-    sample_names,
-)
+from .conftest import SAMPLES, require_samples, sample_arrays, sample_meta, sample_names
 from .test_interp_samples import mismatch
 
 pytestmark = pytest.mark.pure
@@ -56,7 +49,7 @@ def optimized(name: str, target: str, level: int):
 
 
 @pytest.mark.parametrize("target,level", PIPELINES, ids=[f"{t}-O{lv}" for t, lv in PIPELINES])
-@pytest.mark.parametrize("name", heavy_slow(NAMES))
+@pytest.mark.parametrize("name", NAMES)
 def test_pipeline_preserves_xla_outputs(name, target, level):
     module = load(SAMPLES / f"{name}.pb").module
     before = _problems(module, name)
