@@ -33,6 +33,7 @@ Version policy (FORMAT_VERSION = (major, minor)):
 
 from typing import TYPE_CHECKING
 
+from ..lazy import lazy_exports
 from .format import FORMAT_VERSION, MAGIC, MANIFEST_NAME, MODULE_NAME
 from .manifest import INPUT_FORMS, TARGET_KINDS, entry_section, manifest_problem, schema_path
 
@@ -46,13 +47,7 @@ _LAZY = {"Bundle": "reader", "BundleMembers": "reader", "read_bundle": "reader",
          "write_bundle": "writer"}
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..lazy import lazy_exports
+
 if TYPE_CHECKING:
     from .communicator import CollectiveError, Communicator, InProcessCommunicator
     from .execute import DeviceContext, bind, current, run_collective
@@ -45,10 +47,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _HOME, globals())
