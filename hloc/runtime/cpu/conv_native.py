@@ -58,16 +58,10 @@ class _Library:
 @functools.cache
 def library() -> _Library | None:
     """The kernel for this host, or None where the runtime keeps conv.py's GEMM forms."""
-    from ...codegen import llvm
     from ...codegen.target import cpu_target
+    from .gemm import host_geometry
 
-    choice = os.environ.get("HLOC_CPU_GEMM", "")
-    if os.environ.get("HLOC_CPU_CONV") == "gemm" or choice == "blas":
-        return None
-    features = llvm.host_cpu_features().split(",")
-    if not ("+avx2" in features and "+fma" in features):
-        return None
-    if "+avx512f" in features and choice != "avx2":
+    if os.environ.get("HLOC_CPU_CONV") == "gemm" or host_geometry() != "avx2":
         return None
     # Compiled for x86-64-v3 on any host: the AVX2 geometry must not reach for EVEX registers.
     return _Library(AVX2, cpu_target("x86-64-v3"))

@@ -88,9 +88,10 @@ class _Library:
 AVX2_MAX_FLOPS = 8000000
 
 
-@functools.cache
-def _library() -> _Library | None:
-    """The GEMM for this host (or HLOC_CPU_GEMM), built on first use; None: use BLAS."""
+def host_geometry() -> str | None:
+    """The native GEMM geometry this host runs: "avx512", "avx2" (AVX2 + FMA without AVX-512,
+    or HLOC_CPU_GEMM=avx2 on any AVX2 host), or None (no such host, or HLOC_CPU_GEMM=blas).
+    The native convolution kernel (conv_native) follows the same choice."""
     from ...codegen import llvm
 
     choice = os.environ.get("HLOC_CPU_GEMM", "")
@@ -98,13 +99,25 @@ def _library() -> _Library | None:
         return None
     features = llvm.host_cpu_features().split(",")
     if "+avx512f" in features and choice != "avx2":
-        return _Library(AVX512)
+        return "avx512"
     if "+avx2" in features and "+fma" in features:
+        return "avx2"
+    return None
+
+
+@functools.cache
+def _library() -> _Library | None:
+    """The GEMM for this host (or HLOC_CPU_GEMM), built on first use; None: use BLAS."""
+    geometry = host_geometry()
+    if geometry == "avx512":
+        return _Library(AVX512)
+    if geometry == "avx2":
         from ...codegen.target import cpu_target
 
         # HLOC_CPU_GEMM=avx2 on an AVX-512 host: what an AVX2 host runs (benchmarks' AVX2
         # mode), compiled for that level so LLVM cannot reach for EVEX-only registers.
-        target = cpu_target("x86-64-v3") if choice == "avx2" else None
+        forced = os.environ.get("HLOC_CPU_GEMM", "") == "avx2"
+        target = cpu_target("x86-64-v3") if forced else None
         return _Library(AVX2, AVX2_MAX_FLOPS, target)
     return None
 
