@@ -15,6 +15,7 @@ from hloc.codegen.cpu import conv_gemm, gemm
 from hloc.codegen.target import cpu_target, host_target
 from hloc.runtime.cpu import conv_native
 
+from .support.kernels import asm_function
 from .support.run import compare_with_interpreter
 
 pytestmark = pytest.mark.cpu
@@ -24,18 +25,13 @@ needs_kernel = pytest.mark.skipif(conv_native.library() is None,
                                   reason="the kernel runs on AVX2 hosts without AVX-512")
 
 
-def _function(asm: str, name: str) -> str:
-    start = asm.index(f"\n{name}:")
-    return asm[start:asm.index(".Lfunc_end", start)]
-
-
 @needs_x86
 def test_avx2_conv_tile_keeps_its_tile_in_ymm_registers():
     target = cpu_target("x86-64-v3")
     asm = llvm.compile_ir(conv_gemm.module_text(gemm.AVX2, target), target, 3,
                           assembly=True).assembly
     assert "zmm" not in asm
-    kernel = _function(asm, f"hloc_sconv_tile{gemm.AVX2.mr}")
+    kernel = asm_function(asm, f"hloc_sconv_tile{gemm.AVX2.mr}")
     # The k loop: 2 x 6 multiply-adds (or an unrolled multiple) with no stack access (a
     # spilled accumulator or row pointer would be one).
     blocks = [blk for blk in re.split(r"\n\.LBB\w+:", kernel)

@@ -12,16 +12,13 @@ from hloc.codegen import llvm
 from hloc.codegen.cpu import gemm
 from hloc.codegen.target import cpu_target, host_target
 
+from .support.kernels import asm_function
+
 pytestmark = pytest.mark.cpu
 
 needs_x86 = pytest.mark.skipif(not host_target().is_x86, reason="x86-64 code generation")
 needs_avx2 = pytest.mark.skipif(not (host_target().has("avx2") and host_target().has("fma")),
                                 reason="needs an AVX2 + FMA host")
-
-
-def _function(asm: str, name: str) -> str:
-    start = asm.index(f"\n{name}:")
-    return asm[start:asm.index(".Lfunc_end", start)]
 
 
 @needs_x86
@@ -31,7 +28,7 @@ def test_avx2_micro_kernel_keeps_its_tile_in_ymm_registers():
     module.triple, module.data_layout = target.triple, target.data_layout
     asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
     assert "zmm" not in asm
-    kernel = _function(asm, f"hloc_sgemm_tile{gemm.AVX2.mr}")
+    kernel = asm_function(asm, f"hloc_sgemm_tile{gemm.AVX2.mr}")
     # The k loop: blocks of 2 x 6 fused multiply-adds (or an unrolled multiple), and none of
     # them touches the stack (a spilled accumulator or pointer would).
     blocks = [blk for blk in re.split(r"\n\.LBB\w+:", kernel)

@@ -77,6 +77,12 @@ def emit_kernels(specs, target, opt_level: int = 2, *, assembly: bool = False) -
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
+def asm_function(asm: str, name: str) -> str:
+    """The assembly of function `name` in an LLVM assembly listing (up to its end label)."""
+    start = asm.index(f"\n{name}:")
+    return asm[start:asm.index(".Lfunc_end", start)]
+
+
 def to_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
     """A contiguous array holding `array`'s elements in `shape`'s memory order."""
     arr = np.asarray(array).astype(shape.np_dtype, copy=False).reshape(shape.dims)
