@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ...ir import Instruction, Opcode, Shape
 from ...ir.shape import Layout
-from ...runtime.cuda.conv_check import filter_format
+from ...runtime.cuda.conv_check import filter_format, out_size
 from ...thunks.gpu import ConvCall
 from ..elemental.memory import strides
 from .conv_dnn import DNN_TYPES, NoDnn, checked_call, operand_strides
@@ -175,12 +175,6 @@ def _filter_written(conv: Instruction, instr: Instruction) -> Written:
     order = [k, *taps, c] if nhwc else [k, c, *taps]
     shape = Shape.array(conv.shape.element_type, dims, Layout(tuple(reversed(order))))
     return Written("backward_filter", shape, tuple(offsets), tuple(window))
-
-
-def out_size(size: int, taps: int, pad: int, stride: int, dilation: int) -> int:
-    from ...runtime.cuda.conv_check import out_size as cudnn_out_size
-
-    return cudnn_out_size(size, taps, pad, stride, dilation)
 
 
 # ---- the descriptors ----------------------------------------------------------------------
