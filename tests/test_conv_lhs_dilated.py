@@ -30,13 +30,9 @@ from hloc.passes.pipelines import pipeline_spec
 from hloc.runtime.interpreter import evaluate
 
 from .support.bundles import members, variants
+from .support.hlo import conv_out_size
 from .support.kernels import check_hlo
 from .support.run import compare_with_interpreter, emulate_hlo
-
-
-def _out_size(n: int, k: int, stride: int, pad: tuple, lhs: int, rhs: int) -> int:
-    padded = (n - 1) * lhs + 1 + pad[0] + pad[1]
-    return max(0, (padded - ((k - 1) * rhs + 1)) // stride + 1)
 
 
 def conv_text(form: dict, t: str = "f32") -> str:
@@ -47,7 +43,7 @@ def conv_text(form: dict, t: str = "f32") -> str:
          "rev": [0] * ns, "groups": 1, "batch_groups": 1, **form}
     digits = "012"[:ns]
     labels = f.get("labels", (f"b{digits}f", f"{digits}io", f"b{digits}f"))
-    out = [_out_size(*a) for a in zip(f["spatial"], f["kernel"], f["stride"], f["pad"],
+    out = [conv_out_size(*a) for a in zip(f["spatial"], f["kernel"], f["stride"], f["pad"],
                                       f["lhs"], f["rhs"], strict=True)]
     assert all(out), out
     sizes = [{"b": f["n"], "f": f["c"], **dict(zip(digits, f["spatial"], strict=True))},

@@ -14,17 +14,12 @@ from hloc.codegen.cpu import thunk_kernels
 from tests.conftest import SAMPLES, sample_arrays, sample_names
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu, sample_bundle
+from .support.hlo import conv_out_size
 from .support.kernels import check_hlo
 from .support.run import compare_with_interpreter, run_cases
 from .support.values import assert_matches
 
 pytestmark = pytest.mark.cpu
-
-
-def _out_size(n: int, k: int, stride=1, pad=(0, 0), lhs=1, rhs=1) -> int:
-    padded = (n - 1) * lhs + 1 + pad[0] + pad[1]
-    span = (k - 1) * rhs + 1
-    return max(0, (padded - span) // stride + 1)
 
 
 def conv_text(t: str, n: int, spatial, c: int, o: int, kernel, *, stride=None, pad=None,
@@ -34,7 +29,7 @@ def conv_text(t: str, n: int, spatial, c: int, o: int, kernel, *, stride=None, p
     ns = len(spatial)
     stride, pad = stride or [1] * ns, pad or [(0, 0)] * ns
     lhs, rhs, rev = lhs or [1] * ns, rhs or [1] * ns, rev or [0] * ns
-    out = [_out_size(*a) for a in zip(spatial, kernel, stride, pad, lhs, rhs, strict=True)]
+    out = [conv_out_size(*a) for a in zip(spatial, kernel, stride, pad, lhs, rhs, strict=True)]
     letters = "012"[:ns]
     window = (f"size={'x'.join(map(str, kernel))} stride={'x'.join(map(str, stride))} "
               f"pad={'x'.join(f'{lo}_{hi}' for lo, hi in pad)} "

@@ -89,6 +89,13 @@ def fused_ops(module, fusion_name_pattern: str = "") -> list[list[str]]:
 
 # ---- one-op modules as HLO text --------------------------------------------------------------
 
+def conv_out_size(n: int, k: int, stride: int = 1, pad=(0, 0), lhs: int = 1, rhs: int = 1) -> int:
+    """A convolution's output size along one spatial dim: input n dilated by `lhs`, padded by
+    `pad` (low, high), window k dilated by `rhs`, every `stride`-th position (XLA's rule)."""
+    padded = (n - 1) * lhs + 1 + pad[0] + pad[1]
+    return max(0, (padded - ((k - 1) * rhs + 1)) // stride + 1)
+
+
 def dims_text(shape) -> str:
     """`[n]` for an int, `[a,b]` for a sequence; a string (e.g. "[4]{0}") as it is."""
     if isinstance(shape, str):
