@@ -159,3 +159,22 @@ def test_small_dot_step_keeps_its_tile_in_registers(cpu):
     blocks = [blk for blk in re.split(r"\n\.LBB\w+:", out.metadata.assembly)
               if len(re.findall(r"vfmadd\w+\s+", blk)) >= 6]
     assert blocks and not any("(%rsp)" in blk for blk in blocks)
+
+
+def test_small_maps_are_light_and_small_loops_are_not():
+    """Small kernels that only map over their outputs get the light passes
+    (llvm.SMALL_KERNEL_PASSES); a small reduction keeps the -O pipeline (its inner loop
+    wants unrolling and LICM), and so does a map with enough work."""
+    from .support.kernels import build_llvm_module
+
+    small_map = entry_spec(parse_module(CHAIN.replace("4096,1024", "16,8")), "small_map")
+    big_map = entry_spec(parse_module(CHAIN), "big_map")
+    small_sum = entry_spec(parse_module(ROW_SUM.replace("512,1024", "8,16")
+                                        .replace("f32[512]", "f32[8]")), "small_sum")
+    _, _, light = build_llvm_module([small_map, big_map, small_sum], host_target())
+    assert light & {"small_map", "big_map", "small_sum"} == {"small_map"}  # (and .body)
+    out = Compiled([small_map, small_sum])
+    for spec in (small_map, small_sum):
+        args = random_inputs(spec.computation, 3)
+        assert_matches(out.run(spec.name, args)[0], reference(spec.computation, args)[0],
+                       rtol=1e-6, atol=1e-6, what=spec.name)

@@ -91,6 +91,40 @@ def test_small_kernels_get_scalar_partitions_of_their_own():
         assert all(r.small == part.scalar for r in roots)
 
 
+def test_light_kernels_get_light_partitions_of_their_own():
+    """Small kernels named light form a third tier; the others stay scalar."""
+    light = frozenset(f"k{k}" for k in range(10))
+    parts = split_module(_module_text(40, small=30), 4, light=light)
+    assert [(p.scalar, p.light) for p in parts] == ([(False, False)] * 4 + [(True, False)] * 2
+                                                     + [(True, True)] * 2)
+    for part in parts:
+        _, items = parse_items(part.text)
+        roots = {i.name for i in items if i.kind == "define" and not i.internal}
+        assert (roots <= light) if part.light else not (roots & light)
+    whole = _module_text(2, small=2)
+    whole = whole[:whole.index('define void @"driver"')]
+    assert split_module(whole, 4, light=frozenset({"k0", "k1"})) == [
+        Partition(whole, scalar=True, light=True)]
+
+
+def test_light_partitions_compute_the_same():
+    """The light passes (no -O pipeline) leave the kernels' results as they were."""
+    text = _module_text(40, small=30)
+    light = frozenset(f"k{k}" for k in range(30))
+    target = host_target()
+    compiled = map_partitions(text, lambda p: llvm.compile_in_context(
+        p.text, target, 2, vectorize=not p.scalar, light=p.light), 2, light=light)
+    assert "alwaysinline" not in "".join(c.optimized_ir for c in compiled[-2:])  # inlined
+    library = llvm.JitLibrary([c.object_code for c in compiled], target)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
+    x = np.linspace(-2, 2, 16)
+    want = x.copy()
+    for k in range(40):
+        want = want * (k + 1) + float(k % 4 + 1)
+    fn(x.ctypes.data, x.size)
+    np.testing.assert_allclose(x, want, rtol=1e-12)
+
+
 def test_scalar_partitions_are_not_vectorized():
     """The same kernel is vectorized in a big partition and not in a scalar one."""
     target = host_target()

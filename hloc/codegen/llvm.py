@@ -182,15 +182,45 @@ def emit_concurrently(module, target, opt_level: int = 2, *, assembly: bool = Fa
     return data.decode() if assembly else data
 
 
+# What small loop-free kernels (llvm_split's light partitions: codegen/cpu/thunk_kernels.py
+# loop_free) get instead of the -O pipeline: inline the kernel body, promote its allocas, one
+# round of instcombine and CFG cleanup. Such a kernel is one loop over at most a few thousand
+# elements; the -O2 pipeline (eight rounds of instcombine, the loop passes) made it no faster
+# yet was most of LLVM's time on modules made of them (math, random, dtype_zoo).
+SMALL_KERNEL_PASSES = ("always_inliner", "sroa", "instruction_combine", "simplify_cfg",
+                       "dead_code_elimination")
+
+
+def optimize_light(module, target) -> None:
+    """SMALL_KERNEL_PASSES on `module`, in place, outside llvmlite's lock (as
+    optimize_concurrently)."""
+    tm = target_machine(target, 1)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    pass_builder = llvm.create_pass_builder(tm, _tuning(1, False))
+    manager = llvm.create_new_module_pass_manager()
+    for name in SMALL_KERNEL_PASSES:
+        getattr(manager, f"add_{name}_pass")()
+    run = _unlocked("LLVMPY_RunNewModulePassManager")
+    if run is None:  # another llvmlite: stay correct, just serial
+        manager.run(module, pass_builder)
+    else:
+        run(manager, module, pass_builder)
+
+
 def compile_in_context(ir_text: str, target, opt_level: int = 2, *, vectorize: bool = True,
-                       assembly: bool = False) -> CompiledCode:
+                       assembly: bool = False, light: bool = False) -> CompiledCode:
     """`compile_ir` in an LLVM context of its own, with the long steps (optimization, object
     and assembly emission) outside llvmlite's global lock: several run at once on threads,
-    one per partition of a module (llvm_split). `vectorize`: see `optimize`."""
+    one per partition of a module (llvm_split). `vectorize`: see `optimize`. `light` (from
+    -O1): SMALL_KERNEL_PASSES in place of the -O pipeline."""
     initialize()
     try:
         module = llvm.parse_assembly(ir_text, context=llvm.create_context())
-        optimize_concurrently(module, target, opt_level, vectorize=vectorize)
+        if light and opt_level >= 1:
+            optimize_light(module, target)
+        else:
+            optimize_concurrently(module, target, opt_level, vectorize=vectorize)
         module.verify()
     except RuntimeError as e:
         raise CheckFailed(f"invalid LLVM IR: {e}") from None

@@ -24,6 +24,9 @@ that was the largest single cost of compiling attention_grad.
   a partition of small kernels is optimized *scalar* (the same -O level without the loop and
   SLP vectorizers): on modules of many small kernels the vectorizers and the instcombine work
   on their vector code were over half of LLVM's time, for kernels of a few microseconds.
+  Small kernels the caller names `light` (plain maps over their outputs, with no loop of their
+  own) form a third tier, optimized with a few passes in place of the -O pipeline
+  (hloc.codegen.llvm.SMALL_KERNEL_PASSES).
 - The partition count is fixed, not the number of cores, so the objects are the same on
   every machine and for any thread count. A module the splitter does not understand (a
   global it defines and exports) or one too small to gain is compiled whole (scalar only if all
@@ -64,10 +67,12 @@ class _Item:
 
 @dataclass(frozen=True)
 class Partition:
-    """Part of a module's IR text; `scalar`: only small kernels, no vectorizers needed."""
+    """Part of a module's IR text; `scalar`: only small kernels, no vectorizers needed;
+    `light`: only small loop-free kernels (split_module's `light`), no -O pipeline needed."""
 
     text: str
     scalar: bool = False
+    light: bool = False
 
 
 def _first_name(line: str) -> str | None:
@@ -127,22 +132,29 @@ def _declaration(define: _Item) -> str:
     return "declare" + line[len("define"):]
 
 
-def split_module(text: str, parts: int = PARTITIONS) -> list[Partition]:
-    """The IR text as partitions: up to `parts` of the big roots and `parts // 2` of the small
-    ones ([whole text] when splitting is not worth it)."""
+def split_module(text: str, parts: int = PARTITIONS,
+                 light: frozenset[str] = frozenset()) -> list[Partition]:
+    """The IR text as partitions: up to `parts` of the big roots, `parts // 2` of the small
+    ones and `parts // 2` of the small ones named in `light` ([whole text] when splitting is
+    not worth it)."""
     header, items = parse_items(text)
     roots = [it for it in items if it.kind == "define" and not it.internal]
-    whole = [Partition(text, bool(roots) and all(r.small for r in roots))]
+    small = [r for r in roots if r.small and r.name not in light]
+    lights = [r for r in roots if r.small and r.name in light]
+    whole = [Partition(text, bool(roots) and all(r.small for r in roots),
+                       bool(roots) and len(lights) == len(roots))]
     if len(text) < MIN_SPLIT_BYTES or parts < 2 or len(roots) < 2:
         return whole
     if any(it.kind == "global" and not it.internal for it in items):
         return [Partition(text)]
     by_name = {it.name: it for it in items if it.kind in ("define", "global")}
     big = [r for r in roots if not r.small]
-    small = [r for r in roots if r.small]
+    tier = max(1, parts // 2)
     return ([Partition(_partition_text(header, items, m)) for m in _bins(big, by_name, parts)]
             + [Partition(_partition_text(header, items, m), scalar=True)
-               for m in _bins(small, by_name, max(1, parts // 2))])
+               for m in _bins(small, by_name, tier)]
+            + [Partition(_partition_text(header, items, m), scalar=True, light=True)
+               for m in _bins(lights, by_name, tier)])
 
 
 def _bins(roots: list[_Item], by_name: dict[str, _Item], parts: int) -> list[set[str]]:
@@ -184,10 +196,12 @@ def _partition_text(header: list[str], items: list[_Item], members: set[str]) ->
     return "\n".join(out) + "\n"
 
 
-def map_partitions(text: str, fn: Callable[[Partition], T], threads: int) -> list[T]:
-    """`fn(partition)` for every partition of `text` (split_module), in partition order, on
-    up to `threads` threads (fn must release the GIL for the long work to overlap)."""
-    parts = split_module(text)
+def map_partitions(text: str, fn: Callable[[Partition], T], threads: int,
+                   light: frozenset[str] = frozenset()) -> list[T]:
+    """`fn(partition)` for every partition of `text` (split_module, `light` as there), in
+    partition order, on up to `threads` threads (fn must release the GIL for the long work to
+    overlap)."""
+    parts = split_module(text, light=light)
     if len(parts) == 1 or threads <= 1:
         return [fn(part) for part in parts]
     from concurrent.futures import ThreadPoolExecutor  # ~3 ms to import: split modules only

@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from hloc.codegen import llvm
-from hloc.codegen.cpu.kernel import emit_kernel
+from hloc.codegen.cpu.compile import compile_llvm, emit_spec
 from hloc.codegen.cpu.kernel_spec import KernelInfo, KernelSpec
 from hloc.codegen.elemental.memory import major_to_minor
 from hloc.codegen.target import host_target
@@ -46,30 +46,37 @@ class KernelModuleInfo:
 
 class EmittedKernels(NamedTuple):
     llvm_ir: str
-    object_code: bytes
+    object_code: bytes | list[bytes]  # one object, or one per partition (llvm_split)
     metadata: KernelModuleInfo
 
 
 def build_llvm_module(specs: list[KernelSpec], target, name: str = "hloc_kernels"):
-    """The unoptimized LLVM module (llvmlite.ir) for `specs` and each kernel's info."""
+    """The unoptimized LLVM module (llvmlite.ir) for `specs`, each kernel's info, and the
+    names of the small loop-free kernels' functions: emitted and marked as `hloc compile`
+    emits them (codegen/cpu/compile.py emit_spec)."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise InputError(f"duplicate kernel names in {sorted(names)}")
     module = ir.Module(name=name)
     module.triple = target.triple
     module.data_layout = target.data_layout
-    infos = {s.name: emit_kernel(module, s, target) for s in specs}
-    return module, infos
+    light: set[str] = set()
+    infos = {s.name: emit_spec(module, s, target, light) for s in specs}
+    return module, infos, frozenset(light)
 
 
 def emit_kernels(specs, target, opt_level: int = 2, *, assembly: bool = False) -> EmittedKernels:
-    """Emit, optimize and compile `specs` into one relocatable object for `target`."""
-    module, infos = build_llvm_module(list(specs), target)
+    """Emit, optimize and compile `specs` as `hloc compile` does: the module cut into
+    partitions (small kernels scalar, small loop-free ones with the light passes), one
+    relocatable object each."""
+    module, infos, light = build_llvm_module(list(specs), target)
     text = str(module)
-    compiled = llvm.compile_ir(text, target, opt_level, assembly=assembly)
-    meta = KernelModuleInfo(infos, target.describe(), opt_level, compiled.optimized_ir,
-                            compiled.assembly)
-    return EmittedKernels(text, compiled.object_code, meta)
+    compiled = compile_llvm(text, target, opt_level, assembly, light=light)
+    asm = "".join(c.assembly or "" for c in compiled) if assembly else None
+    meta = KernelModuleInfo(infos, target.describe(), opt_level,
+                            "".join(c.optimized_ir for c in compiled), asm)
+    objects = [c.object_code for c in compiled]
+    return EmittedKernels(text, objects[0] if len(objects) == 1 else objects, meta)
 
 
 # ---- loading and calling -----------------------------------------------------------------------

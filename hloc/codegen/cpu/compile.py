@@ -57,7 +57,7 @@ from .dedup import kernel_key
 from .driver import driver_composites, driver_gemms, emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .kernel_spec import KernelInfo
-from .thunk_kernels import composite_json, kernel_groups, kernel_json, work
+from .thunk_kernels import composite_json, kernel_groups, kernel_json, loop_free, work
 
 log = logging.getLogger("hloc.codegen.cpu")
 
@@ -87,7 +87,7 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
 
     target = target or host_target()
     groups, fallbacks = kernel_groups(module, plan.program, opt_level)
-    ir_module, infos, failed = emit_all(groups, target)
+    ir_module, infos, failed, light = emit_all(groups, target)
     fallbacks.update(failed)
     # Optional groups (sort, small gemm, ...) that failed are in neither: they keep their
     # thunk kind's own runtime path.
@@ -97,7 +97,7 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
                            driver_composites(module, composites))
     emit_drivers(ir_module, drivers, plan.program, kernels, composites)
     text = str(ir_module)
-    compiled = compile_llvm(text, target, opt_level, assembly)
+    compiled = compile_llvm(text, target, opt_level, assembly, light=light)
     members = _code_members(text, compiled)
     names = object_names(len(compiled))
     doc = {"version": KERNELS_VERSION, "abi": ABI,
@@ -153,15 +153,18 @@ def compile_threads() -> int:
 
 
 def compile_llvm(text: str, target, opt_level: int, assembly: bool = True,
-                 threads: int | None = None) -> list[llvm.CompiledCode]:
+                 threads: int | None = None, light: frozenset[str] = frozenset()
+                 ) -> list[llvm.CompiledCode]:
     """Every partition of `text` (llvm_split) optimized and emitted to an object (and
     optionally assembly) in its own LLVM context, on `threads` threads (compile_threads()
-    by default); one CompiledCode per partition, in partition order."""
+    by default); one CompiledCode per partition, in partition order. `light`: the small
+    loop-free kernels (emit_all), optimized with llvm.SMALL_KERNEL_PASSES."""
     llvm.initialize()
     return map_partitions(
         text, lambda part: llvm.compile_in_context(part.text, target, opt_level,
-                                                   vectorize=not part.scalar, assembly=assembly),
-        threads or compile_threads())
+                                                   vectorize=not part.scalar, assembly=assembly,
+                                                   light=part.light),
+        threads or compile_threads(), light=light)
 
 
 def target_manifest(target) -> dict:
@@ -174,13 +177,15 @@ def target_manifest(target) -> dict:
 
 def emit_all(groups, target):
     """One LLVM module with every kernel group the emitter supports; the others are
-    returned as host fallbacks."""
+    returned as host fallbacks. Also the names of the small loop-free kernels' functions
+    (compile_llvm's `light`)."""
     module = ir.Module(name="hloc_cpu")
     module.triple = target.triple
     module.data_layout = target.data_layout
     infos: dict[str, KernelInfo] = {}
     failed: dict[str, dict] = {}
     emitted_keys: dict[tuple, KernelInfo] = {}  # identical kernels share one symbol
+    light: set[str] = set()
     memo: dict[int, tuple] = {}
     for group in groups:
         saved = _snapshot(module)
@@ -190,7 +195,7 @@ def emit_all(groups, target):
                 key = kernel_key(spec, memo)
                 same = emitted_keys.get(key) or new_keys.get(key)
                 if same is None:
-                    info = new_keys[key] = _emit_spec(module, spec, target)
+                    info = new_keys[key] = emit_spec(module, spec, target, light)
                 else:
                     info = replace(same, instruction_names=spec.instruction_names)
                 emitted[spec.name] = info
@@ -204,7 +209,7 @@ def emit_all(groups, target):
             continue
         infos.update(emitted)
         emitted_keys.update(new_keys)
-    return module, infos, failed
+    return module, infos, failed, frozenset(light & set(module.globals))
 
 
 # Kernels estimated below this much work (thunk_kernels.work, rough scalar operations) are
@@ -215,14 +220,19 @@ def emit_all(groups, target):
 SMALL_KERNEL_WORK = 1 << 12
 
 
-def _emit_spec(module: ir.Module, spec, target) -> KernelInfo:
+def emit_spec(module: ir.Module, spec, target, light: set[str]) -> KernelInfo:
+    """Emit `spec`; a small kernel's functions are marked `optsize` (and, loop-free, their
+    names added to `light`)."""
     before = set(module.globals)
     info = emit_kernel(module, spec, target)
     if work(spec) < SMALL_KERNEL_WORK:
+        is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):
             fn = module.globals[name]
             if isinstance(fn, ir.Function) and not fn.is_declaration:
                 fn.attributes.add("optsize")
+                if is_light:
+                    light.add(name)
     return info
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
+from ...ir.opcodes import ELEMENTWISE, INDEX_REMAPPING
 from ...registry import Registry
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
@@ -169,6 +170,21 @@ def _overlap(a, b) -> bool:
 
 
 # ---- metadata ---------------------------------------------------------------------------------
+
+# Opcodes whose kernels compute each output element straight from operand elements, with no
+# loop of their own inside the kernel's loop over the output (see loop_free).
+_LOOP_FREE = (ELEMENTWISE - {Opcode.MAP, Opcode.POWER}) | (INDEX_REMAPPING - {Opcode.GATHER}) | {
+    Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT,
+    Opcode.DYNAMIC_UPDATE_SLICE}
+
+
+def loop_free(spec: KernelSpec) -> bool:
+    """Whether `spec` is a plain map over its outputs: elementwise arithmetic and index
+    remapping only (no reduction, window, contraction, sort, gather or nested computation),
+    so its kernel has no loop beyond the loop over output elements. Small such kernels need
+    none of LLVM's loop optimizations (llvm.SMALL_KERNEL_PASSES)."""
+    return all(i.opcode in _LOOP_FREE for i in spec.computation.post_order())
+
 
 def work(spec: KernelSpec) -> int:
     """Rough scalar operations of the whole kernel (the runtime's parallel-split estimate)."""
