@@ -92,7 +92,7 @@ class Computation:
 
     def post_order(self) -> list[Instruction]:
         """Operands (and control predecessors) before users; unreachable instructions included."""
-        return dfs_post_order(self.instructions, lambda i: i.operands + i.control_predecessors)
+        return dfs_post_order(self.instructions, _operands_then_control)
 
     def called_computations(self) -> list[Computation]:
         seen: dict[int, Computation] = {}
@@ -114,29 +114,38 @@ class Computation:
 _Node = TypeVar("_Node")
 
 
+def _operands_then_control(instr: Instruction) -> Sequence[Instruction]:
+    preds = instr.control_predecessors
+    return instr.operands + preds if preds else instr.operands
+
+
 def dfs_post_order(starts: Iterable[_Node], deps: Callable[[_Node], Sequence[_Node]],
                    visited: set[int] | None = None) -> list[_Node]:
     """Iterative depth-first post order from `starts` (instructions, computations, ...): each
-    node after everything `deps(node)` returns. Ids in `visited` count as already placed (and
-    are not listed)."""
+    node after everything `deps(node)` returns, in the order a recursive walk visiting each
+    node's deps first to last would list them. Ids in `visited` count as already placed (and
+    are not listed). (The passes walk every computation after every change: this runs on
+    every instruction many times per compile.)"""
     order: list[_Node] = []
-    visited = set() if visited is None else visited
+    append = order.append
+    seen = set() if visited is None else visited
+    mark = seen.add
     for start in starts:
-        if id(start) in visited:
+        if id(start) in seen:
             continue
-        stack = [(start, False)]
+        mark(id(start))
+        stack = [(start, iter(deps(start)))]
+        push, pop = stack.append, stack.pop
         while stack:
-            instr, expanded = stack.pop()
-            if expanded:
-                order.append(instr)
-                continue
-            if id(instr) in visited:
-                continue
-            visited.add(id(instr))
-            stack.append((instr, True))
-            for dep in reversed(deps(instr)):
-                if id(dep) not in visited:
-                    stack.append((dep, False))
+            node, pending = stack[-1]
+            for dep in pending:
+                if id(dep) not in seen:
+                    mark(id(dep))
+                    push((dep, iter(deps(dep))))
+                    break
+            else:
+                pop()
+                append(node)
     return order
 
 
