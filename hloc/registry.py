@@ -75,6 +75,11 @@ class Registry(Generic[K, V]):
             raise RuntimeError(f"duplicate {self.what} for {_key_text(key)!r}")
         self._entries[key] = value
 
+    def remove(self, key: K) -> None:
+        """Drop the target-neutral entry for `key`, if any (tests that register a temporary
+        entry take it out again, so that the tables list real entries only)."""
+        self._entries.pop(key, None)
+
     def load(self, target: str | None = None) -> None:
         """Import the modules that fill this registry, and `target`'s own (idempotent and
         thread-safe: device threads of a multi-device run may look a registry up together)."""

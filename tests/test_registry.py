@@ -23,6 +23,17 @@ def test_register_lookup_and_keys():
     assert reg.get("zz") is None and "zz" not in reg
 
 
+def test_remove_takes_a_temporary_entry_out():
+    reg: Registry[str, int] = Registry("thing")
+    reg.add("a", 1)
+    reg.add("tmp", 2)
+    reg.remove("tmp")
+    reg.remove("never-there")
+    assert list(reg) == ["a"] and "tmp" not in reg
+    reg.add("tmp", 3)  # no longer a duplicate
+    assert reg.lookup("tmp") == 3
+
+
 def test_duplicates_are_rejected():
     reg: Registry[str, int] = Registry("thing")
     reg.add("a", 1)
