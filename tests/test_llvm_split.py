@@ -49,6 +49,17 @@ def _module_text(kernels: int, small: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_driver(library) -> None:
+    """The driver of _module_text(40, ...) computes what its 40 kernels should."""
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
+    x = np.linspace(-2, 2, 16)
+    want = x.copy()
+    for k in range(40):
+        want = want * (k + 1) + float(k % 4 + 1)
+    fn(x.ctypes.data, x.size)
+    np.testing.assert_allclose(x, want, rtol=1e-12)
+
+
 def test_partitions_hold_each_root_once_and_what_it_needs():
     text = _module_text(40)
     parts = split_module(text, 4)
@@ -116,13 +127,7 @@ def test_light_partitions_compute_the_same():
         p.text, target, 2, vectorize=not p.scalar, light=p.light), 2, light=light)
     assert "alwaysinline" not in "".join(c.optimized_ir for c in compiled[-2:])  # inlined
     library = llvm.JitLibrary([c.object_code for c in compiled], target)
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
-    x = np.linspace(-2, 2, 16)
-    want = x.copy()
-    for k in range(40):
-        want = want * (k + 1) + float(k % 4 + 1)
-    fn(x.ctypes.data, x.size)
-    np.testing.assert_allclose(x, want, rtol=1e-12)
+    _check_driver(library)
 
 
 def test_scalar_partitions_are_not_vectorized():
@@ -156,13 +161,7 @@ def test_partition_objects_load_together_and_compute(threads):
     objects = _objects(text, threads)
     assert len(objects) == 6
     library = llvm.JitLibrary(objects, host_target())
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(library.address("driver"))
-    x = np.linspace(-2, 2, 16)
-    want = x.copy()
-    for k in range(40):
-        want = want * (k + 1) + float(k % 4 + 1)
-    fn(x.ctypes.data, x.size)
-    np.testing.assert_allclose(x, want, rtol=1e-12)
+    _check_driver(library)
 
 
 def test_objects_are_the_same_for_any_thread_count():
