@@ -90,10 +90,17 @@ def exit_without_teardown(code: str | int | None) -> NoReturn:
     else:  # sys.exit("message"): the message on stderr, status 1
         print(code, file=sys.stderr)
         status = EXIT_CHECK_FAILED
+    # What the command printed goes out before the exit handlers run: under mpiexec, MPI's
+    # finalize (an atexit handler of mpi4py) ends the forwarding of a rank's output.
+    status = _flush_streams(status)
     atexit._run_exitfuncs()
+    os._exit(_flush_streams(status))
+
+
+def _flush_streams(status: int) -> int:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             status = status or 120  # what Python's own exit gives when stdout cannot flush
-    os._exit(status)
+    return status

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import CheckFailed, InputError
-from .common import debug_enabled, guarded, setup_logging
+from .common import debug_enabled, exit_without_teardown, guarded, setup_logging
 
 DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 
@@ -396,7 +396,20 @@ def main() -> None:
 
     np.seterr(all="ignore")
     install_sigterm_cleanup()
-    cli(prog_name="hlo-run")
+    try:
+        cli(prog_name="hlo-run")
+    except SystemExit as e:  # click ends every command so
+        _finalize_mpi()
+        exit_without_teardown(e.code)
+
+
+def _finalize_mpi() -> None:
+    """End this rank's MPI session, as mpi4py does at interpreter shutdown: exiting without
+    the teardown skips that, and a rank gone without MPI_Finalize makes mpiexec end the job
+    (the other ranks mid-run)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
 
 
 if __name__ == "__main__":
