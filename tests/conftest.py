@@ -71,3 +71,15 @@ def sample_arrays(name: str, kind: str) -> list[np.ndarray]:
 def tmp_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(params=["native", "runtime"])
+def conv_path(request, monkeypatch):
+    """Run CPU convolution thunks natively (small ones get a kernel) or on the runtime's host
+    path (the native kind unregistered for the test)."""
+    if request.param == "runtime":
+        from hloc.codegen.cpu import thunk_kernels
+
+        thunk_kernels.NATIVE_KINDS.load()
+        monkeypatch.delitem(thunk_kernels.NATIVE_KINDS._entries, "convolution")
+    return request.param

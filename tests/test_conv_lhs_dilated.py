@@ -16,7 +16,6 @@ import pytest
 from llvmlite import ir
 
 from hloc.codegen import llvm
-from hloc.codegen.cpu import thunk_kernels
 from hloc.codegen.cuda import conv as cuda_conv
 from hloc.codegen.elemental.context import EmitContext
 from hloc.codegen.elemental.scalar import const
@@ -258,18 +257,9 @@ def test_cpu_native_kernel_matches_interpreter(name):
     check_hlo(text, _inputs(text, 4), rtol=1e-5, atol=1e-5, chunks=3)
 
 
-@pytest.fixture(params=["native", "runtime"])
-def cpu_path(request, monkeypatch):
-    """Run a convolution thunk natively (small ones) or on the runtime's host path."""
-    if request.param == "runtime":
-        thunk_kernels.NATIVE_KINDS.load()
-        monkeypatch.delitem(thunk_kernels.NATIVE_KINDS._entries, "convolution")
-    return request.param
-
-
 @pytest.mark.cpu
 @pytest.mark.parametrize("name", list(FORMS))
-def test_cpu_pipeline_matches_interpreter(name, cpu_path, tmp_path):
+def test_cpu_pipeline_matches_interpreter(name, conv_path, tmp_path):
     text = conv_text(FORMS[name])
     compare_with_interpreter({name: (text, _inputs(text, 5))}, tmp=tmp_path, rtol=1e-5,
                              atol=1e-5)
@@ -287,7 +277,7 @@ def _phases_apply(form: dict) -> bool:
 
 @pytest.mark.cpu
 @pytest.mark.parametrize("name", list(FORMS))
-def test_cpu_phases_match_interpreter(name, cpu_path, tmp_path):
+def test_cpu_phases_match_interpreter(name, conv_path, tmp_path):
     """Every form through the CPU pipeline with conv-phases splitting even small ones."""
     spec = pipeline_spec("cpu", 2).replace("conv-phases", "conv-phases{min-macs=0}")
     text = conv_text(FORMS[name])

@@ -5,7 +5,6 @@ reference interpreter where the host runs it."""
 from __future__ import annotations
 
 import ctypes
-import re
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from hloc.codegen.cpu import conv_gemm, gemm
 from hloc.codegen.target import cpu_target, host_target
 from hloc.runtime.cpu import conv_native
 
-from .support.kernels import asm_function
+from .support.kernels import fma_loop_blocks
 from .support.run import compare_with_interpreter
 
 pytestmark = pytest.mark.cpu
@@ -31,11 +30,9 @@ def test_avx2_conv_tile_keeps_its_tile_in_ymm_registers():
     asm = llvm.compile_ir(conv_gemm.module_text(gemm.AVX2, target), target, 3,
                           assembly=True).assembly
     assert "zmm" not in asm
-    kernel = asm_function(asm, f"hloc_sconv_tile{gemm.AVX2.mr}")
     # The k loop: 2 x 6 multiply-adds (or an unrolled multiple) with no stack access (a
     # spilled accumulator or row pointer would be one).
-    blocks = [blk for blk in re.split(r"\n\.LBB\w+:", kernel)
-              if len(re.findall(r"vfmadd231ps\s+%ymm", blk)) >= 2 * gemm.AVX2.mr]
+    blocks = fma_loop_blocks(asm, f"hloc_sconv_tile{gemm.AVX2.mr}", gemm.AVX2.mr)
     assert blocks
     assert not any("(%rsp)" in blk for blk in blocks)
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from hloc.codegen.cpu import conv as native_conv
-from hloc.codegen.cpu import thunk_kernels
 from tests.conftest import SAMPLES, sample_arrays, sample_names
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu, sample_bundle
@@ -120,27 +119,18 @@ def test_native_kernel_nan_and_infinities():
               rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(params=["native", "runtime"])
-def path(request, monkeypatch):
-    """Run a thunk's convolution natively (small ones) or on the runtime's host path."""
-    if request.param == "runtime":
-        thunk_kernels.NATIVE_KINDS.load()
-        monkeypatch.delitem(thunk_kernels.NATIVE_KINDS._entries, "convolution")
-    return request.param
-
-
 @pytest.mark.parametrize("name", list(FORMS))
-def test_whole_pipeline(name, path, tmp_path):
+def test_whole_pipeline(name, conv_path, tmp_path):
     form = FORMS[name]
     cases = {name: (conv_text("f32", **form), _inputs("f32", form, seed=2))}
     outcome = compare_with_interpreter(cases, tmp=tmp_path, rtol=1e-5, atol=1e-5)[name]
     meta = kernels_json(outcome.artifact)
     assert not meta["fallbacks"]
-    assert bool(meta["kernels"]) == (path == "native"), meta["kernels"]
+    assert bool(meta["kernels"]) == (conv_path == "native"), meta["kernels"]
 
 
 @pytest.mark.parametrize("t", ["f64", "c64"])
-def test_runtime_path_other_blas_types(t, path, tmp_path):
+def test_runtime_path_other_blas_types(t, conv_path, tmp_path):
     form = FORMS["reversed_groups"]
     rng = np.random.default_rng(60)
     args = _inputs("f64", form, seed=6)
@@ -168,10 +158,10 @@ def _samples_with(op: str) -> list[str]:
 
 @pytest.mark.parametrize("suffix", [".pb", ".opt.pb"])
 @pytest.mark.parametrize("name", _samples_with("convolution"))
-def test_samples_match_xla(name, suffix, path, tmp_path):
+def test_samples_match_xla(name, suffix, conv_path, tmp_path):
     # The native path is the default compile (shared with test_cpu_samples); the runtime
     # path patches the compiler, which the compile cache cannot see.
-    compile_fn = sample_bundle if path == "native" else compile_bundle
+    compile_fn = sample_bundle if conv_path == "native" else compile_bundle
     bundle = compile_fn(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     fallbacks = kernels_json(bundle)["fallbacks"]
     assert not [f for f in fallbacks.values() if f["opcode"] == "convolution"], fallbacks

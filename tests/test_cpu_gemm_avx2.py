@@ -3,8 +3,6 @@ target, and its results where the host can run it."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,7 @@ from hloc.codegen import llvm
 from hloc.codegen.cpu import gemm
 from hloc.codegen.target import cpu_target, host_target
 
-from .support.kernels import asm_function
+from .support.kernels import fma_loop_blocks
 
 pytestmark = pytest.mark.cpu
 
@@ -28,11 +26,9 @@ def test_avx2_micro_kernel_keeps_its_tile_in_ymm_registers():
     module.triple, module.data_layout = target.triple, target.data_layout
     asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
     assert "zmm" not in asm
-    kernel = asm_function(asm, f"hloc_sgemm_tile{gemm.AVX2.mr}")
     # The k loop: blocks of 2 x 6 fused multiply-adds (or an unrolled multiple), and none of
     # them touches the stack (a spilled accumulator or pointer would).
-    blocks = [blk for blk in re.split(r"\n\.LBB\w+:", kernel)
-              if len(re.findall(r"vfmadd231ps\s+%ymm", blk)) >= 2 * gemm.AVX2.mr]
+    blocks = fma_loop_blocks(asm, f"hloc_sgemm_tile{gemm.AVX2.mr}", gemm.AVX2.mr)
     assert blocks
     assert not any("(%rsp)" in blk for blk in blocks)
 

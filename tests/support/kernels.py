@@ -9,6 +9,7 @@ call and read back after it.
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -88,6 +89,13 @@ def asm_function(asm: str, name: str) -> str:
     """The assembly of function `name` in an LLVM assembly listing (up to its end label)."""
     start = asm.index(f"\n{name}:")
     return asm[start:asm.index(".Lfunc_end", start)]
+
+
+def fma_loop_blocks(asm: str, name: str, mr: int) -> list[str]:
+    """The basic blocks of function `name` with at least 2 x `mr` ymm fused multiply-adds: the
+    k loop of an AVX2 tile kernel of `mr` rows (two 8-float columns), or an unrolled multiple."""
+    return [blk for blk in re.split(r"\n\.LBB\w+:", asm_function(asm, name))
+            if len(re.findall(r"vfmadd231ps\s+%ymm", blk)) >= 2 * mr]
 
 
 def to_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
