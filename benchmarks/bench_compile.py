@@ -1,8 +1,9 @@
 """`hloc compile` as a whole command (a new process: Python start, imports, compile, write)
 against XLA's compile of the same module, over the samples (samples/NAME.pb).
 
-Per sample: the fastest of `--repeat` cold compiles (`--no-cache`), the fastest of as many
-compile-cache hits (the cache in a temporary directory, filled by one untimed compile, which
+Per sample: the fastest of `--repeat` cold compiles (`--no-cache`, no compile server), the
+fastest of as many `--no-cache` compiles served by a compile server (`hloc server start`,
+started once for the run; "server"), the fastest of as many compile-cache hits (the cache in a temporary directory, filled by one untimed compile, which
 also writes the bytecode), and XLA:CPU's compile of the same HloModuleProto (the fastest of
 three, in the jax venv's warm process: benchmarks/xla_worker.py via JAXENV; empty without
 one). Then geometric means, and the ratio of hloc's whole command to XLA's compile (issue
@@ -34,29 +35,51 @@ def hloc_command(root: Path, args: list[str], env: dict) -> tuple[float, float]:
     the one run). CPU time (user + system, all threads) is steadier on a shared machine."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "hloc.cli.main", *args], cwd=root, env=env,
+    subprocess.run([sys.executable, "-m", _entry(root), *args], cwd=root, env=env,
                    check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _entry(root: Path) -> str:
+    """The `hloc` command's module (a checkout from before the compile server: its CLI)."""
+    return "hloc" if (root / "hloc" / "__main__.py").exists() else "hloc.cli.main"
+
+
+def has_server(root: Path) -> bool:
+    return (root / "hloc" / "server").is_dir()
+
+
 def fastest(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return min(w for w, _ in runs), min(c for _, c in runs)
 
 
+def command_env(root: Path, tmp: Path, server: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("HLOC_")}
+    env.update(PYTHONPATH=str(root), HLOC_CACHE_DIR=str(tmp / "cache"), HLOC_SERVER=server,
+               HLOC_SERVER_DIR=str(tmp / "server"))
+    return env
+
+
 def time_sample(root: Path, pb: Path, tmp: Path, repeat: int) -> dict:
-    """The fastest whole-command compile without ("cold") and with ("hit") the cache, wall
-    and CPU ("cold_cpu", "hit_cpu")."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(root), HLOC_CACHE_DIR=str(tmp / "cache"))
+    """The fastest whole-command compile without the cache or a server ("cold"), with a
+    server ("server", when one runs) and from the cache ("hit"), wall and CPU ("cold_cpu",
+    "server_cpu", "hit_cpu")."""
+    env, served = command_env(root, tmp, "off"), command_env(root, tmp, "")
     out = str(tmp / f"{pb.stem}.bundle")
     hloc_command(root, ["compile", str(pb), "-o", out], env)  # fills the cache, writes .pyc
     cold = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache"], env)
                     for _ in range(repeat)])
     hit = fastest([hloc_command(root, ["compile", str(pb), "-o", out], env)
                    for _ in range(repeat)])
-    return {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
+    times = {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
+    if has_server(root):
+        server = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache"],
+                                       served) for _ in range(repeat)])
+        times.update(server=server[0], server_cpu=server[1])
+    return times
 
 
 def xla_compile_times(jobs: list[dict], tmp: Path) -> dict[str, float]:
@@ -78,23 +101,36 @@ def xla_compile_times(jobs: list[dict], tmp: Path) -> dict[str, float]:
 def report(names: list[str], ours: dict, xla: dict) -> None:
     from bench_cpu import geomean
 
-    print(f"{'sample':<22} {'cold s':>7} {'cpu s':>7} {'hit s':>7} {'cpu s':>7} {'xla s':>7} "
-          f"{'cold/xla':>8}")
+    nan = float("nan")
+    print(f"{'sample':<22} {'cold s':>7} {'cpu s':>7} {'server s':>8} {'cpu s':>7} {'hit s':>7} "
+          f"{'cpu s':>7} {'xla s':>7} {'cold/xla':>8} {'srv/xla':>8}")
     for name in names:
         o, x = ours[name], xla.get(name)
-        ratio = f"{o['cold'] / x:>8.2f}" if x else f"{'-':>8}"
-        print(f"{name[:22]:<22} {o['cold']:>7.3f} {o['cold_cpu']:>7.3f} {o['hit']:>7.3f} "
-              f"{o['hit_cpu']:>7.3f} {x if x else float('nan'):>7.3f} {ratio}")
+        ratios = [f"{o[k] / x:>8.2f}" if x and k in o else f"{'-':>8}" for k in ("cold", "server")]
+        print(f"{name[:22]:<22} {o['cold']:>7.3f} {o['cold_cpu']:>7.3f} "
+              f"{o.get('server', nan):>8.3f} {o.get('server_cpu', nan):>7.3f} {o['hit']:>7.3f} "
+              f"{o['hit_cpu']:>7.3f} {x if x else nan:>7.3f} {ratios[0]} {ratios[1]}")
 
     def mean(key: str) -> float:
-        return geomean([ours[n][key] for n in names])
+        return geomean([ours[n][key] for n in names]) if all(key in ours[n] for n in names) else nan
+
+    def over_xla(key: str) -> str:
+        both = [n for n in names if n in xla and key in ours[n]]
+        return f"{geomean([ours[n][key] / xla[n] for n in both]):.2f}" if both else "-"
 
     print(f"geomean over {len(names)} samples: cold {mean('cold'):.3f} s "
-          f"(CPU {mean('cold_cpu'):.3f} s), cache hit {mean('hit'):.3f} s "
+          f"(CPU {mean('cold_cpu'):.3f} s), server {mean('server'):.3f} s "
+          f"(CPU {mean('server_cpu'):.3f} s), cache hit {mean('hit'):.3f} s "
           f"(CPU {mean('hit_cpu'):.3f} s)"
-          + (f", xla {geomean(list(xla.values())):.3f} s, cold/xla "
-             f"{geomean([ours[n]['cold'] / xla[n] for n in names if n in xla]):.2f}"
-             if xla else ""))
+          + (f", xla {geomean(list(xla.values())):.3f} s, cold/xla {over_xla('cold')}, "
+             f"server/xla {over_xla('server')}" if xla else ""))
+
+
+def server_command(root: Path, tmp: Path, what: str) -> None:
+    """`hloc server start|stop` for the timed hloc (its own server directory under tmp)."""
+    if has_server(root):
+        subprocess.run([sys.executable, "-m", _entry(root), "server", what], cwd=root,
+                       env=command_env(root, tmp, ""), check=True, stdout=subprocess.DEVNULL)
 
 
 def main(argv=None) -> int:
@@ -107,13 +143,17 @@ def main(argv=None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT, help="the hloc checkout to time")
     args = ap.parse_args(argv)
     jobs = [j for j in sample_jobs(False) if args.k in j["name"]]
+    root = args.root.resolve()
     with tempfile.TemporaryDirectory(prefix="hloc-bench-compile-") as d:
         tmp = Path(d)
         ours = {}
-        for job in jobs:
-            ours[job["name"]] = time_sample(args.root.resolve(), Path(job["pb"]), tmp,
-                                            args.repeat)
-            print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
+        server_command(root, tmp, "start")
+        try:
+            for job in jobs:
+                ours[job["name"]] = time_sample(root, Path(job["pb"]), tmp, args.repeat)
+                print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
+        finally:
+            server_command(root, tmp, "stop")
         xla = {} if args.no_xla else xla_compile_times(jobs, tmp)
     report([j["name"] for j in jobs], ours, xla)
     return 0

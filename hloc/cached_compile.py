@@ -38,31 +38,17 @@ import os
 import sys
 
 from . import __version__, compile_cache
+from .util.sources import relative, source_files, stat_listing
 
 log = logging.getLogger("hloc.compile_cache")
 
 CACHE_FORMAT = "1"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _relative(path: str) -> str:
-    """`path` relative to the package (os.path.relpath, without its cost for 300 files)."""
-    return path[len(_PACKAGE_DIR) + 1:]
-
-
-def _source_files() -> list[tuple[str, os.stat_result]]:
-    found = []
-    for directory, dirs, files in os.walk(_PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found += [(os.path.join(directory, f), os.stat(os.path.join(directory, f)))
-                  for f in sorted(files) if f.endswith(".py")]
-    return found
 
 
 def _hash_sources(files: list[tuple[str, os.stat_result]]) -> str:
     h = hashlib.sha256()
     for path, _ in files:
-        h.update(_relative(path).encode() + b"\0")
+        h.update(relative(path).encode() + b"\0")
         with open(path, "rb") as f:
             h.update(hashlib.sha256(f.read()).digest())
     return h.hexdigest()
@@ -72,9 +58,8 @@ def _hash_sources(files: list[tuple[str, os.stat_result]]) -> str:
 def source_fingerprint() -> str:
     """sha256 of hloc's Python sources, memoized on disk by the files' (size, mtime) and in
     this process (one walk of the package per process, not one per compile)."""
-    files = _source_files()
-    stamp = hashlib.sha256(repr([(_relative(p), s.st_size, s.st_mtime_ns)
-                                 for p, s in files]).encode()).hexdigest()
+    files = source_files()
+    stamp = hashlib.sha256(stat_listing(files).encode()).hexdigest()
     memo = compile_cache.entry_path(f"sources-{stamp}")
     try:
         with open(memo or "", encoding="ascii") as f:

@@ -22,6 +22,10 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 # runs without the collector: cli/main.py without_gc.)
 gc.set_threshold(50_000, 20, 100)
 
+# A compile server the developer runs (hloc server start) serves no test: commands run in
+# their own processes. tests/test_server.py starts servers of its own.
+os.environ["HLOC_SERVER"] = "off"
+
 # The suite's compiles and GEMM objects go to a private cache of its own, never the user's.
 if "HLOC_CACHE_DIR" not in os.environ:
     import tempfile

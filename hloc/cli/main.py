@@ -41,7 +41,8 @@ class LazyGroup(click.Group):
 
     LAZY = {"inspect": "inspect_cmd:inspect", "bisect": "bisect_cmd:bisect_cmd",
             "reduce": "reduce_cmd:reduce_cmd", "diff": "diff_cmd:diff_cmd",
-            "extract": "extract_cmd:extract_cmd", "ops": "ops_cmd:ops"}
+            "extract": "extract_cmd:extract_cmd", "ops": "ops_cmd:ops",
+            "server": "server_cmd:server_cmd"}
 
     def list_commands(self, ctx) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})

@@ -1,0 +1,23 @@
+"""The `hloc` command's entry point: `hloc compile` goes to a running compile server when
+there is one for this hloc (hloc.server), before click or the compiler is imported; anything
+else, and a compile without a server, runs hloc.cli.main in this process."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["compile"]:
+        from ..server.client import run_compile
+
+        code = run_compile(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+    from .main import main as run_here
+
+    run_here()
+
+
+if __name__ == "__main__":
+    main()

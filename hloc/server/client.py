@@ -1,0 +1,116 @@
+"""`hloc compile` through a running compile server, before anything heavy is imported.
+
+`run_compile(argv)` returns the command's exit status when a server for this hloc ran it, and
+None when there is none (or HLOC_SERVER=off): the caller then compiles in its own process, as
+it always could. With HLOC_SERVER=auto, a missing server is also started in the background for
+the next compile.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+from . import protocol
+
+ACK_TIMEOUT_S = 10.0
+OFF = ("0", "off", "no", "false")
+
+
+def run_compile(argv: list[str]) -> int | None:
+    mode = os.environ.get("HLOC_SERVER", "").strip().lower()
+    if mode in OFF:
+        return None
+    try:
+        directory = protocol.checked_dir(create=mode == "auto")
+    except protocol.ServerDirError:
+        return None  # none of ours can be there; `hloc server start` explains why
+    ident = protocol.stamp()
+    files = protocol.paths(directory, ident)
+    try:
+        sock = protocol.connect(files["sock"], timeout=2.0)
+    except OSError:
+        if mode == "auto":
+            spawn(idle_timeout=900.0, log=files["log"])
+        return None
+    with sock:
+        return _session(sock, argv, files["sock"])
+
+
+def _session(sock: socket.socket, argv: list[str], where: str) -> int | None:
+    streams = [fd for fd in (0, 1, 2) if _is_open(fd)]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None  # the working directory is gone: let the command say so itself
+    request = {"op": "compile", "v": protocol.PROTOCOL, "argv": argv, "cwd": cwd,
+               "env": dict(os.environ), "umask": umask, "streams": streams}
+    try:
+        protocol.send(sock, request, streams)
+        sock.settimeout(ACK_TIMEOUT_S)
+        answer, _ = protocol.recv(sock)
+    except (OSError, ValueError, ConnectionError) as e:
+        detail = "did not answer in time" if isinstance(e, TimeoutError) else f"failed ({e})"
+        print(f"hloc: warning: the compile server at {where} {detail}; compiling in this "
+              "process (`hloc server stop` ends it)", file=sys.stderr)
+        return None
+    if "pid" not in answer:
+        return None  # e.g. a request it does not take: compile here
+    return _wait(sock)
+
+
+def _wait(sock: socket.socket) -> int:
+    """Forward our signals to the compile and wait for its exit status."""
+
+    def forward(sig, _frame):
+        try:
+            protocol.send(sock, {"signal": int(sig)})
+        except OSError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    sock.settimeout(None)
+    try:
+        result, _ = protocol.recv(sock)
+    except (OSError, ValueError, ConnectionError):
+        print("hloc: internal error: the compile server went away in the middle of the "
+              "compile (stopped or killed); rerun, or set HLOC_SERVER=off", file=sys.stderr)
+        return 3
+    if "exit" in result and isinstance(result["exit"], int):
+        return result["exit"]
+    sig = result.get("signal")
+    if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        return 128 + sig
+    print(f"hloc: internal error: the compile crashed (signal {sig}) in the compile server; "
+          "rerun with HLOC_SERVER=off and --debug for a traceback", file=sys.stderr)
+    return 3
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def spawn(idle_timeout: float, log: str):
+    """Start a detached server for this hloc (same Python, same sys.path and environment);
+    returns the subprocess.Popen."""
+    import subprocess
+
+    code = ("import sys; sys.path[:] = sys.argv[2:]; "
+            "from hloc.server.daemon import main; sys.exit(main(sys.argv[1:2]))")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    try:
+        return subprocess.Popen([sys.executable, "-c", code, str(idle_timeout), *sys.path],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd,
+                                cwd="/", start_new_session=True, close_fds=True)
+    finally:
+        os.close(fd)

@@ -1,0 +1,393 @@
+"""The compile server: one process that has imported the compiler and compiled a small module
+once, and forks a child per `hloc compile` request.
+
+Each child is a copy of that warm process. It takes over the client's standard streams
+(received as file descriptors), working directory, environment, umask and argv, runs the
+`hloc` command line exactly as a fresh process would, and exits; the server reports its exit
+status to the client. Nothing a compile does outlives its child, so one compile cannot leak
+state into the next, and its output is the bundle a fresh process writes, byte for byte.
+
+The parent never compiles after start-up and runs no threads (fork must not copy a process
+in the middle of another thread's work). It exits when stopped (`hloc server stop`, SIGTERM,
+SIGINT) or after `idle_timeout` seconds without a request, once its running compiles end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from . import protocol
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+# Compiled once at start-up, so that the first request does not pay for the lazy imports and
+# first-call work of a compile (LLVM's targets, the pass registry, the emitters' tables).
+WARM_UP_MODULE = """HloModule warm_up
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,4] parameter(1)
+  d = f32[8,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  zero = f32[] constant(0)
+  zeros = f32[8,4] broadcast(zero), dimensions={}
+  r = f32[8,4] maximum(d, zeros)
+  e = f32[8,4] exponential(r)
+  s = f32[8] reduce(e, zero), dimensions={1}, to_apply=add
+  t = f32[4,8] transpose(e), dimensions={1,0}
+  ROOT out = (f32[8], f32[4,8]) tuple(s, t)
+}
+"""
+
+
+# Every module of these packages is imported at start-up: a child is a fresh copy of the
+# server, so whatever it imports lazily it imports again on every compile.
+COMPILER_PACKAGES = ("analysis", "buffers", "bundle", "codegen", "collectives", "frontend", "ir",
+                     "passes", "schedule", "thunks", "util")
+
+
+def import_compiler() -> None:
+    import importlib
+    import pkgutil
+
+    for name in ("hloc.cli.main", "hloc.compiler", "hloc.cached_compile", "hloc.plan"):
+        importlib.import_module(name)
+    for package in COMPILER_PACKAGES:
+        module = importlib.import_module(f"hloc.{package}")
+        for info in pkgutil.walk_packages(module.__path__, f"hloc.{package}."):
+            if ".emulate" in info.name:  # the CUDA emulator: hlo-run's, not a compile's
+                continue
+            with contextlib.suppress(ImportError):  # an optional extra's
+                importlib.import_module(info.name)
+
+
+def warm_up() -> None:
+    """Import what `hloc compile` may import and compile WARM_UP_MODULE (in this process, so
+    every child inherits the result)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as a command's compile does
+    import_compiler()
+    from hloc.compiler import CompileOptions, compile_model
+
+    with tempfile.TemporaryDirectory(prefix="hloc-server-warm-up-") as d:
+        path = os.path.join(d, "warm_up.hlo")
+        with open(path, "w", encoding="ascii") as f:
+            f.write(WARM_UP_MODULE)
+        compile_model(path, CompileOptions())
+    gc.collect()
+    gc.freeze()  # the children's collections leave the parent's objects (and pages) alone
+
+
+class Server:
+    """The accept loop: see the module docstring."""
+
+    def __init__(self, listener: socket.socket, ident: str, socket_path: str,
+                 idle_timeout: float):
+        self.listener, self.ident, self.socket_path = listener, ident, socket_path
+        self.idle_timeout = idle_timeout
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, socket.socket] = {}
+        self.killed: set[int] = set()
+        self.served = 0
+        self.started = time.time()
+        self.last_active = time.monotonic()
+        self.stopping = False
+        self.wake_r, self.wake_w = os.pipe()
+
+    # ---- the loop ----
+
+    def run(self) -> None:
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while not (self.stopping and not self.children):
+            timeout = self._idle_left()
+            if timeout is not None and timeout <= 0:
+                self.stop()
+                continue
+            for key, _ in self.selector.select(timeout):
+                self._dispatch(key.data)
+            self._reap()
+
+    def _idle_left(self) -> float | None:
+        if self.children or self.stopping or self.idle_timeout <= 0:
+            return None
+        return self.idle_timeout - (time.monotonic() - self.last_active)
+
+    def _dispatch(self, what) -> None:
+        if what == "accept":
+            self._accept()
+        elif what == "wake":
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_r, 4096)
+        else:
+            self._client_event(what)
+
+    def stop(self) -> None:
+        """Stop accepting (the socket goes, so new clients compile on their own); running
+        compiles finish."""
+        if self.stopping:
+            return
+        self.stopping = True
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(self.listener)
+        self.listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+
+    # ---- requests ----
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        try:
+            conn.settimeout(5.0)
+            if not _same_user(conn):
+                conn.close()
+                return
+            message, fds = protocol.recv(conn, with_fds=3)
+        except (OSError, ValueError, ConnectionError):
+            conn.close()
+            return
+        try:
+            self._handle(conn, message, fds)
+        except (OSError, ValueError, TypeError) as e:
+            with contextlib.suppress(OSError):
+                protocol.send(conn, {"error": f"bad request: {e}"})
+            conn.close()
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _handle(self, conn: socket.socket, message: dict, fds: list[int]) -> None:
+        op = message.get("op")
+        if op == "status":
+            protocol.send(conn, self.status())
+            conn.close()
+        elif op == "stop":
+            protocol.send(conn, {"stopping": True, "pid": os.getpid(),
+                                 "running": len(self.children)})
+            conn.close()
+            self.stop()
+        elif op == "compile" and message.get("v") == protocol.PROTOCOL:
+            request = _checked_request(message, fds)
+            self._fork(conn, request, fds)
+        else:
+            raise ValueError(f"unknown request {op!r} (protocol {message.get('v')!r})")
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "stamp": self.ident, "socket": self.socket_path,
+                "started": self.started, "served": self.served, "running": len(self.children),
+                "idle_timeout": self.idle_timeout, "python": sys.executable,
+                "hloc": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+
+    def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:
+            _child(self, conn, request, fds)  # never returns
+        self.served += 1
+        self.last_active = time.monotonic()  # compiles keep a server alive; status asks do not
+        self.children[pid] = conn
+        conn.settimeout(1.0)
+        protocol.send(conn, {"pid": pid})
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+
+    def _client_event(self, pid: int) -> None:
+        """The client of child `pid` forwarded a signal, or went away (then the child is
+        stopped as a killed command would be: SIGTERM, which removes its temp files)."""
+        conn = self.children.get(pid)
+        if conn is None:
+            return
+        try:
+            message, _ = protocol.recv(conn)
+            sig = message.get("signal")
+        except (OSError, ValueError, ConnectionError):
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(conn)
+            sig = signal.SIGTERM
+        if sig in {int(s) for s in FORWARDED_SIGNALS} and pid not in self.killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            if sig != signal.SIGINT:
+                self.killed.add(pid)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            self.killed.discard(pid)
+            self.last_active = time.monotonic()
+            if conn is None:
+                continue
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(conn)
+            result = ({"exit": os.WEXITSTATUS(status)} if os.WIFEXITED(status)
+                      else {"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1})
+            with contextlib.suppress(OSError):
+                protocol.send(conn, result)
+            conn.close()
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """The peer runs as this server's user (SO_PEERCRED; the directory's mode already keeps
+    others out)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
+    fmt = "3i"
+    _pid, uid, _gid = struct.unpack(fmt, conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize(fmt)))
+    return uid == os.getuid()
+
+
+def _checked_request(message: dict, fds: list[int]) -> dict:
+    argv, cwd, env = message.get("argv"), message.get("cwd"), message.get("env")
+    streams = message.get("streams")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+            and argv[:1] == ["compile"]):
+        raise ValueError("argv must be a list of strings starting with 'compile'")
+    if not isinstance(cwd, str) or not isinstance(env, dict):
+        raise ValueError("cwd and env are required")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("env must map strings to strings")
+    if not (isinstance(streams, list) and len(streams) == len(fds)
+            and all(s in (0, 1, 2) for s in streams) and len(set(streams)) == len(streams)):
+        raise ValueError("streams must name the descriptors sent (0, 1, 2)")
+    umask = message.get("umask", 0o022)
+    if not isinstance(umask, int) or not 0 <= umask <= 0o777:
+        raise ValueError("umask must be an integer from 0 to 0o777")
+    return {"argv": argv, "cwd": cwd, "env": env, "streams": streams, "umask": umask}
+
+
+def _child(server: Server, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked child: become the client's `hloc` process and run its command line."""
+    code = 3
+    try:
+        _become_client(server, conn, request, fds)
+        from hloc.cli.main import main
+
+        main()  # ends the process itself (exit_without_teardown)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _become_client(server: Server, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    server.selector.close()
+    for sock in (server.listener, conn, *server.children.values()):
+        sock.close()
+    for fd in (server.wake_r, server.wake_w):
+        os.close(fd)
+    given = dict(zip(request["streams"], fds, strict=True))
+    for stream in (0, 1, 2):
+        source = given.get(stream)
+        if source is None:
+            source = os.open(os.devnull, os.O_RDWR)
+        os.dup2(source, stream)
+        os.close(source)
+    os.umask(request["umask"])
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.stdin = open(0, encoding=sys.stdin.encoding, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding=sys.stdout.encoding, closefd=False,  # noqa: SIM115
+                      buffering=1 if os.isatty(1) else -1)
+    sys.stderr = open(2, "w", encoding=sys.stderr.encoding, errors="backslashreplace",  # noqa: SIM115
+                      closefd=False, buffering=1)
+    sys.argv = ["hloc", *request["argv"]]
+
+
+def serve(idle_timeout: float, announce=print) -> int:
+    """Run a server for this process's stamp until it stops. 0 when it ran (or one already
+    runs: `announce` says so), 2 when the server directory is unsafe."""
+    try:
+        directory = protocol.checked_dir(create=True)
+    except protocol.ServerDirError as e:
+        print(f"hloc server: error: {e}", file=sys.stderr)
+        return 2
+    ident = protocol.stamp()
+    files = protocol.paths(directory, ident)
+    if len(files["sock"].encode()) > protocol.SOCKET_PATH_MAX:
+        print(f"hloc server: error: {files['sock']}: socket path too long; set HLOC_SERVER_DIR "
+              "to a shorter directory", file=sys.stderr)
+        return 2
+    lock = os.open(files["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        announce(f"hloc server: already running for this hloc ({files['sock']})")
+        os.close(lock)
+        return 0
+    try:
+        warm_up()
+        if threading.active_count() != 1:
+            raise RuntimeError("a thread outlived the warm-up compile; refusing to fork")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(files["sock"])  # a dead server's: the lock says none runs
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(files["sock"])
+        finally:
+            os.umask(old_umask)
+        listener.listen(128)
+        server = Server(listener, ident, files["sock"], idle_timeout)
+        announce(f"hloc server: running (pid {os.getpid()}, socket {files['sock']}, "
+                 f"idle timeout {idle_timeout:g} s)")
+        server.run()
+        return 0
+    finally:  # only the server reaches this (its children end in os._exit)
+        with contextlib.suppress(OSError):
+            os.unlink(files["sock"])  # ours: we hold the lock
+        os.close(lock)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -c ... hloc.server.daemon.main([IDLE_TIMEOUT])`: what `hloc server start` runs,
+    detached, with its own sys.path already set."""
+    args = sys.argv[1:] if argv is None else argv
+    idle = float(args[0]) if args else 900.0
+    with contextlib.suppress(OSError):
+        os.chdir("/")  # keep no directory of the user's busy
+    return serve(idle, announce=lambda line: print(line, file=sys.stderr, flush=True))

@@ -1,0 +1,164 @@
+"""Where a compile server lives, which hloc it is, and the messages on its socket.
+
+Kept to the standard library's cheapest modules (os, socket, struct, json, zlib): the client
+side runs before any of hloc's compiler is imported.
+
+A server is identified by a stamp of everything that decides what a compile imports and
+produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the
+modification times of its directories (a package installed or upgraded there changes them;
+the first entry, the command's own directory, is left out),
+hloc's own sources (path, size, mtime) and the HLOC_* environment (some of it is read when a
+module is imported). A client only talks to the server with its own stamp; any other serves
+someone else and is never used.
+
+Files, in the server directory (mode 0700, owned by the user; refused otherwise):
+`STAMP.sock` (the socket), `STAMP.lock` (held with flock for the server's life: "running"),
+`STAMP.log` (the server's own stderr: start-up failures).
+
+Messages: a 4-byte big-endian length and that many bytes of JSON. A compile request carries
+the client's standard streams as SCM_RIGHTS file descriptors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import zlib
+
+PROTOCOL = 1
+MAX_MESSAGE = 16 << 20  # a request carries the environment and argv: far below this
+SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
+
+
+class ServerDirError(Exception):
+    """The server directory cannot be used safely (wrong owner or mode, not a directory)."""
+
+
+def server_dir() -> str:
+    """HLOC_SERVER_DIR, else $XDG_RUNTIME_DIR/hloc, else /tmp/hloc-server-UID."""
+    explicit = os.environ.get("HLOC_SERVER_DIR")
+    if explicit:
+        return os.path.abspath(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "hloc")
+    return f"/tmp/hloc-server-{os.getuid()}"
+
+
+def checked_dir(create: bool) -> str:
+    """The server directory, after checking that only this user can reach into it (a socket
+    there runs compiles as whoever started the server). Raises ServerDirError."""
+    path = server_dir()
+    if create:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise ServerDirError(f"{path}: cannot create the server directory: "
+                                 f"{e.strerror or e}") from None
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise ServerDirError(f"{path}: {e.strerror or e}") from None
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise ServerDirError(f"{path}: not a directory")
+    if st.st_uid != os.getuid():
+        raise ServerDirError(f"{path}: owned by uid {st.st_uid}, not by this user "
+                             f"({os.getuid()}); refusing to use it")
+    if st.st_mode & 0o077:
+        raise ServerDirError(f"{path}: mode {st.st_mode & 0o777:o} lets others in; "
+                             "it must be 0700")
+    return path
+
+
+def _hloc_sources() -> str:
+    from ..util.sources import source_files, stat_listing
+
+    return stat_listing(source_files())
+
+
+def _path_entries() -> list[tuple[str, int]]:
+    """sys.path after its first entry, which is where the command started from (the
+    `hloc` script's directory, the working directory of `python -m hloc`), not what it
+    imports: hloc's own directory is stamped separately."""
+    entries = []
+    for entry in sys.path[1:]:
+        try:
+            entries.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            entries.append((entry, -1))
+    return entries
+
+
+def stamp() -> str:
+    """This process's server identity (see the module docstring): 16 hex digits."""
+    env = sorted((k, v) for k, v in os.environ.items()
+                 if k.startswith("HLOC_") and not k.startswith("HLOC_SERVER"))
+    text = repr((PROTOCOL, sys.executable, sys.version, _path_entries(), env,
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                 _hloc_sources())).encode()
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text[::-1]):08x}"
+
+
+def paths(directory: str, ident: str) -> dict[str, str]:
+    """The server's files: sock, lock, log."""
+    return {kind: os.path.join(directory, f"{ident}.{kind}") for kind in ("sock", "lock", "log")}
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    frame = struct.pack(">I", len(data)) + data
+    if fds:
+        socket.send_fds(sock, [frame], fds)
+    else:
+        sock.sendall(frame)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            raise ConnectionError("the other side closed the connection")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict, list[int]]:
+    """One message (and up to `with_fds` file descriptors sent with its first bytes)."""
+    fds: list[int] = []
+    if with_fds:
+        head, fds, _flags, _addr = socket.recv_fds(sock, 4, with_fds)
+        if not head:
+            raise ConnectionError("the other side closed the connection")
+        head += _recv_exact(sock, 4 - len(head)) if len(head) < 4 else b""
+    else:
+        head = _recv_exact(sock, 4)
+    (size,) = struct.unpack(">I", head)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"message of {size} bytes: too large")
+    message = json.loads(_recv_exact(sock, size))
+    if not isinstance(message, dict):
+        raise ValueError("a message must be a JSON object")
+    return message, fds
+
+
+def connect(path: str, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def ask(path: str, message: dict, timeout: float = 5.0) -> dict:
+    """A one-question exchange with the server at `path` (status, stop)."""
+    with connect(path, timeout) as sock:
+        send(sock, message)
+        return recv(sock)[0]

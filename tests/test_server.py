@@ -1,0 +1,209 @@
+"""The compile server (hloc.server): real servers started with `hloc server start` in a
+private directory, real `hloc compile` clients (`python -m hloc`), their bundles compared
+byte for byte with compiles in a process of their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hloc.server import protocol
+
+from .conftest import SAMPLES, require_samples
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs Unix sockets")
+
+
+def command_env(server_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HLOC_SERVER")}
+    env.update({"HLOC_SERVER_DIR": str(server_dir), "HLOC_SERVER": "", "HLOC_CACHE_DIR": "off",
+                **extra})
+    return env
+
+
+def hloc(env: dict, *args, cwd=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hloc", *map(str, args)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+def status(env: dict) -> list[dict]:
+    result = hloc(env, "server", "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def served(env: dict) -> int:
+    (mine,) = [row for row in status(env) if row["current"]]
+    return mine["served"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A running server (idle timeout 120 s) and the environment its clients use."""
+    directory = tmp_path_factory.mktemp("server") / "srv"
+    env = command_env(directory)
+    started = hloc(env, "server", "start", "--idle-timeout", "120")
+    assert started.returncode == 0, started.stderr
+    assert "started" in started.stdout
+    yield env
+    hloc(env, "server", "stop")
+
+
+def test_served_compile_is_byte_identical(server, tmp_path):
+    require_samples()
+    before = served(server)
+    result = hloc(server, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / "served.bundle")
+    assert result.returncode == 0, result.stderr
+    assert served(server) == before + 1  # it went through the server
+    alone = hloc({**server, "HLOC_SERVER": "off"}, "compile", SAMPLES / "mlp.pb",
+                 "-o", tmp_path / "alone.bundle")
+    assert alone.returncode == 0, alone.stderr
+    assert served(server) == before + 1  # HLOC_SERVER=off did not
+    assert (tmp_path / "served.bundle").read_bytes() == (tmp_path / "alone.bundle").read_bytes()
+
+
+def test_served_compile_runs_in_the_clients_directory_and_umask(server, tmp_path):
+    require_samples()
+    (tmp_path / "m.pb").write_bytes((SAMPLES / "mlp.pb").read_bytes())
+    result = hloc(server, "compile", "m.pb", "-o", "out.bundle", cwd=tmp_path,
+                  preexec_fn=lambda: os.umask(0o077))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE((tmp_path / "out.bundle").stat().st_mode) & 0o077 == 0
+
+
+def test_served_errors_follow_the_contract(server, tmp_path):
+    require_samples()
+    bad = tmp_path / "truncated.pb"
+    bad.write_bytes((SAMPLES / "mlp.pb").read_bytes()[:100])
+    before = served(server)
+    result = hloc(server, "compile", bad, "-o", tmp_path / "out.bundle")
+    assert served(server) == before + 1
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and "truncated.pb" in lines[0], result.stderr
+    assert not (tmp_path / "out.bundle").exists()
+    assert list(tmp_path.iterdir()) == [bad]  # nothing half-written
+    usage = hloc(server, "compile", SAMPLES / "mlp.pb")  # no -o
+    assert usage.returncode == 2 and "Missing option" in usage.stderr
+
+
+def test_another_hloc_environment_gets_its_own_server(server, tmp_path):
+    """HLOC_* variables are part of a server's identity: a client with other values does
+    not use this one (it compiles in its own process)."""
+    require_samples()
+    before = served(server)
+    result = hloc({**server, "HLOC_COMPILE_THREADS": "1"}, "compile", SAMPLES / "mlp.pb",
+                  "-o", tmp_path / "out.bundle")
+    assert result.returncode == 0, result.stderr
+    assert served(server) == before
+
+
+def test_stamp_follows_hloc_environment_not_server_settings(monkeypatch):
+    base = protocol.stamp()
+    monkeypatch.setenv("HLOC_SERVER_DIR", "/elsewhere")
+    monkeypatch.setenv("HLOC_SERVER", "auto")
+    assert protocol.stamp() == base
+    monkeypatch.setenv("HLOC_DEBUG", "1")
+    assert protocol.stamp() != base
+
+
+def test_signals_reach_the_compile_and_a_gone_client_stops_it(server, tmp_path):
+    """The compile of a FIFO blocks until someone writes it: SIGTERM to the client ends it
+    (exit 143, nothing written); a client killed outright has its compile stopped."""
+    fifo = tmp_path / "model.pb"
+    os.mkfifo(fifo)
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -9)):
+        proc = subprocess.Popen([sys.executable, "-m", "hloc", "compile", str(fifo), "-o",
+                                 str(tmp_path / "out.bundle")], env=server,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_for(lambda: running(server) == 1)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
+        wait_for(lambda: running(server) == 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pb"]
+
+
+def running(env: dict) -> int:
+    (mine,) = [row for row in status(env) if row["current"]]
+    return mine["running"]
+
+
+def wait_for(condition, timeout: float = 30.0, show=lambda: None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out: {show()}"
+        time.sleep(0.05)
+
+
+def test_bad_requests_leave_the_server_running(server):
+    (mine,) = [row for row in status(server) if row["current"]]
+    for payload in (b"\x00\x00\x00\x05junk!", b"\xff\xff\xff\xff", b""):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(mine["socket"])
+            s.sendall(payload)
+    for request in ({"op": "compile", "v": protocol.PROTOCOL, "argv": ["inspect", "x"],
+                     "cwd": "/", "env": {}, "streams": []},
+                    {"op": "compile", "v": protocol.PROTOCOL + 1},
+                    {"op": "nonsense"}):
+        answer = protocol.ask(mine["socket"], request)
+        assert "error" in answer
+    assert served(server) >= 0 and running(server) == 0
+
+
+def test_no_server_a_stale_socket_or_an_unsafe_directory_compiles_here(tmp_path):
+    require_samples()
+    directory = tmp_path / "srv"
+    env = command_env(directory)
+    out = tmp_path / "out.bundle"
+    assert hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out).returncode == 0  # none runs
+    directory.mkdir(mode=0o700)
+    ident = subprocess.run([sys.executable, "-c", "from hloc.server import protocol; "
+                            "print(protocol.stamp())"], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    with socket.socket(socket.AF_UNIX) as s:  # a dead server's socket: nobody listens
+        s.bind(str(directory / f"{ident}.sock"))
+    result = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    directory.chmod(0o755)
+    assert hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out).returncode == 0
+    refused = hloc(env, "server", "start")
+    assert refused.returncode == 2
+    assert "mode 755" in refused.stderr and "0700" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_auto_start_idle_timeout_and_stop(tmp_path):
+    """HLOC_SERVER=auto starts a server when none runs (this compile runs here); it stops
+    when told, or after its idle timeout (status asks do not count as activity)."""
+    require_samples()
+    env = command_env(tmp_path / "srv", HLOC_SERVER="auto")
+    try:
+        auto_start_idle_timeout_and_stop(env, tmp_path)
+    finally:
+        hloc(env, "server", "stop", "--all")
+
+
+def auto_start_idle_timeout_and_stop(env: dict, tmp_path: Path) -> None:
+    first = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / "a.bundle")
+    assert first.returncode == 0, first.stderr
+    wait_for(lambda: any(r["current"] for r in status(env)))  # started in the background
+    assert served(env) == 0
+    assert hloc(env, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / "b.bundle").returncode == 0
+    assert served(env) == 1
+    assert (tmp_path / "a.bundle").read_bytes() == (tmp_path / "b.bundle").read_bytes()
+    stopped = hloc(env, "server", "stop")
+    assert "stopping" in stopped.stdout
+    wait_for(lambda: status(env) == [])
+    short = hloc(env, "server", "start", "--idle-timeout", "0.5")
+    assert short.returncode == 0, short.stderr
+    wait_for(lambda: status(env) == [], timeout=30, show=lambda: status(env))  # gone by itself
+    assert hloc(env, "server", "stop").stdout.strip() == "hloc server: none running"
