@@ -83,7 +83,10 @@ def warm_up() -> None:
     every child inherits the result)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as a command's compile does
     import_compiler()
+    from hloc.cached_compile import source_fingerprint
     from hloc.compiler import CompileOptions, compile_model
+
+    source_fingerprint()  # memoized: the sources are this server's stamp, they cannot change
 
     with tempfile.TemporaryDirectory(prefix="hloc-server-warm-up-") as d:
         path = os.path.join(d, "warm_up.hlo")

@@ -1,7 +1,8 @@
 """Where a compile server lives, which hloc it is, and the messages on its socket.
 
-Kept to the standard library's cheapest modules (os, socket, struct, json, zlib): the client
-side runs before any of hloc's compiler is imported.
+Kept to the standard library's cheapest modules (os, _socket, array, struct, json, zlib): the
+client side runs before any of hloc's compiler is imported, and `socket` alone (its enums)
+would cost a compile through the server 6 ms.
 
 A server is identified by a stamp of everything that decides what a compile imports and
 produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the
@@ -21,9 +22,10 @@ the client's standard streams as SCM_RIGHTS file descriptors.
 
 from __future__ import annotations
 
+import _socket
+import array
 import json
 import os
-import socket
 import struct
 import sys
 import zlib
@@ -107,16 +109,19 @@ def paths(directory: str, ident: str) -> dict[str, str]:
     return {kind: os.path.join(directory, f"{ident}.{kind}") for kind in ("sock", "lock", "log")}
 
 
-def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def send(sock, message: dict, fds: list[int] | None = None) -> None:
+    """One message on `sock` (a socket.socket or _socket.socket), with `fds` attached."""
     data = json.dumps(message).encode()
     frame = struct.pack(">I", len(data)) + data
     if fds:
-        socket.send_fds(sock, [frame], fds)
-    else:
+        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))]
+        sent = sock.sendmsg([frame], ancillary)
+        frame = frame[sent:]
+    if frame:
         sock.sendall(frame)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
         chunk = sock.recv(n - got)
@@ -127,11 +132,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict, list[int]]:
+def _recv_fds(sock, size: int, most: int) -> tuple[bytes, list[int]]:
+    item = array.array("i").itemsize
+    data, ancillary, _flags, _addr = sock.recvmsg(size, _socket.CMSG_LEN(most * item))
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % item])
+    return data, list(fds)
+
+
+def recv(sock, with_fds: int = 0) -> tuple[dict, list[int]]:
     """One message (and up to `with_fds` file descriptors sent with its first bytes)."""
     fds: list[int] = []
     if with_fds:
-        head, fds, _flags, _addr = socket.recv_fds(sock, 4, with_fds)
+        head, fds = _recv_fds(sock, 4, with_fds)
         if not head:
             raise ConnectionError("the other side closed the connection")
         head += _recv_exact(sock, 4 - len(head)) if len(head) < 4 else b""
@@ -146,8 +161,9 @@ def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict, list[int]]:
     return message, fds
 
 
-def connect(path: str, timeout: float) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def connect(path: str, timeout: float):
+    """A _socket.socket connected to the server at `path` (OSError when none listens)."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
@@ -159,6 +175,9 @@ def connect(path: str, timeout: float) -> socket.socket:
 
 def ask(path: str, message: dict, timeout: float = 5.0) -> dict:
     """A one-question exchange with the server at `path` (status, stop)."""
-    with connect(path, timeout) as sock:
+    sock = connect(path, timeout)
+    try:
         send(sock, message)
         return recv(sock)[0]
+    finally:
+        sock.close()

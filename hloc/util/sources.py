@@ -13,13 +13,20 @@ def relative(path: str) -> str:
     return path[len(PACKAGE_DIR) + 1:]
 
 
-def source_files() -> list[tuple[str, os.stat_result]]:
-    """Every .py file of the package with its stat, in a fixed order."""
-    found = []
-    for directory, dirs, files in os.walk(PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found += [(os.path.join(directory, f), os.stat(os.path.join(directory, f)))
-                  for f in sorted(files) if f.endswith(".py")]
+def source_files(directory: str = PACKAGE_DIR) -> list[tuple[str, os.stat_result]]:
+    """Every .py file of the package with its stat, in a fixed order: a directory's files by
+    name, then its subdirectories' by name (os.walk's order; scandir is faster, and every
+    `hloc compile` through a compile server pays for this walk)."""
+    files, dirs = [], []
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name != "__pycache__":
+                dirs.append(entry.path)
+        elif entry.name.endswith(".py"):
+            files.append((entry.path, entry.stat()))
+    found = sorted(files)
+    for sub in sorted(dirs):
+        found += source_files(sub)
     return found
 
 
