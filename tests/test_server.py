@@ -98,13 +98,24 @@ def test_served_errors_follow_the_contract(server, tmp_path):
 
 def test_another_hloc_environment_gets_its_own_server(server, tmp_path):
     """HLOC_* variables are part of a server's identity: a client with other values does
-    not use this one (it compiles in its own process)."""
+    not use this one (it compiles in its own process), except for those a compile reads as
+    it runs, which the child takes from the client."""
     require_samples()
     before = served(server)
-    result = hloc({**server, "HLOC_COMPILE_THREADS": "1"}, "compile", SAMPLES / "mlp.pb",
-                  "-o", tmp_path / "out.bundle")
+    result = hloc({**server, "HLOC_CPU_GEMM": "blas"}, "compile", SAMPLES / "mlp.pb",
+                  "-o", tmp_path / "own.bundle")
     assert result.returncode == 0, result.stderr
     assert served(server) == before
+    bundles = []
+    for name, mode in (("served", ""), ("alone", "off")):
+        env = {**server, "HLOC_SERVER": mode, "HLOC_COMPILE_THREADS": "1",
+               "HLOC_DUMP_DIR": str(tmp_path / f"dump-{name}")}
+        result = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / f"{name}.bundle")
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / f"dump-{name}" / "index.json").is_file()  # the client's dump dir
+        bundles.append((tmp_path / f"{name}.bundle").read_bytes())
+    assert served(server) == before + 1
+    assert bundles[0] == bundles[1]
 
 
 def test_stamp_follows_hloc_environment_not_server_settings(monkeypatch):
@@ -112,7 +123,9 @@ def test_stamp_follows_hloc_environment_not_server_settings(monkeypatch):
     monkeypatch.setenv("HLOC_SERVER_DIR", "/elsewhere")
     monkeypatch.setenv("HLOC_SERVER", "auto")
     assert protocol.stamp() == base
-    monkeypatch.setenv("HLOC_DEBUG", "1")
+    monkeypatch.setenv("HLOC_DUMP_DIR", "/dumps")
+    assert protocol.stamp() == base
+    monkeypatch.setenv("HLOC_CPU_GEMM", "blas")
     assert protocol.stamp() != base
 
 

@@ -9,7 +9,8 @@ produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) w
 modification times of its directories (a package installed or upgraded there changes them;
 the first entry, the command's own directory, is left out),
 hloc's own sources (path, size, mtime) and the HLOC_* environment (some of it is read when a
-module is imported). A client only talks to the server with its own stamp; any other serves
+module is imported; READ_AT_RUN_TIME lists the variables that are not, which the child takes
+from the client like the rest of its environment). A client only talks to the server with its own stamp; any other serves
 someone else and is never used.
 
 Files, in the server directory (mode 0700, owned by the user; refused otherwise):
@@ -94,10 +95,17 @@ def _path_entries() -> list[tuple[str, int]]:
     return entries
 
 
+# HLOC_* variables that a compile reads when it runs (never at import, never memoized): a
+# child has the client's, so they need no server of their own.
+READ_AT_RUN_TIME = frozenset({"HLOC_CACHE_DIR", "HLOC_DUMP_DIR", "HLOC_DEBUG",
+                              "HLOC_COMPILE_THREADS"})
+
+
 def stamp() -> str:
     """This process's server identity (see the module docstring): 16 hex digits."""
     env = sorted((k, v) for k, v in os.environ.items()
-                 if k.startswith("HLOC_") and not k.startswith("HLOC_SERVER"))
+                 if k.startswith("HLOC_") and not k.startswith("HLOC_SERVER")
+                 and k not in READ_AT_RUN_TIME)
     text = repr((PROTOCOL, sys.executable, sys.version, _path_entries(), env,
                  os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                  _hloc_sources())).encode()
