@@ -217,8 +217,9 @@ class Server:
         self.last_active = time.monotonic()  # compiles keep a server alive; status asks do not
         self.children[pid] = conn
         conn.settimeout(1.0)
-        protocol.send(conn, {"pid": pid})
         self.selector.register(conn, selectors.EVENT_READ, pid)
+        with contextlib.suppress(OSError):  # a client already gone: the selector says so
+            protocol.send(conn, {"pid": pid})
 
     def _client_event(self, pid: int) -> None:
         """The client of child `pid` forwarded a signal, or went away (then the child is
