@@ -23,7 +23,6 @@ import signal
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -53,6 +52,73 @@ ENTRY main {
   s = f32[8] reduce(e, zero), dimensions={1}, to_apply=add
   t = f32[4,8] transpose(e), dimensions={1,0}
   ROOT out = (f32[8], f32[4,8]) tuple(s, t)
+}
+"""
+
+# A second one with the structured operations (convolution, pooling window, while loop with
+# dynamic slices, sort, gather, a conversion): their emitters and passes warm up too.
+WARM_UP_MODULE_2 = """HloModule warm_up_more
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT l = pred[] compare(a, b), direction=LT
+}
+
+cond {
+  state = (s32[], f32[4,8]) parameter(0)
+  i = s32[] get-tuple-element(state), index=0
+  n = s32[] constant(3)
+  ROOT more = pred[] compare(i, n), direction=LT
+}
+
+body {
+  state = (s32[], f32[4,8]) parameter(0)
+  i = s32[] get-tuple-element(state), index=0
+  x = f32[4,8] get-tuple-element(state), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  t = f32[4,8] tanh(x)
+  zero = s32[] constant(0)
+  row = f32[1,8] dynamic-slice(t, i, zero), dynamic_slice_sizes={1,8}
+  y = f32[4,8] dynamic-update-slice(x, row, zero, zero)
+  ROOT next = (s32[], f32[4,8]) tuple(j, y)
+}
+
+ENTRY main {
+  img = f32[2,8,8,3] parameter(0)
+  k = f32[3,3,3,4] parameter(1)
+  x = f32[4,8] parameter(2)
+  idx = s32[5,1] parameter(3)
+  conv = f32[2,8,8,4] convolution(img, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  ninf = f32[] constant(-inf)
+  pool = f32[2,4,4,4] reduce-window(conv, ninf), window={size=1x2x2x1 stride=1x2x2x1}, to_apply=max
+  zi = s32[] constant(0)
+  init = (s32[], f32[4,8]) tuple(zi, x)
+  loop = (s32[], f32[4,8]) while(init), condition=cond, body=body
+  lx = f32[4,8] get-tuple-element(loop), index=1
+  io = s32[4,8] iota(), iota_dimension=1
+  sorted = (f32[4,8], s32[4,8]) sort(lx, io), dimensions={1}, is_stable=true, to_apply=less
+  sv = f32[4,8] get-tuple-element(sorted), index=0
+  g = f32[5,8] gather(sv, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}
+  h = f16[5,8] convert(g)
+  zero = f32[] constant(0)
+  tot = f32[2] reduce(pool, zero), dimensions={1,2,3}, to_apply=add
+  ROOT out = (f32[2], f16[5,8], f32[4,8]) tuple(tot, h, sv)
 }
 """
 
@@ -88,11 +154,8 @@ def warm_up() -> None:
 
     source_fingerprint()  # memoized: the sources are this server's stamp, they cannot change
 
-    with tempfile.TemporaryDirectory(prefix="hloc-server-warm-up-") as d:
-        path = os.path.join(d, "warm_up.hlo")
-        with open(path, "w", encoding="ascii") as f:
-            f.write(WARM_UP_MODULE)
-        compile_model(path, CompileOptions())
+    for n, text in enumerate((WARM_UP_MODULE, WARM_UP_MODULE_2)):
+        compile_model(f"warm_up_{n}.hlo", CompileOptions(), data=text.encode())
     gc.collect()
     gc.freeze()  # the children's collections leave the parent's objects (and pages) alone
 
