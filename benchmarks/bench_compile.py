@@ -66,7 +66,8 @@ def command_env(root: Path, tmp: Path, server: str) -> dict:
 def time_sample(root: Path, pb: Path, tmp: Path, repeat: int) -> dict:
     """The fastest whole-command compile without the cache or a server ("cold"), with a
     server ("server", when one runs) and from the cache ("hit"), wall and CPU ("cold_cpu",
-    "server_cpu", "hit_cpu")."""
+    "server_cpu", "hit_cpu"). A served compile's CPU time is the client's alone: the
+    compile runs in a child of the server, not of this process."""
     env, served = command_env(root, tmp, "off"), command_env(root, tmp, "")
     out = str(tmp / f"{pb.stem}.bundle")
     hloc_command(root, ["compile", str(pb), "-o", out], env)  # fills the cache, writes .pyc
@@ -102,7 +103,7 @@ def report(names: list[str], ours: dict, xla: dict) -> None:
     from bench_cpu import geomean
 
     nan = float("nan")
-    print(f"{'sample':<22} {'cold s':>7} {'cpu s':>7} {'server s':>8} {'cpu s':>7} {'hit s':>7} "
+    print(f"{'sample':<22} {'cold s':>7} {'cpu s':>7} {'server s':>8} {'cli cpu':>7} {'hit s':>7} "
           f"{'cpu s':>7} {'xla s':>7} {'cold/xla':>8} {'srv/xla':>8}")
     for name in names:
         o, x = ours[name], xla.get(name)
@@ -120,7 +121,7 @@ def report(names: list[str], ours: dict, xla: dict) -> None:
 
     print(f"geomean over {len(names)} samples: cold {mean('cold'):.3f} s "
           f"(CPU {mean('cold_cpu'):.3f} s), server {mean('server'):.3f} s "
-          f"(CPU {mean('server_cpu'):.3f} s), cache hit {mean('hit'):.3f} s "
+          f"(client CPU {mean('server_cpu'):.3f} s), cache hit {mean('hit'):.3f} s "
           f"(CPU {mean('hit_cpu'):.3f} s)"
           + (f", xla {geomean(list(xla.values())):.3f} s, cold/xla {over_xla('cold')}, "
              f"server/xla {over_xla('server')}" if xla else ""))
