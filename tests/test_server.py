@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hloc.server import protocol
+from hloc.server.daemon import WARM_UP_MODULE
 
 from .conftest import SAMPLES, require_samples
 
@@ -102,7 +103,7 @@ def test_another_hloc_environment_gets_its_own_server(server, tmp_path):
     it runs, which the child takes from the client."""
     require_samples()
     before = served(server)
-    result = hloc({**server, "HLOC_CPU_GEMM": "blas"}, "compile", SAMPLES / "mlp.pb",
+    result = hloc({**server, "HLOC_CPU_GEMM": "blas"}, "compile", small_module(tmp_path),
                   "-o", tmp_path / "own.bundle")
     assert result.returncode == 0, result.stderr
     assert served(server) == before
@@ -145,6 +146,14 @@ def test_signals_reach_the_compile_and_a_gone_client_stops_it(server, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pb"]
 
 
+def small_module(tmp_path: Path) -> Path:
+    """A small HLO text module (the server's own warm-up module) for the tests of where a
+    compile runs rather than what it produces."""
+    path = tmp_path / "small.hlo"
+    path.write_text(WARM_UP_MODULE)
+    return path
+
+
 def running(env: dict) -> int:
     (mine,) = [row for row in status(env) if row["current"]]
     return mine["running"]
@@ -173,21 +182,21 @@ def test_bad_requests_leave_the_server_running(server):
 
 
 def test_no_server_a_stale_socket_or_an_unsafe_directory_compiles_here(tmp_path):
-    require_samples()
     directory = tmp_path / "srv"
     env = command_env(directory)
     out = tmp_path / "out.bundle"
-    assert hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out).returncode == 0  # none runs
+    model = small_module(tmp_path)
+    assert hloc(env, "compile", model, "-o", out).returncode == 0  # none runs
     directory.mkdir(mode=0o700)
     ident = subprocess.run([sys.executable, "-c", "from hloc.server import protocol; "
                             "print(protocol.stamp())"], env=env, capture_output=True,
                            text=True, check=True).stdout.strip()
     with socket.socket(socket.AF_UNIX) as s:  # a dead server's socket: nobody listens
         s.bind(str(directory / f"{ident}.sock"))
-    result = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out)
+    result = hloc(env, "compile", model, "-o", out)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     directory.chmod(0o755)
-    assert hloc(env, "compile", SAMPLES / "mlp.pb", "-o", out).returncode == 0
+    assert hloc(env, "compile", model, "-o", out).returncode == 0
     refused = hloc(env, "server", "start")
     assert refused.returncode == 2
     assert "mode 755" in refused.stderr and "0700" in refused.stderr
