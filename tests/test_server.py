@@ -229,3 +229,53 @@ def auto_start_idle_timeout_and_stop(env: dict, tmp_path: Path) -> None:
     assert short.returncode == 0, short.stderr
     wait_for(lambda: status(env) == [], timeout=30, show=lambda: status(env))  # gone by itself
     assert hloc(env, "server", "stop").stdout.strip() == "hloc server: none running"
+
+
+def test_concurrent_clients_each_get_their_own_compile(server, tmp_path):
+    model = small_module(tmp_path)
+    before = served(server)
+    procs = [subprocess.Popen([sys.executable, "-m", "hloc", "compile", str(model), "-o",
+                               str(tmp_path / f"{n}.bundle")], env=server,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    assert served(server) == before + 4
+    alone = hloc({**server, "HLOC_SERVER": "off"}, "compile", model, "-o", tmp_path / "x.bundle")
+    assert alone.returncode == 0, alone.stderr
+    want = (tmp_path / "x.bundle").read_bytes()
+    assert all((tmp_path / f"{n}.bundle").read_bytes() == want for n in range(4))
+
+
+def test_foreground_server_stops_on_sigterm(tmp_path):
+    env = command_env(tmp_path / "srv")
+    proc = subprocess.Popen([sys.executable, "-m", "hloc", "server", "start", "--foreground"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: any(r["current"] for r in status(env)), timeout=60)
+        result = hloc(env, "compile", small_module(tmp_path), "-o", tmp_path / "out.bundle")
+        assert result.returncode == 0, result.stderr
+        assert served(env) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    assert "running (pid" in proc.stdout.read()
+    assert status(env) == [] and not list((tmp_path / "srv").glob("*.sock"))
+
+
+def test_a_server_that_does_not_answer_is_left_with_a_warning(tmp_path, monkeypatch, capsys):
+    """A socket that accepts but never answers (a stopped or wedged server): the client warns
+    and returns None, so the command compiles in its own process."""
+    from hloc.server import client
+
+    directory = tmp_path / "srv"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("HLOC_SERVER_DIR", str(directory))
+    monkeypatch.setenv("HLOC_SERVER", "")
+    monkeypatch.setattr(client, "ACK_TIMEOUT_S", 0.3)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(directory / f"{protocol.stamp()}.sock"))
+        listener.listen(1)
+        assert client.run_compile(["compile", "x.hlo", "-o", "x.bundle"]) is None
+    err = capsys.readouterr().err
+    assert "did not answer in time" in err and "compiling in this process" in err
