@@ -10,6 +10,7 @@ one). Then geometric means, and the ratio of hloc's whole command to XLA's compi
 16's goal: at most 1.5, and at most 0.25 s for a small module).
 
     .venv/bin/python benchmarks/bench_compile.py [-k SUBSTR] [--repeat 3] [--no-xla]
+        [--cpu x86-64-v3]   # compile for that level, XLA restricted the same way (bench_cpu)
         [--root CHECKOUT]   # time another checkout's hloc (e.g. a baseline) with this script
 """
 
@@ -63,31 +64,32 @@ def command_env(root: Path, tmp: Path, server: str) -> dict:
     return env
 
 
-def time_sample(root: Path, pb: Path, tmp: Path, repeat: int) -> dict:
+def time_sample(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = None) -> dict:
     """The fastest whole-command compile without the cache or a server ("cold"), with a
     server ("server", when one runs) and from the cache ("hit"), wall and CPU ("cold_cpu",
     "server_cpu", "hit_cpu"). A served compile's CPU time is the client's alone: the
     compile runs in a child of the server, not of this process."""
     env, served = command_env(root, tmp, "off"), command_env(root, tmp, "")
     out = str(tmp / f"{pb.stem}.bundle")
-    hloc_command(root, ["compile", str(pb), "-o", out], env)  # fills the cache, writes .pyc
-    cold = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache"], env)
+    level = ["--cpu", cpu] if cpu else []
+    hloc_command(root, ["compile", str(pb), "-o", out, *level], env)  # fills the cache, .pyc
+    cold = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache", *level], env)
                     for _ in range(repeat)])
-    hit = fastest([hloc_command(root, ["compile", str(pb), "-o", out], env)
+    hit = fastest([hloc_command(root, ["compile", str(pb), "-o", out, *level], env)
                    for _ in range(repeat)])
     times = {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
     if has_server(root):
-        server = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache"],
-                                       served) for _ in range(repeat)])
+        server = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache",
+                                              *level], served) for _ in range(repeat)])
         times.update(server=server[0], server_cpu=server[1])
     return times
 
 
-def xla_compile_times(jobs: list[dict], tmp: Path) -> dict[str, float]:
-    """XLA's compile time per sample (empty without a jax venv)."""
+def xla_compile_times(jobs: list[dict], tmp: Path, env: dict | None = None) -> dict[str, float]:
+    """XLA's compile time per sample (empty without a jax venv); `env`: its worker's."""
     from bench_cpu import XlaWorker
 
-    worker = XlaWorker(tmp, 0.0)
+    worker = XlaWorker(tmp, 0.0, env)
     times = {}
     try:
         for job in jobs:
@@ -142,7 +144,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="compiles per measurement (fastest)")
     ap.add_argument("--no-xla", action="store_true", help="skip XLA's compile times")
     ap.add_argument("--root", type=Path, default=ROOT, help="the hloc checkout to time")
+    ap.add_argument("--cpu", default=os.environ.get("HLOC_BENCH_CPU") or None,
+                    help="compile for this x86-64 level (x86-64-v3: AVX2), XLA restricted alike")
     args = ap.parse_args(argv)
+    from bench_cpu import restrict_to_level
+
+    xla_env = restrict_to_level(args.cpu)
     jobs = [j for j in sample_jobs(False) if args.k in j["name"]]
     root = args.root.resolve()
     with tempfile.TemporaryDirectory(prefix="hloc-bench-compile-") as d:
@@ -151,11 +158,11 @@ def main(argv=None) -> int:
         server_command(root, tmp, "start")
         try:
             for job in jobs:
-                ours[job["name"]] = time_sample(root, Path(job["pb"]), tmp, args.repeat)
+                ours[job["name"]] = time_sample(root, Path(job["pb"]), tmp, args.repeat, args.cpu)
                 print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
         finally:
             server_command(root, tmp, "stop")
-        xla = {} if args.no_xla else xla_compile_times(jobs, tmp)
+        xla = {} if args.no_xla else xla_compile_times(jobs, tmp, xla_env)
     report([j["name"] for j in jobs], ours, xla)
     return 0
 
