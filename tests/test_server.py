@@ -279,3 +279,16 @@ def test_a_server_that_does_not_answer_is_left_with_a_warning(tmp_path, monkeypa
         assert client.run_compile(["compile", "x.hlo", "-o", "x.bundle"]) is None
     err = capsys.readouterr().err
     assert "did not answer in time" in err and "compiling in this process" in err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--idle-timeout", "nan"], "--idle-timeout must be"),
+    (["--idle-timeout", "-1"], "--idle-timeout must be"),
+    ([], "socket path too long"),
+])
+def test_start_refuses_bad_settings_in_one_line(tmp_path, args, fragment):
+    directory = tmp_path / ("d" * 100 if not args else "srv")
+    result = hloc(command_env(directory), "server", "start", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr

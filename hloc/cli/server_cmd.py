@@ -29,7 +29,11 @@ def _this_server() -> dict[str, str]:
         directory = protocol.checked_dir(create=True)
     except protocol.ServerDirError as e:
         raise InputError(str(e)) from None
-    return protocol.paths(directory, protocol.stamp())
+    files = protocol.paths(directory, protocol.stamp())
+    if len(files["sock"].encode()) > protocol.SOCKET_PATH_MAX:
+        raise InputError("socket path too long for a Unix socket; set HLOC_SERVER_DIR to a "
+                         "shorter directory", path=files["sock"])
+    return files
 
 
 def _ask(path: str, message: dict) -> dict | None:
@@ -46,8 +50,8 @@ def _ask(path: str, message: dict) -> dict | None:
 @guarded("hloc server")
 def start(idle_timeout, foreground):
     """Start the compile server for this hloc (nothing to do if it runs)."""
-    if idle_timeout < 0:
-        raise InputError("--idle-timeout must be 0 or more seconds")
+    if not 0 <= idle_timeout < float("inf"):  # NaN fails too
+        raise InputError("--idle-timeout must be a number of seconds, 0 or more (0: never)")
     files = _this_server()
     running = _ask(files["sock"], {"op": "status"})
     if running:
