@@ -4,6 +4,7 @@ else, and a compile without a server, runs hloc.cli.main in this process."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -12,8 +13,13 @@ def main() -> None:
         from ..server.client import run_compile
 
         code = run_compile(sys.argv[1:])
-        if code is not None:
-            sys.exit(code)
+        if code is not None:  # served: nothing of this process's needs tearing down
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a closed pipe: the compile's output went anyway
+                    pass
+            os._exit(code)
     from .main import main as run_here
 
     run_here()
