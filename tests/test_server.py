@@ -42,9 +42,22 @@ def status(env: dict) -> list[dict]:
     return json.loads(result.stdout)
 
 
+_SOCKETS: dict[str, str] = {}  # server directory -> the socket its clients use
+
+
+def current(env: dict) -> dict:
+    """The status of the server that `env`'s clients use: its socket found once with
+    `hloc server status` (a process of its own), then asked directly."""
+    directory = env["HLOC_SERVER_DIR"]
+    path = _SOCKETS.get(directory)
+    if path is None or not os.path.exists(path):
+        (row,) = [row for row in status(env) if row["current"]]
+        path = _SOCKETS[directory] = row["socket"]
+    return protocol.ask(path, {"op": "status"})
+
+
 def served(env: dict) -> int:
-    (mine,) = [row for row in status(env) if row["current"]]
-    return mine["served"]
+    return current(env)["served"]
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +168,7 @@ def small_module(tmp_path: Path) -> Path:
 
 
 def running(env: dict) -> int:
-    (mine,) = [row for row in status(env) if row["current"]]
-    return mine["running"]
+    return current(env)["running"]
 
 
 def wait_for(condition, timeout: float = 30.0, show=lambda: None) -> None:
@@ -167,7 +179,7 @@ def wait_for(condition, timeout: float = 30.0, show=lambda: None) -> None:
 
 
 def test_bad_requests_leave_the_server_running(server):
-    (mine,) = [row for row in status(server) if row["current"]]
+    mine = current(server)
     for payload in (b"\x00\x00\x00\x05junk!", b"\xff\xff\xff\xff", b""):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(mine["socket"])
