@@ -174,6 +174,7 @@ class Server:
         self.started = time.time()
         self.last_active = time.monotonic()
         self.stopping = False
+        self.stop_reason = ""
         self.wake_r, self.wake_w = os.pipe()
 
     # ---- the loop ----
@@ -184,14 +185,14 @@ class Server:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
+            signal.signal(sig, lambda signum, _: self.stop(f"signal {signum}"))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         while not (self.stopping and not self.children):
             timeout = self._idle_left()
             if timeout is not None and timeout <= 0:
-                self.stop()
+                self.stop(f"idle for {self.idle_timeout:g} s")
                 continue
             for key, _ in self.selector.select(timeout):
                 self._dispatch(key.data)
@@ -211,12 +212,13 @@ class Server:
         else:
             self._client_event(what)
 
-    def stop(self) -> None:
+    def stop(self, reason: str) -> None:
         """Stop accepting (the socket goes, so new clients compile on their own); running
-        compiles finish."""
+        compiles finish. `reason` goes to the log."""
         if self.stopping:
             return
         self.stopping = True
+        self.stop_reason = reason
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(self.listener)
         self.listener.close()
@@ -259,7 +261,7 @@ class Server:
             protocol.send(conn, {"stopping": True, "pid": os.getpid(),
                                  "running": len(self.children)})
             conn.close()
-            self.stop()
+            self.stop("asked to stop")
         elif op == "compile" and message.get("v") == protocol.PROTOCOL:
             request = _checked_request(message, fds)
             self._fork(conn, request, fds)
@@ -443,6 +445,7 @@ def serve(idle_timeout: float, announce=print) -> int:
         announce(f"hloc server: running (pid {os.getpid()}, socket {files['sock']}, "
                  f"idle timeout {idle_timeout:g} s)")
         server.run()
+        announce(f"hloc server: stopped ({server.stop_reason}) after {server.served} compile(s)")
         return 0
     finally:  # only the server reaches this (its children end in os._exit)
         with contextlib.suppress(OSError):
