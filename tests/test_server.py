@@ -145,6 +145,19 @@ def test_stamp_follows_hloc_environment_not_server_settings(monkeypatch):
     assert protocol.stamp() != base
 
 
+def test_stamp_follows_installs_not_new_files(tmp_path, monkeypatch):
+    """Files appearing in a sys.path directory (a fresh venv's __pycache__, bundles written
+    into a PYTHONPATH directory) leave the stamp alone; an installed distribution does not.
+    (The first fresh-clone run of the suite had servers go stale this way.)"""
+    monkeypatch.setattr(sys, "path", [sys.path[0], str(tmp_path), *sys.path[1:]])
+    base = protocol.stamp()
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "out.bundle").write_bytes(b"x")
+    assert protocol.stamp() == base
+    (tmp_path / "numpy-9.9.dist-info").mkdir()
+    assert protocol.stamp() != base
+
+
 def test_signals_reach_the_compile_and_a_gone_client_stops_it(server, tmp_path):
     """The compile of a FIFO blocks until someone writes it: SIGTERM to the client ends it
     (exit 143, nothing written); a client killed outright has its compile stopped."""

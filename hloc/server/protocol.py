@@ -6,8 +6,8 @@ would cost a compile through the server 6 ms.
 
 A server is identified by a stamp of everything that decides what a compile imports and
 produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the
-modification times of its directories (a package installed or upgraded there changes them;
-the first entry, the command's own directory, is left out),
+distributions installed in each of its directories (an install, upgrade or removal changes
+them; the first entry, the command's own directory, is left out),
 hloc's own sources (path, size, mtime) and the HLOC_* environment (some of it is read when a
 module is imported; READ_AT_RUN_TIME lists the variables that are not, which the child takes
 from the client like the rest of its environment). A client only talks to the server with its own stamp; any other serves
@@ -82,16 +82,22 @@ def _hloc_sources() -> str:
     return stat_listing(source_files())
 
 
-def _path_entries() -> list[tuple[str, int]]:
-    """sys.path after its first entry, which is where the command started from (the
-    `hloc` script's directory, the working directory of `python -m hloc`), not what it
-    imports: hloc's own directory is stamped separately."""
-    entries = []
+def _path_entries() -> list[tuple[str, list[str] | None]]:
+    """sys.path after its first entry (which is where the command started from: the `hloc`
+    script's directory, the working directory of `python -m hloc`; hloc's own directory is
+    stamped separately), each with the distributions installed there (their `.dist-info`
+    and `.egg-info` names carry the versions). Not the directories' modification times:
+    those change whenever a file appears there (a `__pycache__` on a fresh venv's first
+    imports, a bundle written into a PYTHONPATH directory), and a server would go stale
+    after one compile."""
+    entries: list[tuple[str, list[str] | None]] = []
     for entry in sys.path[1:]:
         try:
-            entries.append((entry, os.stat(entry or ".").st_mtime_ns))
-        except OSError:
-            entries.append((entry, -1))
+            names = sorted(n for n in os.listdir(entry or ".")
+                           if n.endswith((".dist-info", ".egg-info")))
+        except OSError:  # a zip file, a path hook's name, a missing directory
+            names = None
+        entries.append((entry, names))
     return entries
 
 
