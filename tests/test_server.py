@@ -63,8 +63,8 @@ def served(env: dict) -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A running server and the environment its clients use. Its idle timeout outlasts the
-    suite: xdist may run this module's tests on a worker minutes apart (a 120 s timeout ended
-    it between two of them on a fresh clone); the teardown stops it."""
+    suite, as xdist may run this module's tests on a worker minutes apart; the teardown
+    stops it."""
     directory = tmp_path_factory.mktemp("server") / "srv"
     env = command_env(directory)
     started = hloc(env, "server", "start", "--idle-timeout", "3600")
