@@ -319,3 +319,30 @@ def test_start_refuses_bad_settings_in_one_line(tmp_path, args, fragment):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], result.stderr
+
+
+def test_start_waits_for_a_server_that_is_still_stopping(tmp_path):
+    """A server removes its socket first and its lock last: a start in between waits for the
+    lock instead of reporting "already running" for a server that is going away."""
+    import fcntl
+
+    directory = tmp_path / "srv"
+    directory.mkdir(mode=0o700)
+    env = command_env(directory)
+    ident = subprocess.run([sys.executable, "-c", "from hloc.server import protocol; "
+                            "print(protocol.stamp())"], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    with open(directory / f"{ident}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a stopping server: lock held, no socket
+        start = subprocess.Popen([sys.executable, "-m", "hloc", "server", "start",
+                                  "--idle-timeout", "60"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    try:
+        out, err = start.communicate(timeout=60)
+        assert start.returncode == 0, err
+        assert "started" in out
+        assert served(env) == 0
+    finally:
+        hloc(env, "server", "stop")

@@ -407,6 +407,20 @@ def _become_client(server: Server, conn: socket.socket, request: dict, fds: list
     sys.argv = ["hloc", *request["argv"]]
 
 
+def _take_lock(lock: int, socket_path: str, wait_s: float = 10.0) -> bool:
+    """The server's lock, or False when another server holds it. A holder without a socket
+    is starting up or stopping (it removes its socket first): wait for it, up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if os.path.exists(socket_path) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
 def serve(idle_timeout: float, announce=print) -> int:
     """Run a server for this process's stamp until it stops. 0 when it ran (or one already
     runs: `announce` says so), 2 when the server directory is unsafe."""
@@ -422,9 +436,7 @@ def serve(idle_timeout: float, announce=print) -> int:
               "to a shorter directory", file=sys.stderr)
         return 2
     lock = os.open(files["lock"], os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take_lock(lock, files["sock"]):
         announce(f"hloc server: already running for this hloc ({files['sock']})")
         os.close(lock)
         return 0
