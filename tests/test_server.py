@@ -143,6 +143,9 @@ def test_stamp_follows_hloc_environment_not_server_settings(monkeypatch):
     assert protocol.stamp() == base
     monkeypatch.setenv("HLOC_CPU_GEMM", "blas")
     assert protocol.stamp() != base
+    monkeypatch.delenv("HLOC_CPU_GEMM")
+    monkeypatch.setenv("PYTHONWARNINGS", "error")  # read by an interpreter as it starts
+    assert protocol.stamp() != base
 
 
 def test_stamp_follows_installs_not_new_files(tmp_path, monkeypatch):

@@ -8,9 +8,10 @@ A server is identified by a stamp of everything that decides what a compile impo
 produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the
 distributions installed in each of its directories (an install, upgrade or removal changes
 them; the first entry, the command's own directory, is left out),
-hloc's own sources (path, size, mtime) and the HLOC_* environment (some of it is read when a
+hloc's own sources (path, size, mtime), the HLOC_* environment (some of it is read when a
 module is imported; READ_AT_RUN_TIME lists the variables that are not, which the child takes
-from the client like the rest of its environment). A client only talks to the server with its own stamp; any other serves
+from the client like the rest of its environment) and the PYTHON* variables (PYTHONWARNINGS,
+PYTHONHASHSEED, ...: the interpreter reads them when it starts, and a child never starts). A client only talks to the server with its own stamp; any other serves
 someone else and is never used.
 
 Files, in the server directory (mode 0700, owned by the user; refused otherwise):
@@ -110,8 +111,9 @@ READ_AT_RUN_TIME = frozenset({"HLOC_CACHE_DIR", "HLOC_DUMP_DIR", "HLOC_DEBUG",
 def stamp() -> str:
     """This process's server identity (see the module docstring): 16 hex digits."""
     env = sorted((k, v) for k, v in os.environ.items()
-                 if k.startswith("HLOC_") and not k.startswith("HLOC_SERVER")
-                 and k not in READ_AT_RUN_TIME)
+                 if (k.startswith("HLOC_") and not k.startswith("HLOC_SERVER")
+                     and k not in READ_AT_RUN_TIME)
+                 or k.startswith("PYTHON"))  # the interpreter's own settings, read at its start
     text = repr((PROTOCOL, sys.executable, sys.version, _path_entries(), env,
                  os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                  _hloc_sources())).encode()
