@@ -170,9 +170,13 @@ def test_signals_reach_the_compile_and_a_gone_client_stops_it(server, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "hloc", "compile", str(fifo), "-o",
                                  str(tmp_path / "out.bundle")], env=server,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        wait_for(lambda: running(server) == 1)
-        proc.send_signal(sig)
-        assert proc.wait(timeout=30) == code
+        try:
+            wait_for(lambda: running(server) == 1)
+            proc.send_signal(sig)
+            assert proc.wait(timeout=30) == code
+        finally:  # a client that compiled on its own would wait for a writer forever
+            proc.kill()
+            proc.wait()
         wait_for(lambda: running(server) == 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pb"]
 
