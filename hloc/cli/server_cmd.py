@@ -26,14 +26,9 @@ def server_cmd() -> None:
 
 def _this_server() -> dict[str, str]:
     try:
-        directory = protocol.checked_dir(create=True)
+        return protocol.server_files(create=True)
     except protocol.ServerDirError as e:
         raise InputError(str(e)) from None
-    files = protocol.paths(directory, protocol.stamp())
-    if len(files["sock"].encode()) > protocol.SOCKET_PATH_MAX:
-        raise InputError("socket path too long for a Unix socket; set HLOC_SERVER_DIR to a "
-                         "shorter directory", path=files["sock"])
-    return files
 
 
 def _ask(path: str, message: dict) -> dict | None:

@@ -23,11 +23,9 @@ def run_compile(argv: list[str]) -> int | None:
     if mode in OFF:
         return None
     try:
-        directory = protocol.checked_dir(create=mode == "auto")
+        files = protocol.server_files(create=mode == "auto")
     except protocol.ServerDirError:
         return None  # none of ours can be there; `hloc server start` explains why
-    ident = protocol.stamp()
-    files = protocol.paths(directory, ident)
     try:
         sock = protocol.connect(files["sock"], timeout=2.0)
     except OSError:

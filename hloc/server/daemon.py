@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 
+from ..util.sources import PACKAGE_DIR
 from . import protocol
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -272,7 +273,7 @@ class Server:
         return {"pid": os.getpid(), "stamp": self.ident, "socket": self.socket_path,
                 "started": self.started, "served": self.served, "running": len(self.children),
                 "idle_timeout": self.idle_timeout, "python": sys.executable,
-                "hloc": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+                "hloc": PACKAGE_DIR}
 
     def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         pid = os.fork()
@@ -423,17 +424,11 @@ def _take_lock(lock: int, socket_path: str, wait_s: float = 10.0) -> bool:
 
 def serve(idle_timeout: float, announce=print) -> int:
     """Run a server for this process's stamp until it stops. 0 when it ran (or one already
-    runs: `announce` says so), 2 when the server directory is unsafe."""
+    runs: `announce` says so), 2 when the server directory is unsafe or too long a path."""
     try:
-        directory = protocol.checked_dir(create=True)
+        files = protocol.server_files(create=True)
     except protocol.ServerDirError as e:
         print(f"hloc server: error: {e}", file=sys.stderr)
-        return 2
-    ident = protocol.stamp()
-    files = protocol.paths(directory, ident)
-    if len(files["sock"].encode()) > protocol.SOCKET_PATH_MAX:
-        print(f"hloc server: error: {files['sock']}: socket path too long; set HLOC_SERVER_DIR "
-              "to a shorter directory", file=sys.stderr)
         return 2
     lock = os.open(files["lock"], os.O_RDWR | os.O_CREAT, 0o600)
     if not _take_lock(lock, files["sock"]):
@@ -453,7 +448,7 @@ def serve(idle_timeout: float, announce=print) -> int:
         finally:
             os.umask(old_umask)
         listener.listen(128)
-        server = Server(listener, ident, files["sock"], idle_timeout)
+        server = Server(listener, files["stamp"], files["sock"], idle_timeout)
         announce(f"hloc server: running (pid {os.getpid()}, socket {files['sock']}, "
                  f"idle timeout {idle_timeout:g} s)")
         server.run()

@@ -32,6 +32,8 @@ import struct
 import sys
 import zlib
 
+from ..util.sources import PACKAGE_DIR, source_files, stat_listing
+
 PROTOCOL = 1
 MAX_MESSAGE = 16 << 20  # a request carries the environment and argv: far below this
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
@@ -77,12 +79,6 @@ def checked_dir(create: bool) -> str:
     return path
 
 
-def _hloc_sources() -> str:
-    from ..util.sources import source_files, stat_listing
-
-    return stat_listing(source_files())
-
-
 def _path_entries() -> list[tuple[str, list[str] | None]]:
     """sys.path after its first entry (which is where the command started from: the `hloc`
     script's directory, the working directory of `python -m hloc`; hloc's own directory is
@@ -115,14 +111,20 @@ def stamp() -> str:
                      and k not in READ_AT_RUN_TIME)
                  or k.startswith("PYTHON"))  # the interpreter's own settings, read at its start
     text = repr((PROTOCOL, sys.executable, sys.version, _path_entries(), env,
-                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                 _hloc_sources())).encode()
+                 PACKAGE_DIR, stat_listing(source_files()))).encode()
     return f"{zlib.crc32(text):08x}{zlib.adler32(text[::-1]):08x}"
 
 
-def paths(directory: str, ident: str) -> dict[str, str]:
-    """The server's files: sock, lock, log."""
-    return {kind: os.path.join(directory, f"{ident}.{kind}") for kind in ("sock", "lock", "log")}
+def server_files(create: bool) -> dict[str, str]:
+    """This process's server: its "stamp" and its files ("sock", "lock", "log") in the
+    checked server directory (created when `create`). Raises ServerDirError for an unsafe
+    directory or a socket path too long for a Unix socket."""
+    directory, ident = checked_dir(create), stamp()
+    files = {kind: os.path.join(directory, f"{ident}.{kind}") for kind in ("sock", "lock", "log")}
+    if len(files["sock"].encode()) > SOCKET_PATH_MAX:
+        raise ServerDirError(f"{files['sock']}: socket path too long for a Unix socket; set "
+                             "HLOC_SERVER_DIR to a shorter directory")
+    return {"stamp": ident, **files}
 
 
 def send(sock, message: dict, fds: list[int] | None = None) -> None:
