@@ -276,9 +276,14 @@ class Server:
                 "hloc": PACKAGE_DIR}
 
     def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        # A signal the client forwards can reach the child before the child has dropped the
+        # server's handlers (which would stop the server's loop, in the child, and go on):
+        # the child starts with them blocked and unblocks them once its own are in place.
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
         pid = os.fork()
         if pid == 0:
-            _child(self, conn, request, fds)  # never returns
+            _child(self, conn, request, fds, before)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         self.served += 1
         self.last_active = time.monotonic()  # compiles keep a server alive; status asks do not
         self.children[pid] = conn
@@ -358,11 +363,13 @@ def _checked_request(message: dict, fds: list[int]) -> dict:
     return {"argv": argv, "cwd": cwd, "env": env, "streams": streams, "umask": umask}
 
 
-def _child(server: Server, conn: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked child: become the client's `hloc` process and run its command line."""
+def _child(server: Server, conn: socket.socket, request: dict, fds: list[int],
+           mask: set[signal.Signals]) -> None:
+    """In the forked child: become the client's `hloc` process and run its command line
+    (`mask`: the signal mask to restore once the child's own handlers are in place)."""
     code = 3
     try:
-        _become_client(server, conn, request, fds)
+        _become_client(server, conn, request, fds, mask)
         from hloc.cli.main import main
 
         main()  # ends the process itself (exit_without_teardown)
@@ -379,11 +386,13 @@ def _child(server: Server, conn: socket.socket, request: dict, fds: list[int]) -
         os._exit(code)
 
 
-def _become_client(server: Server, conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _become_client(server: Server, conn: socket.socket, request: dict, fds: list[int],
+                   mask: set[signal.Signals]) -> None:
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one already forwarded takes effect now
     server.selector.close()
     for sock in (server.listener, conn, *server.children.values()):
         sock.close()
