@@ -364,7 +364,7 @@ def _checked_request(message: dict, fds: list[int]) -> dict:
 
 
 def _child(server: Server, conn: socket.socket, request: dict, fds: list[int],
-           mask: set[signal.Signals]) -> None:
+           mask: set[int | signal.Signals]) -> None:
     """In the forked child: become the client's `hloc` process and run its command line
     (`mask`: the signal mask to restore once the child's own handlers are in place)."""
     code = 3
@@ -387,7 +387,7 @@ def _child(server: Server, conn: socket.socket, request: dict, fds: list[int],
 
 
 def _become_client(server: Server, conn: socket.socket, request: dict, fds: list[int],
-                   mask: set[signal.Signals]) -> None:
+                   mask: set[int | signal.Signals]) -> None:
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
