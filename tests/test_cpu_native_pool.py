@@ -91,6 +91,19 @@ def test_concurrent_callers_share_one_pool(pool):
     assert not errors, errors[0]
 
 
+def test_a_worker_that_starts_after_the_pool_stopped_returns():
+    """A worker thread the scheduler runs only after close() (a loaded machine) must not wait
+    for a generation that will never come: the close would wait for it for ever."""
+    lib = gemm._library()
+    own = native_pool.NativePool(lib.library, gemm.AVX512.work_floats, 1)
+    own.close()
+    late = threading.Thread(target=own._entry, args=(own._state.ctypes.data,
+                                                      own._buffers[0].ctypes.data), daemon=True)
+    late.start()
+    late.join(timeout=10)
+    assert not late.is_alive()
+
+
 def test_big_products_are_cut_for_the_pool(monkeypatch):
     monkeypatch.setattr(native_pool, "threads", lambda: 2)
     monkeypatch.setattr(blas, "NATIVE_SINGLE_THREAD_FLOPS", 2000000)

@@ -215,8 +215,11 @@ class _Pool:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         blocks = {n: fn.append_basic_block(n) for n in ("wait", "spin", "sleep", "got", "stop")}
         first = self.load(b, state, GENERATION, I32)
+        # A pool stopped before this thread ran has bumped the generation for the last time:
+        # STOP, read after the generation (stored before it), is already set then.
         entry = b.block
-        b.branch(blocks["wait"])
+        b.cbranch(b.icmp_signed("!=", self.load(b, state, STOP, I32), _c(0, I32)),
+                  blocks["stop"], blocks["wait"])
         b.position_at_end(blocks["wait"])  # a new wait for a generation after `seen`
         seen = b.phi(I32, "seen")
         seen.add_incoming(first, entry)
