@@ -76,7 +76,7 @@ def test_flush_merges_with_what_other_processes_wrote(cache_file):
     records.flush()
     mine = len(marshal.loads(cache_file.read_bytes())[1])
     records._cache = {}
-    records._new = {"def other(): pass": compile("def other(): pass", "<string>", "exec")}
+    records._new = {"def other(): pass": marshal.dumps(compile("def other(): pass", "<string>", "exec"))}
     records.flush()
     theirs = marshal.loads(cache_file.read_bytes())[1]
     assert len(theirs) == mine + 1 and "def other(): pass" in theirs
@@ -92,7 +92,17 @@ def test_a_bad_cache_file_is_ignored_and_replaced(cache_file, content):
     records.flush()
     magic, entries = marshal.loads(cache_file.read_bytes())
     assert magic == records.MAGIC_NUMBER and entries
-    assert all(isinstance(v, type(define.__code__)) for v in entries.values())
+    assert all(isinstance(marshal.loads(v), type(define.__code__)) for v in entries.values())
+
+
+def test_a_corrupt_entry_is_compiled_again(cache_file):
+    define()
+    records.flush()
+    magic, entries = marshal.loads(cache_file.read_bytes())
+    cache_file.write_bytes(marshal.dumps((magic, {k: b"junk" for k in entries})))
+    records._cache = None
+    check_behaves_as_the_standard_dataclass(*define())
+    assert set(records._new) == set(entries)
 
 
 def test_nothing_written_without_bytecode_or_where_it_cannot_be(cache_file, monkeypatch):

@@ -11,7 +11,8 @@ cache of compiled code objects: `hloc/__pycache__/dataclass-methods.TAG.marshal`
 bytecode Python caches for hloc's modules and written under the same rules (not with
 `PYTHONDONTWRITEBYTECODE`, not where the directory cannot be written). An entry is keyed by the
 exact text, so it can never be stale; the file is marshal data (the interpreter's bytecode
-magic number, then a dict of text to code), read once per process. A missing, unreadable or malformed file only means compiling as `dataclasses`
+magic number, then a dict of text to marshalled code), read once per process, each code
+unmarshalled only when its class is defined. A missing, unreadable or malformed file only means compiling as `dataclasses`
 always does. New entries are written when the process ends (`flush`, called by the CLI's exit
 and at interpreter exit), merged with what other processes wrote meanwhile.
 """
@@ -25,16 +26,17 @@ import os
 import sys
 import threading
 from importlib.util import MAGIC_NUMBER
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .sources import PACKAGE_DIR
 
 MAX_ENTRIES = 4096  # past this (many hloc versions' texts), keep only what this process used
 
 _lock = threading.RLock()
-_cache: dict[str, Any] | None = None  # text -> code object, once read
-_new: dict[str, Any] = {}
+_cache: dict[str, bytes] | None = None  # text -> its code, marshalled (loaded when used)
+_new: dict[str, bytes] = {}
 _used: set[str] = set()
+_CODE = type(compile("", "<string>", "exec"))
 
 
 def cache_path() -> str:
@@ -42,7 +44,7 @@ def cache_path() -> str:
     return os.path.join(PACKAGE_DIR, "__pycache__", f"dataclass-methods.{tag}.marshal")
 
 
-def _read(path: str) -> dict[str, Any]:
+def _read(path: str) -> dict[str, bytes]:
     try:
         with open(path, "rb") as f:
             magic, data = marshal.load(f)
@@ -50,21 +52,30 @@ def _read(path: str) -> dict[str, Any]:
         return {}
     if magic != MAGIC_NUMBER or not isinstance(data, dict):  # another bytecode version
         return {}
-    code_type = type(_read.__code__)
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, code_type)}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, bytes)}
+
+
+def _code(source: str):
+    """The code of `source` (a method's text): from the cache, else compiled (and kept)."""
+    global _cache
+    if _cache is None:
+        _cache = _read(cache_path())
+    _used.add(source)
+    blob = _cache.get(source)
+    if blob is not None:
+        try:
+            code = marshal.loads(blob)
+        except (EOFError, ValueError, TypeError):
+            code = None
+        if isinstance(code, _CODE):
+            return code
+    code = compile(source, "<string>", "exec")
+    _new[source] = _cache[source] = marshal.dumps(code)
+    return code
 
 
 def _cached_exec(source, globals=None, locals=None):  # noqa: A002 - exec's own parameters
-    global _cache
-    if isinstance(source, str):
-        if _cache is None:
-            _cache = _read(cache_path())
-        code = _cache.get(source)
-        if code is None:
-            code = _new[source] = _cache[source] = compile(source, "<string>", "exec")
-        _used.add(source)
-        source = code
-    return builtins.exec(source, globals, locals)
+    return builtins.exec(_code(source) if isinstance(source, str) else source, globals, locals)
 
 
 def _fast_dataclass(cls=None, /, **options):
