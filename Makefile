@@ -16,7 +16,12 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,dist]'
+	@# compat: hloc's directory as a plain path in a .pth, not setuptools' import hook, which
+	@# costs every hloc command ~30 ms of Python start (a wheel install has neither). The
+	@# mode is "transitional" in setuptools: the default editable install if it goes away.
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[dev,dist]' \
+		--config-settings editable_mode=compat \
+		|| $(PY) -m pip install --quiet -e '.[dev,dist]'
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create the virtualenv and install hloc with dev and dist (MPI) extras
