@@ -8,7 +8,7 @@ DEMO   ?= mlp
 DEMO_TARGET ?= cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint typecheck format proto proto-check samples bench gpu-check clean fuzz
+.PHONY: help venv demo test test-all suite suite-all lint typecheck format proto proto-check samples bench gpu-check clean fuzz
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -37,16 +37,23 @@ demo: $(STAMP) ## compile and run a sample end to end
 # the emulator) and every test is independent (tmp_path). Without xdist they run serially.
 XDIST  = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n 2")
 
+# mypy (one core, ~25 s from a fresh clone) runs beside the suite, which leaves a core idle now
+# and then (the workers' start, the last tests of one while the other finishes): about 20 s of
+# a fresh `make test`. -Oline keeps each line of theirs whole; either failing fails the target.
 test: $(STAMP) ## lint + the test suite without `slow` tests (every backend still against the interpreter)
 	$(PY) tools/gen_proto.py --check
 	$(VENV)/bin/ruff check hloc tests tools benchmarks
-	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
+	@$(MAKE) --no-print-directory -j2 -Oline typecheck suite
 
 test-all: $(STAMP) ## lint + the whole test suite, `slow` tests included
 	$(PY) tools/gen_proto.py --check
 	$(VENV)/bin/ruff check hloc tests tools benchmarks
-	$(PY) -m mypy
+	@$(MAKE) --no-print-directory -j2 -Oline typecheck suite-all
+
+suite: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
+
+suite-all: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST)
 
 lint: $(STAMP) ## ruff lint and mypy type check
