@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml
 	@# compat: hloc's directory as a plain path in a .pth, not setuptools' import hook, which
 	@# costs every hloc command ~30 ms of Python start (a wheel install has neither). The
 	@# mode is "transitional" in setuptools: the default editable install if it goes away.
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[dev,dist]' \
+	@# --no-compile: bytecode is written at first import, for what is imported (7 of 27 s).
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-compile -e '.[dev,dist]' \
 		--config-settings editable_mode=compat \
-		|| $(PY) -m pip install --quiet -e '.[dev,dist]'
+		|| $(PY) -m pip install --quiet --no-compile -e '.[dev,dist]'
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create the virtualenv and install hloc with dev and dist (MPI) extras
