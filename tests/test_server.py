@@ -202,7 +202,9 @@ def wait_for(condition, timeout: float = 30.0, show=lambda: None) -> None:
 
 def test_bad_requests_leave_the_server_running(server):
     mine = current(server)
-    for payload in (b"\x00\x00\x00\x05junk!", b"\xff\xff\xff\xff", b""):
+    deep = b"[" * 200_000
+    for payload in (b"\x00\x00\x00\x05junk!", b"\xff\xff\xff\xff", b"",
+                    len(deep).to_bytes(4, "big") + deep):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(mine["socket"])
             s.sendall(payload)
@@ -213,6 +215,45 @@ def test_bad_requests_leave_the_server_running(server):
         answer = protocol.ask(mine["socket"], request)
         assert "error" in answer
     assert served(server) >= 0 and running(server) == 0
+
+
+MESSAGES = [
+    {"op": "compile", "v": 1, "argv": ["compile", "a b.pb", "é\u2028\n\"\\"], "cwd": "/tmp",
+     "env": {"A": "x\x00y", "B": "\udcff", "": ""}, "umask": 0o22, "streams": [0, 1, 2]},
+    {"pid": 123}, {"exit": 0}, {"signal": 15}, {},
+    {"started": 1764190000.25, "idle_timeout": float("inf"), "none": None, "yes": True,
+     "no": False, "big": 2**70, "neg": -3, "nested": [[], {}, [1, [2.5, "x"]]]},
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+def test_the_wire_format_is_json(message):
+    """The client's codec (json's C half, without `json` and the `re` it imports) writes
+    what json.loads reads, and reads what json.dumps writes."""
+    assert json.loads(protocol.encode(message)) == message
+    assert protocol.decode(json.dumps(message).encode()) == message
+    assert protocol.decode(protocol.encode(message)) == message
+
+
+@pytest.mark.parametrize("data", [b"", b"{", b"[1,", b'{"a": 1} x', b"\xff\xfe", b"nul",
+                                  b'{"a" 1}', b"[" * 100_000, b'{"a": 01}', b"'x'"])
+def test_the_wire_format_refuses_what_json_refuses(data):
+    with pytest.raises((ValueError, RecursionError)):  # json: RecursionError for the nesting
+        json.loads(data)
+    with pytest.raises(ValueError):  # one error for the server to answer
+        protocol.decode(data)
+
+
+def test_a_served_compile_imports_nothing_heavy_before_the_server_answers():
+    """What the `hloc` command imports before it reaches a server: not click, json, re,
+    enum, socket, array or anything of the compiler (each costs a served compile time)."""
+    code = ("import sys; from hloc.cli import entry; from hloc.server import client; "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
+    heavy = {"click", "json", "re", "enum", "socket", "array", "numpy", "hloc.compiler",
+             "hloc.ir", "google.protobuf", "llvmlite"}
+    assert not loaded & heavy, loaded & heavy
 
 
 def test_no_server_a_stale_socket_or_an_unsafe_directory_compiles_here(tmp_path):

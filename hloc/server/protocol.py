@@ -1,8 +1,9 @@
 """Where a compile server lives, which hloc it is, and the messages on its socket.
 
-Kept to the standard library's cheapest modules (os, _socket, array, struct, json, zlib): the
-client side runs before any of hloc's compiler is imported, and `socket` alone (its enums)
-would cost a compile through the server 6 ms.
+Kept to the standard library's cheapest modules (os, _socket, struct, zlib, and json's C half
+`_json`): the client side runs before any of hloc's compiler is imported. `socket` alone (its
+enums) would cost a compile through the server 6 ms, and `json` (which imports `re` and
+`enum`) 17 ms; `array` another 1 ms.
 
 A server is identified by a stamp of everything that decides what a compile imports and
 produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the
@@ -25,12 +26,15 @@ the client's standard streams as SCM_RIGHTS file descriptors.
 from __future__ import annotations
 
 import _socket
-import array
-import json
 import os
 import struct
 import sys
 import zlib
+
+try:
+    import _json  # the C half of `json`: its encoder of strings and its scanner
+except ImportError:  # another Python: the json module, at its import cost
+    _json = None
 
 from ..util.sources import PACKAGE_DIR, source_files, stat_listing
 
@@ -127,12 +131,88 @@ def server_files(create: bool) -> dict[str, str]:
     return {"stamp": ident, **files}
 
 
+def encode(value) -> bytes:
+    """JSON of a message (dicts with string keys, lists, tuples, strings, integers, floats,
+    booleans, None), as `json.dumps` reads it back."""
+    if _json is None:
+        import json
+
+        return json.dumps(value).encode()
+    out: list[str] = []
+    _encode(value, out)
+    return "".join(out).encode()
+
+
+def _encode(value, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(_json.encode_basestring_ascii(value))
+    elif value is None or isinstance(value, bool):
+        out.append({None: "null", True: "true", False: "false"}[value])
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(float.__repr__(value) if value == value and abs(value) != float("inf")
+                   else "NaN" if value != value else "Infinity" if value > 0 else "-Infinity")
+    elif isinstance(value, dict):
+        out.append("{")
+        for n, (key, item) in enumerate(value.items()):
+            if not isinstance(key, str):
+                raise TypeError(f"a message's keys are strings, not {type(key).__name__}")
+            out.append("," if n else "")
+            out.append(_json.encode_basestring_ascii(key))
+            out.append(":")
+            _encode(item, out)
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for n, item in enumerate(value):
+            out.append("," if n else "")
+            _encode(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"a message cannot hold a {type(value).__name__}")
+
+
+class _ScanSettings:
+    """What json's C scanner reads from a JSONDecoder: json.loads' defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod({"NaN": float("nan"), "Infinity": float("inf"),
+                                   "-Infinity": float("-inf")}.__getitem__)
+
+
+_scan = _json.make_scanner(_ScanSettings) if _json is not None else None  # type: ignore[arg-type]
+
+
+def decode(data: bytes):
+    """The value of a JSON message; ValueError when it is not one (as json.loads)."""
+    if _scan is None:
+        import json
+
+        return json.loads(data)
+    try:
+        text = data.decode()
+        value, end = _scan(text, 0)
+    except StopIteration as e:
+        raise ValueError(f"not JSON (at character {e.value})") from None
+    except (RecursionError, UnicodeDecodeError) as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if text[end:].strip(" \t\r\n"):
+        raise ValueError(f"not JSON: extra data at character {end}")
+    return value
+
+
 def send(sock, message: dict, fds: list[int] | None = None) -> None:
     """One message on `sock` (a socket.socket or _socket.socket), with `fds` attached."""
-    data = json.dumps(message).encode()
+    data = encode(message)
     frame = struct.pack(">I", len(data)) + data
     if fds:
-        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))]
+        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                      struct.pack(f"{len(fds)}i", *fds))]
         sent = sock.sendmsg([frame], ancillary)
         frame = frame[sent:]
     if frame:
@@ -150,14 +230,17 @@ def _recv_exact(sock, n: int) -> bytes:
     return b"".join(chunks)
 
 
+_INT = struct.calcsize("i")
+
+
 def _recv_fds(sock, size: int, most: int) -> tuple[bytes, list[int]]:
-    item = array.array("i").itemsize
-    data, ancillary, _flags, _addr = sock.recvmsg(size, _socket.CMSG_LEN(most * item))
-    fds = array.array("i")
+    data, ancillary, _flags, _addr = sock.recvmsg(size, _socket.CMSG_LEN(most * _INT))
+    fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % item])
-    return data, list(fds)
+            count = len(payload) // _INT
+            fds += struct.unpack(f"{count}i", payload[:count * _INT])
+    return data, fds
 
 
 def recv(sock, with_fds: int = 0) -> tuple[dict, list[int]]:
@@ -173,7 +256,7 @@ def recv(sock, with_fds: int = 0) -> tuple[dict, list[int]]:
     (size,) = struct.unpack(">I", head)
     if size > MAX_MESSAGE:
         raise ValueError(f"message of {size} bytes: too large")
-    message = json.loads(_recv_exact(sock, size))
+    message = decode(_recv_exact(sock, size))
     if not isinstance(message, dict):
         raise ValueError("a message must be a JSON object")
     return message, fds
