@@ -12,9 +12,10 @@ bytecode Python caches for hloc's modules and written under the same rules (not 
 `PYTHONDONTWRITEBYTECODE`, not where the directory cannot be written). An entry is keyed by the
 exact text, so it can never be stale; the file is marshal data (the interpreter's bytecode
 magic number, then a dict of text to marshalled code), read once per process, each code
-unmarshalled only when its class is defined. A missing, unreadable or malformed file only means compiling as `dataclasses`
-always does. New entries are written when the process ends (`flush`, called by the CLI's exit
-and at interpreter exit), merged with what other processes wrote meanwhile.
+unmarshalled only when its class is defined. A missing, unreadable or malformed file or entry
+only means compiling as `dataclasses` always does. New entries are written when the process
+ends (`flush`, at interpreter exit, which the CLI's exit runs too), merged with what other
+processes wrote meanwhile, through an exclusive temporary file renamed into place.
 """
 
 from __future__ import annotations
@@ -101,13 +102,18 @@ def flush() -> None:
         if len(merged) > MAX_ENTRIES:
             merged = {k: v for k, v in merged.items() if k in _used}
         _new.clear()
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as f:
+            fd = os.open(tmp, flags, 0o644)
+        except OSError:  # a read-only installation: compile at every start, as without us
+            return
+        try:
+            with os.fdopen(fd, "wb") as f:
                 marshal.dump((MAGIC_NUMBER, merged), f)
             os.replace(tmp, path)
-        except OSError:  # a read-only installation: compile at every start, as without us
+        except OSError:
             try:
                 os.unlink(tmp)
             except OSError:
