@@ -11,12 +11,11 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .util.fs import atomic_write
-from .util.records import dataclass
 
 if TYPE_CHECKING:
     from .ir import Module

@@ -14,7 +14,7 @@ items, so a placement costs O(log n + items overlapping it), not O(all items).
 
 from __future__ import annotations
 
-from ..util.records import dataclass
+from dataclasses import dataclass
 
 ALIGNMENT = 64
 _BUCKET = 32

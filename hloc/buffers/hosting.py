@@ -12,9 +12,10 @@ smaller temp heap):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..util.records import dataclass
 from .heap import HeapItem, IntervalIndex, Placer
 
 # Bounds the work per temporary when a module has many outputs.

@@ -9,8 +9,7 @@ truncated object or a lying header give `ElfError` (a ValueError with one line),
 from __future__ import annotations
 
 import struct
-
-from ..util.records import dataclass
+from dataclasses import dataclass
 
 _ELF_MAGIC = b"\x7fELF"
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")

@@ -32,8 +32,7 @@ import hashlib
 import json
 import re
 import struct
-
-from ..util.records import dataclass
+from dataclasses import dataclass
 
 MAGIC = b"HLOCBNDL"
 FORMAT_VERSION: tuple[int, int] = (1, 1)  # 1.1: manifest compiler.cache_key

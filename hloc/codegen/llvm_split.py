@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
-
-from ..util.records import dataclass
 
 T = TypeVar("T")
 

@@ -6,8 +6,9 @@ is one instruction and the kernel output indices of its leaves).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir import Computation, Instruction, Opcode
-from ..util.records import dataclass
 
 
 @dataclass(frozen=True)

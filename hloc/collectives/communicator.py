@@ -19,13 +19,12 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hloc.errors import HlocError
 
-from ..util.records import dataclass
 from . import semantics
 from .reducers import Reducer
 

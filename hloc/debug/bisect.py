@@ -18,13 +18,12 @@ import difflib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import __version__
 from ..ir import Module
-from ..util.records import dataclass
 from .predicates import Verdict
 from .trace import Application, Trace
 

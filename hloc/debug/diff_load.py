@@ -11,11 +11,10 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ..errors import InputError
 from ..ir import Module, Opcode
-from ..util.records import dataclass
 
 MEMORY_KEYS = ("temp_bytes", "argument_bytes", "output_bytes", "constant_bytes")
 

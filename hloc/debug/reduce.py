@@ -14,12 +14,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from functools import partial
 
 from ..errors import HlocError
 from ..ir import Module, Opcode
-from ..util.records import dataclass
 from .reduce_steps import STEPS, Step, dim_sizes, shrink_dim
 
 log = logging.getLogger("hloc.reduce")

@@ -9,14 +9,13 @@ are deterministic, replaying the first k applications as a plain spec string
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ..errors import HlocError
 from ..ir import Module
 from ..passes.base import Pass
 from ..passes.pipeline import PassRunner
 from ..passes.spec import Fixpoint
-from ..util.records import dataclass
 
 
 @dataclass(frozen=True)

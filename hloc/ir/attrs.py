@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 
-from ..util.records import dataclass
 from .literal import Literal
 from .replica_groups import ReplicaGroupList
 from .shape import Shape

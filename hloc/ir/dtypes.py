@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-
-from ..util.records import dataclass
 
 
 class PrimitiveType(enum.IntEnum):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from ..util.records import dataclass
 from .computation import Computation, dfs_post_order
 from .instruction import Instruction
 from .shape import Shape, ShapeIndex

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
-
-from ..util.records import dataclass
 
 Groups = tuple[tuple[int, ...], ...]
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..util.records import dataclass
 from . import dtypes
 from .dtypes import PrimitiveType
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir import Computation, Instruction, Module, Opcode
-from ..util.records import dataclass
 from .base import Pass, register_pass
 
 

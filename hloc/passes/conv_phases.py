@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..ir import Instruction, Module, Opcode, Shape
 from ..ir.attrs import SliceDim, Window, WindowDimension
-from ..util.records import dataclass
 from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, new, rewrite_module, splat
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..analysis.call_graph import flatten_call_graph, while_body
 from ..analysis.dataflow import Dataflow, HloValue, leaves, subtree
 from ..analysis.sharing import can_share_operand, in_place_pairs
@@ -14,7 +16,6 @@ from ..analysis.storage import (
     storage_root,
 )
 from ..ir import Attrs, Computation, Instruction, Module, Opcode
-from ..util.records import dataclass
 from .base import Pass, register_pass
 
 

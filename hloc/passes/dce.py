@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir import Module, Opcode
 from ..ir.opcodes import SIDE_EFFECTING
-from ..util.records import dataclass
 from .base import Pass, register_pass
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ..dump import DumpManager
 from ..errors import HlocError
 from ..ir import Module
-from ..util.records import dataclass
 from .base import Pass
 from .spec import Fixpoint, PassItem
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape
 from ..ir.computation import dfs_post_order
 from ..ir.opcodes import SIDE_EFFECTING
-from ..util.records import dataclass
 
 log = logging.getLogger("hloc.passes.rewrite")
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ..ir import Computation, Instruction, Opcode
-from ..util.records import dataclass
 from .rewrite import has_side_effects
 from .while_loop_state import (
     own_computation,

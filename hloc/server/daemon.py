@@ -27,7 +27,6 @@ import threading
 import time
 import traceback
 
-from ..util import records
 from ..util.sources import PACKAGE_DIR
 from . import protocol
 
@@ -158,7 +157,6 @@ def warm_up() -> None:
 
     for n, text in enumerate((WARM_UP_MODULE, WARM_UP_MODULE_2)):
         compile_model(f"warm_up_{n}.hlo", CompileOptions(), data=text.encode())
-    records.flush()  # now, not in every child: they inherit what is still to be written
     gc.collect()
     gc.freeze()  # the children's collections leave the parent's objects (and pages) alone
 

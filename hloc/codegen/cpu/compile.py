@@ -44,14 +44,13 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
 from ...errors import InputError, UnsupportedError
 from ...ir import Module
 from ...thunks import program_to_json
-from ...util.records import dataclass
 from .. import llvm
 from ..llvm_split import map_partitions
 from .dedup import kernel_key

@@ -16,10 +16,9 @@ Kernel ABI (every kernel): `void NAME(i8** buffers, i64 begin, i64 end)`.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
-from ...util.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,10 @@ output leaf k, ("scratch", j) scratch buffer j of the composite.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
 from ...ir.computation import dfs_post_order
-from ...util.records import dataclass
 from .kernel_spec import KernelSpec
 
 CONTRACTIONS = frozenset({Opcode.DOT, Opcode.CONVOLUTION})

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
 from ...errors import UnsupportedError
-from ...util.records import dataclass
 from .. import llvm as codegen_llvm
 from .target import TRIPLE, CudaTarget
 

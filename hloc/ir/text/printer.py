@@ -8,7 +8,8 @@ hloc.ir.text.parser to a module that prints identically.
 
 from __future__ import annotations
 
-from ...util.records import dataclass
+from dataclasses import dataclass
+
 from ..computation import Computation, dfs_post_order
 from ..instruction import Instruction
 from ..module import Module

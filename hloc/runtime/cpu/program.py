@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...ir import Instruction, Module, Opcode
 from ...registry import Registry
 from ...thunks.base import ThunkKind
-from ...util.records import dataclass
 from ..executable import ProfileRow
 from .memory import Memory
 
