@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from .errors import InputError
+from .util.record import dataclass
 
 if TYPE_CHECKING:  # imported where used: a compile-cache hit needs neither
     from .dump import DumpManager, DumpOptions

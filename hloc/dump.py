@@ -11,11 +11,12 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .util.fs import atomic_write
+from .util.record import dataclass
 
 if TYPE_CHECKING:
     from .ir import Module

@@ -20,9 +20,10 @@ A backend path says how a backend runs an opcode, in the order the backend decid
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from .ir import Opcode as O
+from .util.record import dataclass
 
 # The thunk kind thunks/emit.py gives an opcode; every other opcode becomes a Kernel thunk
 # (a copy or broadcast may become a Copy or Memset thunk instead, else a kernel too).

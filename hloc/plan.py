@@ -8,7 +8,7 @@ Its Plan carries the bundle members of those stages. It sits above `buffers`, `s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .analysis import AliasAnalysis, Dataflow, Liveness, Timeline
 from .buffers import (
@@ -22,6 +22,7 @@ from .ir import Module
 from .passes.copy_insertion import insert_copies
 from .schedule import assign_streams, candidate_schedules, store_schedule
 from .thunks import ThunkProgram, emit_program, program_to_json, program_to_text
+from .util.record import dataclass
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,51 @@ def test_signals_reach_the_compile_and_a_gone_client_stops_it(server, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pb"]
 
 
+def test_a_signal_between_request_and_answer_is_forwarded_not_fatal():
+    """The server starts the compile before its answer reaches the client: a SIGTERM to the
+    client in between must be held until the client forwards signals, then forwarded (the
+    command exits 143 as the compile's owner), not end the client with the compile running.
+    (The signal test above hit this window under load: the client died of the signal.)"""
+    import threading
+
+    from hloc.server import client
+
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(5)
+    main = threading.get_ident()
+    seen = {}
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def fake_server():
+        try:
+            seen["request"], _ = protocol.recv(theirs, with_fds=3)
+            signal.pthread_kill(main, signal.SIGTERM)  # the compile has started; no answer yet
+            time.sleep(0.2)
+            protocol.send(theirs, {"pid": 1})
+            seen["forwarded"], _ = protocol.recv(theirs)
+            protocol.send(theirs, {"signal": seen["forwarded"]["signal"]})
+        finally:  # nothing forwarded: the client sees the server gone, not a hang
+            theirs.shutdown(socket.SHUT_RDWR)
+
+    handlers = {sig: signal.getsignal(sig) for sig in forwarded}
+    signal.signal(signal.SIGTERM, lambda *_: seen.setdefault("not held", True))
+    thread = threading.Thread(target=fake_server)
+    thread.start()
+    try:
+        code = client._session(ours, ["compile", "x.hlo"], "test")
+    finally:
+        thread.join(10)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        ours.close()
+        theirs.close()
+    assert seen["request"]["op"] == "compile"
+    assert "not held" not in seen
+    assert seen["forwarded"] == {"signal": signal.SIGTERM}
+    assert code == 128 + signal.SIGTERM
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def small_module(tmp_path: Path) -> Path:
     """A small HLO text module (the server's own warm-up module) for the tests of where a
     compile runs rather than what it produces."""

@@ -14,10 +14,10 @@ trees at a tuple, None at a token. get-tuple-element is then O(1).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from ..ir import Computation, Instruction, Module, Opcode, Shape, ShapeIndex
 from ..registry import Registry
+from ..util.record import dataclass
 from .call_graph import CallGraph, while_body, while_condition
 
 Tree = object  # HloValue | tuple[Tree, ...] | None

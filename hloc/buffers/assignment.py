@@ -9,11 +9,12 @@ dies at that instruction when their sizes match (operand-buffer reuse).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..analysis import AliasAnalysis, HloBuffer, HloValue, Liveness, leaves
 from ..analysis.storage import is_read_only
 from ..ir import Instruction, Module, Opcode, ShapeIndex
+from ..util.record import dataclass
 from .check import SharingError, check_buffers
 from .heap import HeapItem, HeapResult, lower_bound, simulate
 from .hosting import host_greedy, host_peaks, make_hosts

@@ -14,7 +14,7 @@ items, so a placement costs O(log n + items overlapping it), not O(all items).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..util.record import dataclass
 
 ALIGNMENT = 64
 _BUCKET = 32

@@ -12,10 +12,9 @@ smaller temp heap):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from ..util.record import dataclass
 from .heap import HeapItem, IntervalIndex, Placer
 
 # Bounds the work per temporary when a module has many outputs.

@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..frontend import literal_to_bytes, module_to_proto
 from ..ir import Literal, Module
 from ..ir.text.printer import print_module
+from ..util.record import dataclass
 from .devices import devices_section
 from .format import FORMAT_VERSION, version_text
 from .manifest import entry_section

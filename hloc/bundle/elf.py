@@ -9,7 +9,8 @@ truncated object or a lying header give `ElfError` (a ValueError with one line),
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from ..util.record import dataclass
 
 _ELF_MAGIC = b"\x7fELF"
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")

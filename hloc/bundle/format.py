@@ -32,7 +32,8 @@ import hashlib
 import json
 import re
 import struct
-from dataclasses import dataclass
+
+from ..util.record import dataclass
 
 MAGIC = b"HLOCBNDL"
 FORMAT_VERSION: tuple[int, int] = (1, 1)  # 1.1: manifest compiler.cache_key

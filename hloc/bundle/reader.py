@@ -27,11 +27,11 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..errors import InputError
+from ..util.record import dataclass
 from .format import (
     FORMAT_VERSION,
     HEADER_SIZE,

@@ -27,10 +27,10 @@ import hashlib
 import hmac
 import os
 import struct
-from dataclasses import dataclass
 from typing import Protocol, cast
 
 from ..errors import InputError
+from ..util.record import dataclass
 from .format import DIGEST_OFFSET, DIGEST_SIZE, HEADER_SIZE
 
 SIG_MAGIC = b"SIG1"

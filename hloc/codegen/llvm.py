@@ -13,11 +13,11 @@ import os
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 from ..errors import CheckFailed, InputError
+from ..util.record import dataclass
 
 _INIT_LOCK = threading.Lock()
 _initialized = False

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
+
+from ..util.record import dataclass
 
 T = TypeVar("T")
 

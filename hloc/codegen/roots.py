@@ -6,9 +6,8 @@ is one instruction and the kernel output indices of its leaves).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Computation, Instruction, Opcode
+from ..util.record import dataclass
 
 
 @dataclass(frozen=True)

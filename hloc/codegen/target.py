@@ -10,12 +10,12 @@ point (CPU kernels, the emulated CUDA launcher) runs under.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from llvmlite import ir
 
 from ..errors import InputError
+from ..util.record import dataclass
 
 if TYPE_CHECKING:
     from .cuda.target import CudaTarget

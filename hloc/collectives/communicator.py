@@ -19,12 +19,13 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from hloc.errors import HlocError
 
+from ..util.record import dataclass
 from . import semantics
 from .reducers import Reducer
 

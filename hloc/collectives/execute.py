@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from hloc.errors import UnsupportedError
 from hloc.ir import Instruction, Opcode
 from hloc.ir.opcodes import Opcode as O
 
+from ..util.record import dataclass
 from . import semantics
 from .communicator import Communicator
 from .groups import Device, DeviceGrid, instruction_participants, permute_domain

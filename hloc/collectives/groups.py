@@ -9,12 +9,13 @@ exchange data with it and its position in that list, as XLA's GetParticipatingDe
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from hloc.errors import InputError
 from hloc.ir import Instruction
 from hloc.ir.module import ModuleConfig
 from hloc.ir.opcodes import Opcode as O
+
+from ..util.record import dataclass
 
 Device = tuple[int, int]  # (replica, partition)
 

@@ -8,13 +8,14 @@ interpreter, so every reducer works, only slower.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from hloc.ir import Computation
 from hloc.ir.computation import scalar_binary_root
 from hloc.ir.opcodes import Opcode as O
+
+from ..util.record import dataclass
 
 
 def _and(a, b):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from hloc.errors import InputError
+
+from ..util.record import dataclass
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ import difflib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from .. import __version__
 from ..ir import Module
+from ..util.record import dataclass
 from .predicates import Verdict
 from .trace import Application, Trace
 

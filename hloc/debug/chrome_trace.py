@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..thunks.base import footprint
 from ..thunks.collectives import Collective
+from ..util.record import dataclass
 from .flops import instruction_flops
 from .probe import Frame, Instrumented
 from .thunk_list import hlo_ops

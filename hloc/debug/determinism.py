@@ -16,13 +16,13 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import click
 
 import hloc
 
 from ..errors import CheckFailed, HlocError, InputError
+from ..util.record import dataclass
 
 # compile's own options that the runs set themselves (or that make no sense per run).
 _NOT_PASSED = {"output", "dump_dir", "dump_after", "check_determinism", "time_passes"}

@@ -16,11 +16,11 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from dataclasses import dataclass
 
 from ..errors import InputError
 from ..ir import Module, Opcode, OpMetadata
 from ..ir.computation import dfs_post_order
+from ..util.record import dataclass
 from .diff_load import Side
 
 BASE_METRICS = ("instructions", "computations", "fusions", "temp_bytes", "argument_bytes",

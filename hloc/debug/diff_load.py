@@ -11,10 +11,11 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import InputError
 from ..ir import Module, Opcode
+from ..util.record import dataclass
 
 MEMORY_KEYS = ("temp_bytes", "argument_bytes", "output_bytes", "constant_bytes")
 

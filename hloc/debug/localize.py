@@ -15,13 +15,14 @@ where a NaN was born.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..ir import dtypes
 from ..runtime.tolerance import compare_arrays
 from ..thunks.base import Thunk, ThunkKind
+from ..util.record import dataclass
 from .probe import Frame, Instrumented, Stop
 from .thunk_io import ThunkIO, thunk_io
 

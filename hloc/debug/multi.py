@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import click
 
 from ..errors import HlocError, InputError
+from ..util.record import dataclass
 from .probe import Instrumented, instrument
 
 

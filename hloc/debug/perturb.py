@@ -9,13 +9,13 @@ a control-flow thunk, everything its nested thunks write is perturbed after it f
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
 from ..ir import dtypes
 from ..thunks.base import footprint
+from ..util.record import dataclass
 from .probe import Frame, Instrumented
 from .thunk_io import Shape, thunk_io, typed
 

@@ -14,12 +14,12 @@ import os
 import shlex
 import subprocess
 import tempfile
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import HlocError
 from ..ir import Module
+from ..util.record import dataclass
 
 
 @dataclass(frozen=True)

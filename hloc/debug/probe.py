@@ -18,7 +18,7 @@ and how to read a slice's bytes. Multi-device runtimes add one `Instrumented` pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..buffers.assignment import Slice
 from ..errors import InputError
 from ..ir import Module
 from ..thunks.base import Thunk, walk
+from ..util.record import dataclass
 
 Runner = Callable[[], None]
 

@@ -14,11 +14,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 
 from ..errors import HlocError
 from ..ir import Module, Opcode
+from ..util.record import dataclass
 from .reduce_steps import STEPS, Step, dim_sizes, shrink_dim
 
 log = logging.getLogger("hloc.reduce")

@@ -13,12 +13,12 @@ Names address instructions: they are unique in a module and survive print → pa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir import Attrs, Instruction, Literal, Module, Opcode, Shape
 from ..ir.opcodes import SIDE_EFFECTING
+from ..util.record import dataclass
 
 _KEEP = frozenset({Opcode.PARAMETER}) | SIDE_EFFECTING
 

@@ -13,7 +13,6 @@ Control-flow thunks have no outputs of their own: the thunks nested in them are 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from ..ir import Instruction, Opcode, Shape
 from ..runtime.layouts import physical_order
 from ..thunks.base import Thunk
 from ..thunks.thunks import Copy, Memset
+from ..util.record import dataclass
 
 Raw = Callable[[Slice], np.ndarray]
 

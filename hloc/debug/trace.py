@@ -9,13 +9,14 @@ are deterministic, replaying the first k applications as a plain spec string
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import HlocError
 from ..ir import Module
 from ..passes.base import Pass
 from ..passes.pipeline import PassRunner
 from ..passes.spec import Fixpoint
+from ..util.record import dataclass
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ their presence bit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from hloc.errors import UnsupportedError
 from hloc.ir.attrs import Attrs
 from hloc.ir.opcodes import Opcode
 
+from ..util.record import dataclass
 from . import attr_messages as am
 from .gen import hlo_pb2, xla_data_pb2
 from .literal_proto import literal_from_proto, literal_to_proto

@@ -6,8 +6,6 @@ literals are logical row-major numpy arrays, so non-row-major layouts are transp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from hloc.ir import dtypes
@@ -15,6 +13,7 @@ from hloc.ir.dtypes import PrimitiveType
 from hloc.ir.literal import Literal
 from hloc.ir.shape import Shape
 
+from ..util.record import dataclass
 from .gen import xla_data_pb2
 from .shape_proto import MalformedProto, UnsupportedProto, shape_from_proto, shape_to_proto
 

@@ -22,7 +22,6 @@ import contextlib
 import os
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import DecodeError, Message
@@ -32,6 +31,7 @@ from hloc.ir.limits import check_limits
 from hloc.ir.literal import Literal
 from hloc.ir.module import Module
 
+from ..util.record import dataclass
 from .devices_proto import apply_device_assignment
 from .gen import hlo_pb2
 from .literal_proto import literal_from_proto, literal_to_proto

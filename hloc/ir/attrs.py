@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from ..util.record import dataclass
 from .literal import Literal
 from .replica_groups import ReplicaGroupList
 from .shape import Shape

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+
+from ..util.record import dataclass
 
 
 class PrimitiveType(enum.IntEnum):

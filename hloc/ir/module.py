@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..util.record import dataclass
 from .computation import Computation, dfs_post_order
 from .instruction import Instruction
 from .shape import Shape, ShapeIndex

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
+
+from ..util.record import dataclass
 
 Groups = tuple[tuple[int, ...], ...]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from ..util.record import dataclass
 from . import dtypes
 from .dtypes import PrimitiveType
 

@@ -16,9 +16,8 @@ both sides are replaced, in computations that are not fused computations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Instruction, Module, Opcode, Shape
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 

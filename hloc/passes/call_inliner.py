@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Computation, Instruction, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Instruction, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .call_inliner import inline_call
 from .rewrite import splat_value, update_schedule

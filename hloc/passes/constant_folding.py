@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import Instruction, Literal, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, constant, has_side_effects, rewrite_module
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..ir import Instruction, Module, Opcode, Shape
 from ..ir.attrs import SliceDim, Window, WindowDimension
+from ..util.record import dataclass
 from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, new, rewrite_module, splat
 

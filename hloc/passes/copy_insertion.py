@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..analysis.call_graph import flatten_call_graph, while_body
 from ..analysis.dataflow import Dataflow, HloValue, leaves, subtree
 from ..analysis.sharing import can_share_operand, in_place_pairs
@@ -16,6 +14,7 @@ from ..analysis.storage import (
     storage_root,
 )
 from ..ir import Attrs, Computation, Instruction, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 

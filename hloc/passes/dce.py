@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Module, Opcode
 from ..ir.opcodes import SIDE_EFFECTING
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 

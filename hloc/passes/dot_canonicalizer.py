@@ -10,9 +10,9 @@ back to the original result, whose dimension order (batch, lhs free, rhs free) i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..ir import DotDimensionNumbers, Instruction, Module, Opcode, Shape
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .rewrite import P, RuleTable, new, rewrite_module
 

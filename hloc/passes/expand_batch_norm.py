@@ -10,9 +10,8 @@ but the feature dimension, statistics broadcast back along it):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Instruction, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit, scalar_adder
 from .rewrite import P, RuleTable, rewrite_module

@@ -8,9 +8,8 @@ CPU does (so the fnuz types' NaN compares as -NaN).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Instruction, Module, Opcode, PrimitiveType
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit
 from .rewrite import P, RuleTable, rewrite_module

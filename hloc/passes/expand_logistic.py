@@ -7,9 +7,8 @@ exp, add and divide. Runs before float normalization, as in XLA.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit
 from .rewrite import P, RuleTable, rewrite_module

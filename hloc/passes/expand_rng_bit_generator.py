@@ -15,10 +15,9 @@ The expansion reproduces XLA CPU bit for bit (the interpreter's rng.py is the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import UnsupportedError
 from ..ir import Instruction, Module, Opcode, PrimitiveType
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit
 from .expand_rng_rounds import Words, philox_rounds, threefry_rounds

@@ -15,11 +15,10 @@ keeps XLA's per-step rounding of narrow accumulators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import InputError
 from ..ir import Computation, Instruction, Module, Opcode, PrimitiveType
 from ..ir.opcodes import ELEMENTWISE
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 Op = Opcode

@@ -11,10 +11,9 @@ constraints get their operands copied into the constrained layouts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import UnsupportedError
 from ..ir import Attrs, Computation, Instruction, Layout, Module, Opcode, Shape
+from ..util.record import dataclass
 from .base import Pass, register_pass
 
 Op = Opcode

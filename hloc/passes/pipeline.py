@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..dump import DumpManager
 from ..errors import HlocError
 from ..ir import Module
+from ..util.record import dataclass
 from .base import Pass
 from .spec import Fixpoint, PassItem
 

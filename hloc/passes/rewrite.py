@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape
 from ..ir.computation import dfs_post_order
 from ..ir.opcodes import SIDE_EFFECTING
+from ..util.record import dataclass
 
 log = logging.getLogger("hloc.passes.rewrite")
 

@@ -18,10 +18,10 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..util.record import dataclass
 from .base import Pass, lookup_pass
 
 

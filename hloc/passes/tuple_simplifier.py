@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .rewrite import P, RuleTable, rewrite_module
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..ir import Computation, Instruction, Opcode
+from ..util.record import dataclass
 from .rewrite import has_side_effects
 from .while_loop_state import (
     own_computation,

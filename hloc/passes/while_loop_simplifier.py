@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import operator
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir import Computation, Instruction, Module, Opcode
+from ..util.record import dataclass
 from .base import Pass, register_pass
 from .call_inliner import inline_call
 from .conditional_simplifier import remove_unreachable_computations

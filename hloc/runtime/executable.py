@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
 from ..registry import Registry
+from ..util.record import dataclass
 
 # device name -> (targets it can run, factory(bundle) -> Executable); the device modules
 # register themselves (heavy imports stay lazy inside them) and are imported on first lookup.

@@ -37,13 +37,13 @@ import os
 import re
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
 from ..ir import dtypes
+from ..util.record import dataclass
 from .tolerance import DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe, summarize
 
 __all__ = [

@@ -11,12 +11,12 @@ mismatches are counted but excluded from the max errors (they are named in the n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
 from ..ir import dtypes
+from ..util.record import dataclass
 
 # dtype name -> (rtol, atol) used when the caller gives none. Wide enough for differences in
 # transcendental approximations and summation order, a few ulps for the narrow types.

@@ -16,6 +16,7 @@ from . import protocol
 
 ACK_TIMEOUT_S = 10.0
 OFF = ("0", "off", "no", "false")
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 def run_compile(argv: list[str]) -> int | None:
@@ -48,31 +49,40 @@ def _session(sock, argv: list[str], where: str) -> int | None:
         return None  # the working directory is gone: let the command say so itself
     request = {"op": "compile", "v": protocol.PROTOCOL, "argv": argv, "cwd": cwd,
                "env": dict(os.environ), "umask": umask, "streams": streams}
+    # The compile starts before its answer arrives: a signal in between waits (blocked) for
+    # the handlers that forward it, rather than ending this process alone.
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
     try:
-        protocol.send(sock, request, streams)
-        sock.settimeout(ACK_TIMEOUT_S)
-        answer, _ = protocol.recv(sock)
-    except (OSError, ValueError, ConnectionError) as e:
-        detail = "did not answer in time" if isinstance(e, TimeoutError) else f"failed ({e})"
-        print(f"hloc: warning: the compile server at {where} {detail}; compiling in this "
-              "process (`hloc server stop` ends it)", file=sys.stderr)
-        return None
-    if "pid" not in answer:
-        return None  # e.g. a request it does not take: compile here
+        try:
+            protocol.send(sock, request, streams)
+            sock.settimeout(ACK_TIMEOUT_S)
+            answer, _ = protocol.recv(sock)
+        except (OSError, ValueError, ConnectionError) as e:
+            detail = "did not answer in time" if isinstance(e, TimeoutError) else f"failed ({e})"
+            print(f"hloc: warning: the compile server at {where} {detail}; compiling in this "
+                  "process (`hloc server stop` ends it)", file=sys.stderr)
+            return None
+        if "pid" not in answer:
+            return None  # e.g. a request it does not take: compile here
+        _forward_signals(sock)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)  # a held signal is forwarded now
     return _wait(sock)
 
 
-def _wait(sock) -> int:
-    """Forward our signals to the compile and wait for its exit status."""
-
+def _forward_signals(sock) -> None:
     def forward(sig, _frame):
         try:
             protocol.send(sock, {"signal": int(sig)})
         except OSError:
             pass
 
-    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
+    for sig in FORWARDED:
         _signal.signal(sig, forward)
+
+
+def _wait(sock) -> int:
+    """Wait for the compile's exit status (our signals forwarded to it meanwhile)."""
     sock.settimeout(None)
     try:
         result, _ = protocol.recv(sock)

@@ -20,11 +20,11 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import ClassVar, NamedTuple
 
 from ..buffers.assignment import Slice
+from ..util.record import dataclass
 
 Slices = tuple[Slice, ...]
 

@@ -17,10 +17,10 @@ A `DeviceId` is partition-id or replica-id: it writes the running device's numbe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ..buffers.assignment import Slice
+from ..util.record import dataclass
 from .base import Slices, Thunk, ThunkKind
 
 

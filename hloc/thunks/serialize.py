@@ -31,11 +31,11 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..buffers.assignment import Allocation, Slice
 from ..errors import InputError
+from ..util.record import dataclass
 from .base import FieldRole, Role, Thunk, ThunkKind, field_roles
 from .thunks import THUNK_KINDS, StreamAssignment, ThunkProgram
 

@@ -10,10 +10,10 @@ Sequential.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ..buffers.assignment import Allocation, Slice
+from ..util.record import dataclass
 from .base import Slices, Thunk, ThunkKind, kind_counts, walk
 from .collectives import MULTI_DEVICE_KINDS
 

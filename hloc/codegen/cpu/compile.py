@@ -44,13 +44,14 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from llvmlite import ir
 
 from ...errors import InputError, UnsupportedError
 from ...ir import Module
 from ...thunks import program_to_json
+from ...util.record import dataclass
 from .. import llvm
 from ..llvm_split import map_partitions
 from .dedup import kernel_key

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, Shape
+from ...util.record import dataclass
 from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element

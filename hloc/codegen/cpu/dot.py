@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode, PrimitiveType, Shape
+from ...util.record import dataclass
 from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
 from ..elemental.memory import element_pointer, linear_offset, row_major, store_element, strides

@@ -25,11 +25,12 @@ per iteration and returns early when it is set; the runtime then raises (runtime
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from llvmlite import ir
 
 from ...ir import PrimitiveType
+from ...util.record import dataclass
 from ..elemental.types import I1, I8, I32, I64, PTR
 
 # Kernels estimated at this many scalar operations or more are called by the runtime.

@@ -27,10 +27,10 @@ vectors and one broadcast = 15 of the 16 registers (the Haswell kernels of BLIS 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ...util.record import dataclass
 from .pool import add_job, add_pool
 
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()

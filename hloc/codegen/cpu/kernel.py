@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, Opcode
 from ...registry import Registry
+from ...util.record import dataclass
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element

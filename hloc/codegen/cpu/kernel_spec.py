@@ -16,9 +16,10 @@ Kernel ABI (every kernel): `void NAME(i8** buffers, i64 begin, i64 end)`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from ...util.record import dataclass
 
 
 @dataclass(frozen=True)

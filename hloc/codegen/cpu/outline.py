@@ -18,10 +18,11 @@ output leaf k, ("scratch", j) scratch buffer j of the composite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
 from ...ir.computation import dfs_post_order
+from ...util.record import dataclass
 from .kernel_spec import KernelSpec
 
 CONTRACTIONS = frozenset({Opcode.DOT, Opcode.CONVOLUTION})

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from llvmlite import ir
 
 from ...ir import Computation
 from ...ir.computation import dfs_post_order
 from ...ir.opcodes import Opcode
+from ...util.record import dataclass
 from ..elemental.context import EmitContext
 from ..elemental.memory import from_storage
 from ..elemental.types import I1, I32, I64, PTR, ElemType

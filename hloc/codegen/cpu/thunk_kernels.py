@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...ir.opcodes import ELEMENTWISE, INDEX_REMAPPING
 from ...registry import Registry
+from ...util.record import dataclass
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
 from .loops import element_work

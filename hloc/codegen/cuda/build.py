@@ -19,7 +19,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any
 
 from llvmlite import ir
@@ -41,6 +41,7 @@ from ...thunks.gpu import (
     Upload,
 )
 from ...thunks.thunks import Sequential
+from ...util.record import dataclass
 from .conv_core import described
 from .conv_dnn import conv_call, holds_convolution
 from .epilogue import find_core

@@ -36,12 +36,11 @@ symmetric padding reproduces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir import Instruction, Opcode, Shape
 from ...ir.shape import Layout
 from ...runtime.cuda.conv_check import filter_format, out_size
 from ...thunks.gpu import ConvCall
+from ...util.record import dataclass
 from ..elemental.memory import strides
 from .conv_dnn import DNN_TYPES, NoDnn, checked_call, operand_strides
 

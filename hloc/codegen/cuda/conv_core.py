@@ -26,13 +26,14 @@ express (a fused producer, batch groups, ...) or that has several outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...buffers.assignment import Slice
 from ...ir import Instruction, Opcode, Shape
 from ...thunks.base import Thunk
 from ...thunks.gpu import ConvLaunch, Launch
 from ...thunks.thunks import Sequential
+from ...util.record import dataclass
 from ..elemental.memory import load_element, store_element
 from .conv_bwd import scratch_form
 from .conv_dnn import core_call

@@ -15,12 +15,12 @@ strided-batched BLAS call, which the runtime may run through cuBLAS instead of t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode, PrimitiveType
 from ...thunks.gpu import BlasCall
+from ...util.record import dataclass
 from ..elemental.convert import convert_value
 from ..elemental.memory import store_element, strides
 from ..elemental.scalar import const

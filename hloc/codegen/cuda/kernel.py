@@ -14,7 +14,7 @@ same IR, which is how `--device cuda-emulated` rebuilds exactly the bundled kern
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from llvmlite import ir
 
@@ -22,6 +22,7 @@ from ...errors import UnsupportedError
 from ...ir import Attrs, Computation, Instruction, Opcode, Shape
 from ...registry import Registry
 from ...thunks.gpu import KernelRecipe  # plain data of the GPU program, read by the runtime
+from ...util.record import dataclass
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
 from ..elemental.memory import load_element

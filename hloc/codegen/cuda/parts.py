@@ -10,11 +10,12 @@ others read).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ...buffers.assignment import Slice
 from ...ir import Computation, Instruction, Opcode, Shape
 from ...registry import Registry
+from ...util.record import dataclass
 from ..elemental.registry import involves_complex
 from .kernel import LaunchDims, RootItem, kernel_computation, leaf_shapes, root_items
 from .target import CudaTarget

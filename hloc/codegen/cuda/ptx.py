@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import llvmlite.binding as llvm
 
 from ...errors import UnsupportedError
+from ...util.record import dataclass
 from .. import llvm as codegen_llvm
 from .target import TRIPLE, CudaTarget
 

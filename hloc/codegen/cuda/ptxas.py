@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ...errors import CheckFailed
+from ...util.record import dataclass
 
 # The newest PTX ISA each CUDA release's ptxas reads.
 _MAX_PTX_ISA = {(11, 0): (7, 0), (11, 1): (7, 1), (11, 2): (7, 2), (11, 3): (7, 3),

@@ -10,11 +10,11 @@ for reduce), which is what lets threads combine their partials in tree order.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...ir import Instruction, Shape
+from ...util.record import dataclass
 from ..elemental.complex import ir as complex_ir
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor

@@ -9,9 +9,9 @@ so one kernel IR serves every `--cuda-arch` the bundle is built for.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from ...errors import InputError
+from ...util.record import dataclass
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # NVPTX's data layout for 64-bit pointers (what llvmlite's NVPTX target machine reports).

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Instruction, PrimitiveType
+from ...util.record import dataclass
 from .complex import ir as complex_ir
 from .fmath import FMath
 from .types import F32, F64, I1, I64, elem_type

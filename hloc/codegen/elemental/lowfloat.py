@@ -8,12 +8,11 @@ conversion when the target has one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from llvmlite import ir
 
 from ...ir import PrimitiveType, dtypes
+from ...util.record import dataclass
 from . import nanbits
 from .types import F32, I32, ElemType
 

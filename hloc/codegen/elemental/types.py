@@ -16,12 +16,11 @@ a complex type is still an UnsupportedError, so real-only kernels reject it clea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import PrimitiveType, dtypes
+from ...util.record import dataclass
 
 P = PrimitiveType
 I1 = ir.IntType(1)

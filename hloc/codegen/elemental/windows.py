@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...ir import Instruction
+from ...util.record import dataclass
 from .compose import emit_scalar_computation
 from .types import I1, I64, elem_type
 

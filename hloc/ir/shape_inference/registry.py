@@ -10,10 +10,10 @@ prefixes the location and the opcode.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ...errors import VerifyError
 from ...registry import Registry
+from ...util.record import dataclass
 from ..instruction import Instruction
 from ..opcodes import Opcode
 from ..shape import Shape

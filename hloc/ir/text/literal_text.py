@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
+from ...util.record import dataclass
 from .. import dtypes
 from ..dtypes import PrimitiveType as P
 from ..literal import Literal

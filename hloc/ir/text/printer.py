@@ -8,8 +8,7 @@ hloc.ir.text.parser to a module that prints identically.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ...util.record import dataclass
 from ..computation import Computation, dfs_post_order
 from ..instruction import Instruction
 from ..module import Module

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
 from ...ir import Instruction, Opcode
+from ...util.record import dataclass
 from .cost import can_root_fusion, identity_indexed, is_expensive, producer_class, reuses_operand
 
 Op = Opcode

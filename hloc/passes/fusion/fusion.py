@@ -8,9 +8,8 @@ kOutput when a dot or convolution sits under its elementwise epilogue, kLoop oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir import Computation, Module, Opcode
+from ...util.record import dataclass
 from ..base import Pass, option, register_pass
 from .build import fuse_cluster, restore_orders
 from .cluster import FusionLimits, grow

@@ -13,9 +13,8 @@ sweep (no path can then run through a merged fusion), and the next sweep recompu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir import Computation, Instruction, Module, Opcode
+from ...util.record import dataclass
 from ..base import Pass, option, register_pass
 from .build import fuse_cluster, merge_fusions, restore_orders
 from .cost import can_root_fusion, producer_class, program_computations

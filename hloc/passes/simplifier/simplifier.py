@@ -6,9 +6,8 @@ them into one and wraps the result as a pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...ir import Module
+from ...util.record import dataclass
 from ..base import Pass, register_pass
 from ..rewrite import RuleTable, rewrite_module
 from .rules_arith import ARITH_RULES

@@ -21,11 +21,11 @@ fixed at load time, so a run is a few copies and one product.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...thunks.base import ThunkKind
+from ...util.record import dataclass
 from . import blas
 from .contract import MatrixCell, _Scratch, blas_dtype, matmul_runner
 from .host import build_host_step

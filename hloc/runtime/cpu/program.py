@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ...ir import Instruction, Module, Opcode
 from ...registry import Registry
 from ...thunks.base import ThunkKind
+from ...util.record import dataclass
 from ..executable import ProfileRow
 from .memory import Memory
 

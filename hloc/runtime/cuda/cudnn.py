@@ -44,11 +44,11 @@ import ctypes.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall, ConvLaunch
+from ...util.record import dataclass
 from .conv_check import (  # noqa: F401  (out_size, filter_strides: re-exported)
     check_conv,
     filter_strides,

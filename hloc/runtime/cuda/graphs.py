@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ...thunks.base import Thunk, ThunkKind
 from ...thunks.thunks import While
+from ...util.record import dataclass
 
 # Device operations of one graph at most (an unrolled loop's body counts once per trip).
 MAX_NODES = 8192

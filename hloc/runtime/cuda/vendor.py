@@ -16,10 +16,10 @@ import glob
 import importlib.util
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from ...errors import InputError
+from ...util.record import dataclass
 
 Lib = TypeVar("Lib")
 

@@ -9,13 +9,13 @@ f32 and rounded once; f32/f64 denormals are flushed (numeric.py has the details)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir import Opcode
 from ...ir.opcodes import ELEMENTWISE
+from ...util.record import dataclass
 from . import libm
 from . import numeric as nm
 from .registry import impl

@@ -11,12 +11,11 @@ n elements takes about log2(n)^2 / 2 calls regardless of the number of rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...ir import Computation, Instruction, Opcode
 from ...ir.opcodes import ELEMENTWISE
+from ...util.record import dataclass
 from . import registry
 from .compare import total_order_key
 from .reduce import apply_scalar, is_liftable

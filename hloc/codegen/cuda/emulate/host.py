@@ -10,13 +10,13 @@ from __future__ import annotations
 import ctypes
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm_binding
 import numpy as np
 from llvmlite import ir
 
 from ....errors import CheckFailed
+from ....util.record import dataclass
 from ... import llvm
 from ...target import host_target
 from ..nvvm import SHARED_ADDRSPACE

@@ -22,11 +22,10 @@ ptr shared, ptr exchange, ptr args)`, returning DONE (-1) or the point it stoppe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from llvmlite import ir
 from llvmlite.ir import instructions as llvm_instructions
 
+from ....util.record import dataclass
 from ...elemental.types import I8, I32, PTR
 from ..nvvm import AXES, BARRIER, SHARED_ADDRSPACE, SREG_KINDS, sreg_name
 

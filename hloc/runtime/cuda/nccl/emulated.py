@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ....util.record import dataclass
 from .api import NUMPY_NAMES as _NAMES
 from .api import UNIQUE_ID_BYTES, DataType, NcclError, RedOp
 

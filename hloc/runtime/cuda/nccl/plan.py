@@ -35,7 +35,6 @@ tiled layouts, mismatched layouts, groups of unequal sizes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from ....buffers.assignment import Slice
 from ....collectives.groups import (
@@ -48,6 +47,7 @@ from ....collectives.reducers import reducer_of
 from ....errors import UnsupportedError
 from ....ir import Instruction, Shape
 from ....ir.opcodes import Opcode as O  # noqa: N817 - the opcode tables' usual alias
+from ....util.record import dataclass
 from ...layouts import memory_order
 from .api import DataType, RedOp
 
