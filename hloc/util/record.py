@@ -9,9 +9,9 @@ This decorator lets `dataclasses` do the bookkeeping (fields, defaults, `__match
 `__dataclass_fields__`, so `fields`, `replace` and `asdict` work as usual) with none of its
 methods, then gives the class:
 - `__init__`, `__eq__` and, for a frozen class, `__hash__`: compiled from one text this module
-  writes from the fields, the same code dataclasses writes (frozen classes assign through
-  `object.__setattr__`; equality compares the field tuples of two instances of the same class,
-  else NotImplemented; the hash is that tuple's). One compilation per class instead of six.
+  writes from the fields, the same code this Python's dataclasses writes (frozen classes assign
+  through `object.__setattr__`; equality between instances of the same class only, else
+  NotImplemented; the hash is that of the field tuple). One compilation per class instead of six.
 - `__repr__`, `__setattr__`, `__delattr__`: closures over the field names, nothing compiled,
   the same repr text and the same FrozenInstanceError for a frozen instance's fields.
 - `__hash__ = None` for a mutable class, as dataclasses sets it.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 import threading
 from dataclasses import MISSING, FrozenInstanceError
 from typing import TYPE_CHECKING, Any
@@ -153,15 +154,26 @@ def _compiled(cls: type, fields: tuple[dataclasses.Field, ...], frozen: bool,
     compared = [f.name for f in fields if f.compare]
     text = (f"def __init__(self{''.join(', ' + p for p in params)}):\n"
             + "".join(f"    {line}\n" for line in init or ["pass"])
-            + "def __eq__(self, other):\n"
-            + "    if other.__class__ is self.__class__:\n"
-            + f"        return {_tuple('self', compared)} == {_tuple('other', compared)}\n"
-            + "    return NotImplemented\n")
+            + _eq_text(compared))
     if hash_fields is not None:
         text += f"def __hash__(self):\n    return hash({_tuple('self', hash_fields)})\n"
     namespace: dict[str, Any] = {}
     exec(compile(text, f"<record {cls.__qualname__}>", "exec"), scope, namespace)
     return namespace
+
+
+def _eq_text(names: list[str]) -> str:
+    """`__eq__` as this Python's dataclasses writes it: up to 3.12 the field tuples compared
+    (so a field holding the same NaN object is equal), from 3.13 field by field after an
+    identity test."""
+    if sys.version_info >= (3, 13):
+        terms = " and ".join(f"self.{name} == other.{name}" for name in names) or "True"
+        return ("def __eq__(self, other):\n    if self is other:\n        return True\n"
+                f"    if other.__class__ is self.__class__:\n        return {terms}\n"
+                "    return NotImplemented\n")
+    return ("def __eq__(self, other):\n    if other.__class__ is self.__class__:\n"
+            f"        return {_tuple('self', names)} == {_tuple('other', names)}\n"
+            "    return NotImplemented\n")
 
 
 def _tuple(instance: str, names: list[str]) -> str:
