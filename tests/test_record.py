@@ -128,6 +128,12 @@ def test_a_record_class_behaves_as_the_standard_dataclass(make_body, frozen):
     assert "positional argument" in str(s.value) and "positional argument" in str(o.value)
 
 
+@pytest.mark.parametrize("make_body", BODIES, ids=lambda f: f.__name__)
+def test_a_record_class_has_the_doc_a_dataclass_has(make_body):
+    std, ours = both(make_body)
+    assert ours.__doc__ == std.__doc__.replace("'", "")
+
+
 def test_a_frozen_record_subclass_may_add_attributes_only_as_the_standard_one_does():
     std, ours = both(point, frozen=True)
     for base in (std, ours):

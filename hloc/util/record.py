@@ -46,6 +46,9 @@ def _define(cls: type, frozen: bool) -> type:
     _check_bases(cls, frozen)
     if frozen and ("__setattr__" in body or "__delattr__" in body):
         raise TypeError(f"{cls.__name__}: a frozen record cannot define __setattr__ or __delattr__")
+    undocumented = not body.get("__doc__")
+    if undocumented:  # dataclasses would make one with inspect.signature: ~0.2 ms a class
+        cls.__doc__ = "(record)"
     cls = _bookkeeping(cls)
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     params.init = params.repr = params.eq = True  # what the class has, once we are done:
@@ -60,6 +63,8 @@ def _define(cls: type, frozen: bool) -> type:
             fn.__qualname__ = f"{qualname}.{name}"
             setattr(cls, name, fn)
 
+    if undocumented:
+        cls.__doc__ = _signature_text(cls.__name__, fields)
     explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
     hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
     methods = _compiled(cls, fields, frozen, hash_fields=hashed if frozen and not explicit_hash
@@ -78,6 +83,20 @@ def _define(cls: type, frozen: bool) -> type:
         put("__setattr__", _frozen_setattr(cls, names))
         put("__delattr__", _frozen_delattr(cls, names))
     return cls
+
+
+def _signature_text(name: str, fields: tuple[dataclasses.Field, ...]) -> str:
+    """`Name(a: int, b: int = 0, c: list = <factory>)`: the doc dataclasses gives a class
+    without one (from its __init__'s signature), without quoting string annotations."""
+    params = []
+    for f in fields:
+        if not f.init:
+            continue
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", repr(f.type))
+        default = ("" if f.default is MISSING and f.default_factory is MISSING
+                   else " = <factory>" if f.default is MISSING else f" = {f.default!r}")
+        params.append(f"{f.name}: {kind}{default}")
+    return f"{name}({', '.join(params)})"
 
 
 def _bookkeeping(cls: type) -> type:
