@@ -226,6 +226,23 @@ def test_a_signal_between_request_and_answer_is_forwarded_not_fatal():
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
+def test_ctrl_c_before_the_server_answers_is_one_line_and_exit_130(monkeypatch, capsys):
+    """A Ctrl-C held while the client waits for the server's answer is raised when the client
+    gives up on it: the command says so in one line, as a compile in its own process does."""
+    from hloc.cli import entry
+    from hloc.server import client
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(client, "run_compile", interrupted)
+    monkeypatch.setattr(sys, "argv", ["hloc", "compile", "m.hlo", "-o", "m.bundle"])
+    with pytest.raises(SystemExit) as e:
+        entry.main()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "hloc: interrupted\n"
+
+
 def small_module(tmp_path: Path) -> Path:
     """A small HLO text module (the server's own warm-up module) for the tests of where a
     compile runs rather than what it produces."""

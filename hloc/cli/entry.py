@@ -12,7 +12,11 @@ def main() -> None:
     if sys.argv[1:2] == ["compile"]:
         from ..server.client import run_compile
 
-        code = run_compile(sys.argv[1:])
+        try:
+            code = run_compile(sys.argv[1:])
+        except KeyboardInterrupt:  # Ctrl-C before a server answered: as the command says it
+            print("hloc: interrupted", file=sys.stderr)
+            sys.exit(130)
         if code is not None:  # served: nothing of this process's needs tearing down
             for stream in (sys.stdout, sys.stderr):
                 try:
