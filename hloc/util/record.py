@@ -69,15 +69,14 @@ def _define(cls: type, frozen: bool) -> type:
     hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
     methods = _compiled(cls, fields, frozen, hash_fields=hashed if frozen and not explicit_hash
                         else None)
+    hash_fn = methods.pop("__hash__", None)  # None for a mutable class, as dataclasses has it
     for name, fn in methods.items():
-        if name == "__hash__":  # a body that defines only __eq__ has __hash__ = None: replaced
-            fn.__qualname__ = f"{qualname}.__hash__"
-            cls.__hash__ = fn  # type: ignore[method-assign]
-        else:
-            put(name, fn)
+        put(name, fn)
     put("__repr__", _repr([f.name for f in fields if f.repr]))
-    if not explicit_hash and not frozen:
-        cls.__hash__ = None  # type: ignore[method-assign]
+    if not explicit_hash:  # set even over the `__hash__ = None` of a body defining __eq__
+        if hash_fn is not None:
+            hash_fn.__qualname__ = f"{qualname}.__hash__"
+        cls.__hash__ = hash_fn  # type: ignore[method-assign]
     if frozen:
         names = frozenset(f.name for f in fields)
         put("__setattr__", _frozen_setattr(cls, names))
