@@ -194,7 +194,6 @@ def test_a_signal_between_request_and_answer_is_forwarded_not_fatal():
     theirs.settimeout(5)
     main = threading.get_ident()
     seen = {}
-    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
     def fake_server():
         try:
@@ -207,7 +206,7 @@ def test_a_signal_between_request_and_answer_is_forwarded_not_fatal():
         finally:  # nothing forwarded: the client sees the server gone, not a hang
             theirs.shutdown(socket.SHUT_RDWR)
 
-    handlers = {sig: signal.getsignal(sig) for sig in forwarded}
+    handlers = {sig: signal.getsignal(sig) for sig in client.FORWARDED}
     signal.signal(signal.SIGTERM, lambda *_: seen.setdefault("not held", True))
     thread = threading.Thread(target=fake_server)
     thread.start()
