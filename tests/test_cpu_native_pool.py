@@ -4,14 +4,17 @@ thread count, and a scan-like loop of a product and a fused dot runs as one nati
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from hloc.codegen.cpu import pool as layout
 from hloc.codegen.target import host_target
 from hloc.runtime.cpu import blas, gemm, native_pool
 
@@ -102,6 +105,65 @@ def test_a_worker_that_starts_after_the_pool_stopped_returns():
     late.start()
     late.join(timeout=10)
     assert not late.is_alive()
+
+
+_PIECE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+_RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                        ctypes.c_void_p)
+
+
+def _timed_job(pool, pieces: int, caller_s: float, worker_s: float):
+    """run() -> the threads that ran each of `pieces` pieces of one job on `pool`'s state
+    (hloc_pool_run, called from this thread): a piece sleeps `caller_s` on this thread and
+    `worker_s` on a worker (time.sleep lets the other threads take the GIL)."""
+    lib, own = pool
+    run_fn = _RUN(lib.library.address("hloc_pool_run"))
+    me, ran = threading.get_ident(), [None] * pieces
+
+    def piece(_arg, index, _work) -> None:
+        ran[index] = threading.get_ident()
+        time.sleep(caller_s if ran[index] == me else worker_s)
+    callback = _PIECE(piece)
+
+    def run() -> list:
+        ran[:] = [None] * pieces
+        run_fn(own.address, ctypes.cast(callback, ctypes.c_void_p), None, pieces, lib.work())
+        return list(ran)
+    run.keep = callback  # type: ignore[attr-defined]
+    return run, me
+
+
+def _backoff(own) -> int:
+    return int(own._state.view(np.int32)[layout.BACKOFF // 4])
+
+
+def test_a_worker_finishing_its_share_later_keeps_the_pool(pool):
+    """A worker that ends its half of a job 2 ms after the caller ends its own (a big product
+    cut in two on a busy core) is no preempted worker: the jobs after it are still shared.
+    (Judged by a count of spins, such a wait sent the next 64 jobs to the caller alone.)"""
+    _, own = pool
+    run, me = _timed_job(pool, 2, 0.05, 0.052)
+    shared = 0
+    for _ in range(5):
+        ran = run()
+        shared += len(set(ran)) == 2
+        assert _backoff(own) == 0, ran
+    assert shared >= 3, f"only {shared} of 5 jobs ran on two threads"
+
+
+def test_a_worker_late_by_more_than_the_callers_work_sends_jobs_to_the_caller(pool):
+    """A worker that takes far longer than the caller's whole share (preempted by another
+    process) makes the caller run the next jobs alone, without waiting for the pool."""
+    _, own = pool
+    run, me = _timed_job(pool, 6, 0.005, 0.08)  # the three workers take one piece each
+    for _ in range(5):  # until a worker claims a piece (it may still be waking up)
+        if any(t != me for t in run()):
+            break
+    else:
+        pytest.skip("no worker claimed a piece in five jobs (a very busy machine)")
+    assert _backoff(own) == layout._BACKOFF_JOBS
+    assert run() == [me] * 6
+    assert _backoff(own) == layout._BACKOFF_JOBS - 1
 
 
 def test_big_products_are_cut_for_the_pool(monkeypatch):

@@ -42,10 +42,17 @@ SYSCALL = "hloc_syscall"  # the C library's syscall(), provided to the JIT by th
 _FUTEX, _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE, _SCHED_YIELD = 202, 128, 129, 24
 # Spins of the caller waiting for claimed pieces before each sched_yield.
 _WAIT_SPINS = 2048
-# After a wait that long (a worker preempted in the middle of its piece: another process
-# took its core), this many jobs run on the calling thread alone. Measured on a 2-core host
-# shared with other processes (load 6-8): a 200-step scan RNN whose products were shared
-# took 1.4x as long as on one thread, most of it spent waiting for preempted workers.
+# A caller that ran pieces itself and then waited for the workers longer than it worked plus
+# this many time-stamp-counter cycles (about 0.5 ms at 3 GHz: more than a worker needs to
+# wake up, less than the scheduler's slice when another process takes its core) counts its
+# worker as preempted: the next _BACKOFF_JOBS jobs run on the calling thread alone. Measured
+# on a 2-core host shared with other processes (load 6-8): a 200-step scan RNN whose products
+# were shared took 1.4x as long as on one thread, most of it spent waiting for preempted
+# workers. The wait is judged against the caller's own work, not as a count of spins: a
+# fixed count (2048 pauses, some 40 us) also caught a worker that was merely finishing its
+# half of a big product, and sent every product after it to one thread (1024^3 cut in two
+# ran in 37 ms, as on one thread, instead of 18).
+_PREEMPTED_SLACK_CYCLES = 1_500_000
 _BACKOFF_JOBS = 64
 PIECE_TYPE = ir.FunctionType(ir.VoidType(), [PTR, I64, PTR])
 RUN_TYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR])
@@ -84,8 +91,9 @@ class _Pool:
         b.atomic_rmw("xchg", self.field(b, state, offset), value, SC)
 
     def work(self) -> ir.Function:
-        """work(state, work, gen): claim and run pieces of job `gen` until none is left."""
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64]),
+        """work(state, work, gen) -> how many it ran: claim and run pieces of job `gen` until
+        none is left."""
+        fn = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR, I64]),
                          "hloc_pool_work")
         fn.linkage = "internal"
         state, work, gen = fn.args
@@ -99,8 +107,9 @@ class _Pool:
                                                                      "done"))
         b.branch(head)
         b.position_at_end(head)
-        word = b.phi(I64, "word")
+        word, ran = b.phi(I64, "word"), b.phi(I64, "ran")
         word.add_incoming(first, entry)
+        ran.add_incoming(_c(0), entry)
         index = b.and_(word, _c(0xFFFFFFFF))
         mine = b.and_(b.icmp_unsigned("==", b.lshr(word, _c(32)), gen),
                       b.icmp_unsigned("<", index, count))
@@ -109,14 +118,16 @@ class _Pool:
         pair = b.cmpxchg(self.field(b, state, CLAIM), word, b.add(word, _c(1)), SC, SC)
         seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
         word.add_incoming(seen, claim)
+        ran.add_incoming(ran, claim)
         b.cbranch(ok, run, head)
         b.position_at_end(run)
         b.call(_callee(b, piece), [b.inttoptr(arg, PTR), index, work])
         b.atomic_rmw("add", self.field(b, state, FINISHED), _c(1), SC)
         word.add_incoming(self.load(b, state, CLAIM), run)
+        ran.add_incoming(b.add(ran, _c(1)), run)
         b.branch(head)
         b.position_at_end(done)
-        b.ret_void()
+        b.ret(ran)
         return fn
 
     def run(self, work: ir.Function) -> ir.Function:
@@ -153,9 +164,14 @@ class _Pool:
         self.store(b, count, state, JOB_COUNT)
         self.store(b, gen, state, GENERATION)
         self._wake_sleepers(b, state)
-        b.call(work, [state, mywork, gen64])
-        waited = self._await(b, state, count)
-        with b.if_then(b.icmp_signed(">=", waited, _c(_WAIT_SPINS))):
+        start = b.call(self.tsc, [])
+        ran = b.call(work, [state, mywork, gen64])
+        worked = b.call(self.tsc, [])
+        self._await(b, state, count)
+        waited = b.sub(b.call(self.tsc, []), worked)
+        late = b.icmp_unsigned(">", waited, b.add(b.sub(worked, start),
+                                                   _c(_PREEMPTED_SLACK_CYCLES)))
+        with b.if_then(b.and_(b.icmp_signed(">", ran, _c(0)), late)):
             self.store(b, _c(_BACKOFF_JOBS, I32), state, BACKOFF)
         self.store(b, _c(0, I32), state, BUSY)
         b.ret_void()
@@ -185,9 +201,9 @@ class _Pool:
             b.call(self.syscall, [_c(_FUTEX), self.field(b, state, GENERATION),
                                   _c(_FUTEX_WAKE_PRIVATE), _c(0x7FFFFFFF)])
 
-    def _await(self, b, state, count) -> ir.Value:
+    def _await(self, b, state, count) -> None:
         """Spin until every piece is finished, yielding the core now and then (a worker that
-        claimed a piece may have been preempted); returns the number of spins."""
+        claimed a piece may have been preempted)."""
         fn = b.function
         head, spin, end = (fn.append_basic_block(f"await.{n}") for n in ("head", "spin", "end"))
         pre = b.block
@@ -204,7 +220,6 @@ class _Pool:
         n.add_incoming(b.add(n, _c(1)), b.block)
         b.branch(head)
         b.position_at_end(end)
-        return n
 
     def worker(self, work: ir.Function) -> ir.Function:
         """hloc_pool_worker(state, work): a worker thread's life, until STOP is set: wait for

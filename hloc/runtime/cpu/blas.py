@@ -9,7 +9,7 @@ and without it everything stays as numpy configured it.
   thread only (the thread-local setter, so other threads are unaffected).
 - f32 products on AVX-512 hosts skip OpenBLAS for the native GEMM of gemm.py (faster there
   than OpenBLAS' AVX2 kernels, which OPENBLAS_CORETYPE may pin, and cheaper per call); on
-  AVX2 hosts only the small ones do (gemm.AVX2_MAX_FLOPS), where the call overhead wins.
+  AVX2 hosts the small and mid-size ones do (gemm.AVX2_MAX_FLOPS).
 - Kernels: OpenBLAS picks its AVX2 "Haswell" kernels on AMD Zen CPUs even when they have
   AVX-512, half the speed of its "SkylakeX" kernels there. `prefer_avx512_kernels()` switches
   the core type the way OPENBLAS_CORETYPE=SkylakeX would at startup (re-running OpenBLAS'
