@@ -178,3 +178,50 @@ def test_small_maps_are_light_and_small_loops_are_not():
         args = random_inputs(spec.computation, 3)
         assert_matches(out.run(spec.name, args)[0], reference(spec.computation, args)[0],
                        rtol=1e-6, atol=1e-6, what=spec.name)
+
+
+LOOPED_MAP = """HloModule m
+cond {
+  p = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(50)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  h = f32[16,8] get-tuple-element(p), index=1
+  gate = f32[16,8] tanh(h)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[16,8]) tuple(j, gate)
+}
+ENTRY e {
+  x = f32[16,8] parameter(0)
+  pre = f32[16,8] exponential(x)
+  z = s32[] constant(0)
+  init = (s32[], f32[16,8]) tuple(z, pre)
+  loop = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  ROOT h = f32[16,8] get-tuple-element(loop), index=1
+}
+"""
+
+
+def test_small_kernels_of_a_loop_body_keep_the_full_pipeline(tmp_path):
+    """A small map runs once per iteration inside a while loop, so it is neither `optsize`
+    nor light there (an LSTM's gate kernels took 14 ms a run scalar, 8 vectorized); the
+    same kind of map outside the loop is."""
+    from .support.bundles import compile_bundle, dumped, load_cpu
+    from .support.run import interpret
+
+    bundle = compile_bundle(LOOPED_MAP, tmp_path / "m.bundle", dump_dir=tmp_path / "dump")
+    ir_text = dumped(tmp_path / "dump", "cpu.module.ll").decode()
+    heads = {m[1]: m[2] for m in re.finditer(r'define [^@]*@"?(hloc_[\w.]+)"?\((.*)', ir_text)}
+    looped = [name for name in heads if name.startswith("hloc_gate")]
+    outside = [name for name in heads if name.startswith("hloc_pre")]
+    assert looped and outside, sorted(heads)
+    assert all("optsize" not in heads[name] for name in looped), {n: heads[n] for n in looped}
+    assert all("optsize" in heads[name] for name in outside), {n: heads[n] for n in outside}
+    x = np.linspace(-2, 2, 128, dtype=np.float32).reshape(16, 8)
+    assert_matches(load_cpu(bundle).run([x])[0], interpret(LOOPED_MAP, [x])[0],
+                   rtol=1e-5, atol=1e-6, what="loop")
