@@ -197,7 +197,7 @@ def emit_all(groups, target):
                 same = emitted_keys.get(key) or new_keys.get(key)
                 if same is None:
                     info = new_keys[key] = emit_spec(module, spec, target, light,
-                                                     repeats=group.repeats)
+                                                     calls=group.calls)
                 else:
                     info = replace(same, instruction_names=spec.instruction_names)
                 emitted[spec.name] = info
@@ -218,19 +218,20 @@ def emit_all(groups, target):
 # optimized for size and without the vectorizers (llvm_split gives them scalar partitions):
 # they take microseconds, where a vectorized main loop plus its remainder loops gains little,
 # yet such code costs LLVM over half of its time on modules made of small kernels (compile
-# time matters there: it is most of the cost). Not the kernels of a while loop's body or
-# condition: run once per iteration, their microseconds add up (an LSTM's gate kernels,
-# 16 x 64 elements of sigmoid and tanh, 100 steps a run: 14 ms scalar against 8 vectorized).
+# time matters there: it is most of the cost). A kernel in a while loop's body or condition
+# counts its work once per iteration (KernelGroup.calls): there the microseconds add up (an
+# LSTM's gate kernels, 16 x 64 elements of sigmoid and tanh, 50 steps of two layers a run:
+# 14 ms scalar against 8 vectorized), while a loop's scalar counters stay light.
 SMALL_KERNEL_WORK = 1 << 12
 
 
-def emit_spec(module: ir.Module, spec, target, light: set[str], *,
-              repeats: bool = False) -> KernelInfo:
-    """Emit `spec`; a small kernel's functions are marked `optsize` (and, loop-free, their
-    names added to `light`) unless it `repeats` (runs in a loop)."""
+def emit_spec(module: ir.Module, spec, target, light: set[str], *, calls: int = 1
+              ) -> KernelInfo:
+    """Emit `spec`; a small kernel's functions (`calls` times its work is small) are marked
+    `optsize` (and, loop-free, their names added to `light`)."""
     before = set(module.globals)
     info = emit_kernel(module, spec, target)
-    if not repeats and work(spec) < SMALL_KERNEL_WORK:
+    if work(spec) * calls < SMALL_KERNEL_WORK:
         is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):
             fn = module.globals[name]

@@ -17,7 +17,8 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...ir.opcodes import ELEMENTWISE, INDEX_REMAPPING
 from ...registry import Registry
-from ...thunks.base import ThunkKind, walk
+from ...thunks.base import walk
+from ...thunks.thunks import While
 from ...util.record import dataclass
 from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
 from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
@@ -36,9 +37,12 @@ class KernelGroup:
     specs: list[KernelSpec]
     composite: Composite | None = None
     optional: bool = False  # not a Kernel thunk: without a kernel its own runtime path runs
-    # Inside a while loop (at any depth): it runs once per iteration, so its per-call work
-    # understates what its code costs.
-    repeats: bool = False
+    # Calls per execution of the module: the product of the trip counts of the while loops
+    # around it (UNKNOWN_TRIPS for a loop whose count the compiler does not know).
+    calls: int = 1
+
+
+UNKNOWN_TRIPS = 8
 
 
 # Thunk kinds other than Kernel that may get a native kernel as well (sort, small gemms, ...):
@@ -80,17 +84,18 @@ def kernel_groups(module: Module, program, opt_level: int = 2
     instructions = {i.name: i for c in module.computations for i in c.instructions}
     groups: list[KernelGroup] = []
     fallbacks: dict[str, dict] = {}
-    looped: set[int] = set()  # ids of the thunks nested in a While
+    calls: dict[int, int] = {}  # id of a thunk -> its calls per execution (if not 1)
     for visit in walk(program.sequence):
         thunk, parent = visit.thunk, visit.parent
-        if parent is not None and (parent.kind == ThunkKind.WHILE or id(parent) in looped):
-            looped.add(id(thunk))
+        if parent is not None:
+            trips = (parent.trip_count or UNKNOWN_TRIPS) if isinstance(parent, While) else 1
+            calls[id(thunk)] = calls.get(id(parent), 1) * trips
         instr = instructions[thunk.name] if thunk.name in instructions else None
         optional = thunk.kind != "kernel"
         if optional and not wants_kernel(thunk.kind, instr, opt_level):
             continue
         try:
-            groups.append(replace(_group(instr, thunk, optional), repeats=id(thunk) in looped))
+            groups.append(replace(_group(instr, thunk, optional), calls=calls.get(id(thunk), 1)))
         except UnsupportedError as e:
             if not optional:
                 fallbacks[thunk.name] = {"opcode": instr.opcode.value, "reason": str(e)}
