@@ -198,7 +198,7 @@ body {
 }
 ENTRY e {
   x = f32[16,8] parameter(0)
-  pre = f32[16,8] exponential(x)
+  pre = f32[16,8] tanh(x)
   z = s32[] constant(0)
   init = (s32[], f32[16,8]) tuple(z, pre)
   loop = (s32[], f32[16,8]) while(init), condition=cond, body=body
@@ -210,8 +210,7 @@ ENTRY e {
 def test_small_kernels_of_a_loop_body_keep_the_full_pipeline(tmp_path):
     """A small map that runs 50 times inside a while loop counts its work 50 times, so it is
     neither `optsize` nor light there (an LSTM's gate kernels took 14 ms a run scalar, 8
-    vectorized); the same kind of map outside the loop is, and so is the loop's scalar
-    counter."""
+    vectorized); the same map before the loop is, and so is the loop's scalar counter."""
     from .support.bundles import compile_bundle, dumped, load_cpu
     from .support.run import interpret
 

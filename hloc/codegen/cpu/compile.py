@@ -193,11 +193,12 @@ def emit_all(groups, target):
         try:
             emitted, new_keys = {}, {}
             for spec in group.specs:
-                key = kernel_key(spec, memo)
+                # A kernel run in a loop is no small kernel where its twin outside one is.
+                small = work(spec) * group.calls < SMALL_KERNEL_WORK
+                key = (kernel_key(spec, memo), small)
                 same = emitted_keys.get(key) or new_keys.get(key)
                 if same is None:
-                    info = new_keys[key] = emit_spec(module, spec, target, light,
-                                                     calls=group.calls)
+                    info = new_keys[key] = emit_spec(module, spec, target, light, small=small)
                 else:
                     info = replace(same, instruction_names=spec.instruction_names)
                 emitted[spec.name] = info
@@ -225,13 +226,13 @@ def emit_all(groups, target):
 SMALL_KERNEL_WORK = 1 << 12
 
 
-def emit_spec(module: ir.Module, spec, target, light: set[str], *, calls: int = 1
-              ) -> KernelInfo:
-    """Emit `spec`; a small kernel's functions (`calls` times its work is small) are marked
-    `optsize` (and, loop-free, their names added to `light`)."""
+def emit_spec(module: ir.Module, spec, target, light: set[str], *,
+              small: bool | None = None) -> KernelInfo:
+    """Emit `spec`; a `small` kernel's functions (default: its work is below
+    SMALL_KERNEL_WORK) are marked `optsize` (and, loop-free, their names added to `light`)."""
     before = set(module.globals)
     info = emit_kernel(module, spec, target)
-    if work(spec) * calls < SMALL_KERNEL_WORK:
+    if small if small is not None else work(spec) < SMALL_KERNEL_WORK:
         is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):
             fn = module.globals[name]
