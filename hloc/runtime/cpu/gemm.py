@@ -85,11 +85,11 @@ class _Library:
 # thread, where its call overhead (a ctypes call, no thread hand-off) wins (a 200-step RNN of
 # 32x256x256 products: 27 ms against 38 through OpenBLAS), mid-size ones (a transformer's
 # 256x256x256 to 256x1024x256 projections) cut for the native pool, whose spinning workers
-# take a piece within a microsecond where the Python pool's OpenBLAS pieces did not scale at
-# all (256^3: 0.25 ms against 0.45 on 2 Zen 3 cores; BERT 0.86x, GPT-2 0.82x, attention 0.90x
-# the time, medians of 8 alternating rounds). Bigger ones stay with OpenBLAS, whose Haswell
-# kernels keep an edge on deep products (the MLP case's 256x784x1024 and 256x1024x1024 ran
-# 1.07x slower native; 1024^3 the same either way).
+# take a piece within a microsecond, where OpenBLAS' pieces on the Python pool scaled poorly
+# (256^3: 0.25 ms against 0.45 on 2 Zen 3 cores; BERT 0.90x, GPT-2 0.85x, attention 0.95x the
+# time, medians of 8 alternating rounds). Bigger ones stay with OpenBLAS: on the MLP case's
+# 256x784x1024 and 256x1024x1024 products the native GEMM showed no gain (1024^3: the same
+# either way).
 AVX2_MAX_FLOPS = 300_000_000
 
 
