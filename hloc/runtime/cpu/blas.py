@@ -153,12 +153,14 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
 
 
 # Products below this many flops run the native GEMM on the calling thread (HLOC_CPU_SPLIT_FLOPS
-# overrides). A spinning worker of the native pool (native_pool.py) takes a piece within a
-# microsecond, so mid-size products (a scan RNN's 32 x 256 x 256, 4.2 MFLOP) could use both
-# cores of a 2-core host; but on a 2-core host shared with other processes (load 6-9) such a
-# loop ran 1.2-1.5x slower split than on one thread (a worker preempted inside its piece
-# holds up the caller), so only products as big as the Python pool used to split are split.
-NATIVE_SINGLE_THREAD_FLOPS = int(os.environ.get("HLOC_CPU_SPLIT_FLOPS") or 8000000)
+# overrides); bigger ones are cut for the native pool (native_pool.py), whose spinning worker
+# takes a piece within a microsecond. This was 8 MFLOP while the pool's back-off sent most
+# jobs to one thread anyway (codegen/cpu/pool.py); with the back-off judged against the
+# caller's own work, cutting from 2 MFLOP up made a scan RNN's loop of 32 x 256 x 256 products
+# 0.72-0.80x the time and the LSTM 0.68-0.72x (2 Zen 3 cores, alternating rounds), and 0.87x
+# both with three busy processes on those two cores, where a preempted worker makes the caller
+# run the next jobs alone.
+NATIVE_SINGLE_THREAD_FLOPS = int(os.environ.get("HLOC_CPU_SPLIT_FLOPS") or 2000000)
 
 
 def native_ranges(batch: int, m: int, n: int, flops: int) -> list[tuple[int, ...]]:
