@@ -232,7 +232,9 @@ def emit_spec(module: ir.Module, spec, target, light: set[str], *,
     SMALL_KERNEL_WORK) are marked `optsize` (and, loop-free, their names added to `light`)."""
     before = set(module.globals)
     info = emit_kernel(module, spec, target)
-    if small if small is not None else work(spec) < SMALL_KERNEL_WORK:
+    if small is None:
+        small = work(spec) < SMALL_KERNEL_WORK
+    if small:
         is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):
             fn = module.globals[name]
