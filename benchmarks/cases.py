@@ -115,6 +115,26 @@ def _rnn():
     return f, [f32(200, 32, 64), f32(32, 256), f32(256, 256), f32(64, 256), f32(256)]
 
 
+@case("while_rnn_200", "the tanh RNN in a data-dependent while loop (until 200 steps or "
+      "max |h| >= 2: no trip count for a compiler to find), batch 32, hidden 256, input 64")
+def _while_rnn():
+    import jax
+    import jax.numpy as jnp
+
+    def f(xs, h0, w, u, b):
+        def cond(carry):
+            i, h = carry
+            return (i < xs.shape[0]) & (jnp.max(jnp.abs(h)) < 2.0)
+
+        def body(carry):
+            i, h = carry
+            x = jax.lax.dynamic_index_in_dim(xs, i, keepdims=False)
+            return i + 1, jnp.tanh(h @ w + x @ u + b)
+        steps, h = jax.lax.while_loop(cond, body, (0, h0))
+        return h, steps
+    return f, [f32(200, 32, 64), f32(32, 256), f32(256, 256), f32(64, 256), f32(256)]
+
+
 def case_inputs(params: list[dict], seed: int = 0) -> list[np.ndarray]:
     """Deterministic inputs for a case's parameters (scaled so nothing overflows)."""
     rng = np.random.default_rng(seed)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hloc.bundle import read_bundle
-from hloc.errors import InputError
+from hloc.errors import CheckFailed, InputError
 from hloc.ir.text.parser import parse_module
 from hloc.runtime.cuda import graphs
 from hloc.runtime.cuda.emulated import CudaEmulatedExecutable
@@ -113,13 +113,190 @@ def test_a_loop_too_big_for_a_graph_launches_its_body_per_trip(bundles, monkeypa
 
 
 @pytest.mark.cpu
-def test_a_data_dependent_loop_reads_its_predicate_between_graphs(bundles, monkeypatch):
+def test_without_conditional_nodes_a_data_dependent_loop_reads_its_predicate(bundles,
+                                                                              monkeypatch):
+    """HLOC_CUDA_CONDITIONAL_NODES=0 (or a driver before CUDA 12.8): the host reads the
+    predicate after each condition run, between graph launches."""
+    monkeypatch.setenv("HLOC_CUDA_CONDITIONAL_NODES", "0")
     ex = _load(bundles["while_dynamic"], monkeypatch)
     loop = next(t for t in ex.program.walk() if t.kind is ThunkKind.WHILE)
-    assert loop.trip_count is None
-    assert any(not s.graph for s in graphs.segments(ex.program.main))
+    assert loop.trip_count is None and not ex.runner.conditional_nodes
+    assert any(not s.graph for s in ex.runner._segments)
     ex.run(_inputs("while_dynamic", ex, 0))
     assert ex.runner.graph_captures >= 1
+    assert ex.runner.graph_launches > len(ex.runner._segments)  # per trip, not per run
+
+
+# A loop whose trip count comes from a parameter, with a dot in its body, and a three-way
+# conditional whose index is a parameter: trip counts and branches the graphs cannot know
+# when they are captured.
+DECIDED_ON_DEVICE = """HloModule decided
+body {
+  p = (s32[], f32[32,256], s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[32,256] get-tuple-element(p), index=1
+  lim = s32[] get-tuple-element(p), index=2
+  w = f32[256,256] get-tuple-element(p), index=3
+  d = f32[32,256] dot(v, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  half = f32[] constant(0.5)
+  h = f32[32,256] broadcast(half), dimensions={}
+  one_f = f32[] constant(1)
+  o = f32[32,256] broadcast(one_f), dimensions={}
+  m = f32[32,256] multiply(d, h)
+  a = f32[32,256] add(m, o)
+  e = f32[32,256] sine(a)
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  ROOT t = (s32[], f32[32,256], s32[], f32[256,256]) tuple(n, e, lim, w)
+}
+cond {
+  p = (s32[], f32[32,256], s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  lim = s32[] get-tuple-element(p), index=2
+  ROOT lt = pred[] compare(i, lim), direction=LT
+}
+b0 {
+  x = f32[32,256] parameter(0)
+  ROOT r = f32[32,256] exponential(x)
+}
+b1 {
+  x = f32[32,256] parameter(0)
+  ROOT r = f32[32,256] negate(x)
+}
+b2 {
+  x = f32[32,256] parameter(0)
+  ROOT r = f32[32,256] cosine(x)
+}
+ENTRY e {
+  x = f32[32,256] parameter(0)
+  n = s32[] parameter(1)
+  k = s32[] parameter(2)
+  w = f32[256,256] parameter(3)
+  zero = s32[] constant(0)
+  init = (s32[], f32[32,256], s32[], f32[256,256]) tuple(zero, x, n, w)
+  loop = (s32[], f32[32,256], s32[], f32[256,256]) while(init), condition=cond, body=body
+  v = f32[32,256] get-tuple-element(loop), index=1
+  c = f32[32,256] conditional(k, v, v, v), branch_computations={b0, b1, b2}
+  steps = s32[] get-tuple-element(loop), index=0
+  ROOT out = (f32[32,256], s32[]) tuple(c, steps)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory):
+    path = tmp_path_factory.mktemp("decided") / "decided.bundle"
+    return str(compile_bundle(parse_module(DECIDED_ON_DEVICE), path, target="cuda"))
+
+
+def _decided_inputs(trips: int, branch: int) -> list[np.ndarray]:
+    x = np.linspace(-1, 1, 32 * 256, dtype=np.float32).reshape(32, 256)
+    w = (np.random.default_rng(3).standard_normal((256, 256)) / 16).astype(np.float32)
+    return [x, np.array(trips, np.int32), np.array(branch, np.int32), w]
+
+
+@pytest.mark.cpu
+def test_loops_and_conditionals_run_as_conditional_nodes(decided, bundles, monkeypatch):
+    """With conditional nodes a data-dependent loop and a conditional stay in the graph: one
+    launch per graph a run, whatever the trip count or branch (out-of-range indices run the
+    last branch), bit-identical to graphs off and to host-driven control flow; the
+    interpreter agrees. The samples' loops and conditionals too."""
+    ex = _load(decided, monkeypatch)
+    runner = ex.runner
+    assert runner.conditional_nodes and all(s.graph for s in runner._segments), \
+        graphs.describe(ex.program.main, True)
+    monkeypatch.setenv("HLOC_CUDA_CONDITIONAL_NODES", "0")
+    host_driven = _load(decided, monkeypatch)
+    direct = _load(decided, monkeypatch, on=False)
+    for trips, branch in ((0, 0), (1, 1), (7, 2), (3, -1), (12, 3), (2, 99)):
+        args = _decided_inputs(trips, branch)
+        before = runner.graph_launches
+        got = ex.run(args)
+        assert runner.graph_launches - before == len(runner._segments)
+        assert int(got[1]) == trips
+        _same(got, direct.run(args))
+        _same(got, host_driven.run(args))
+        want = evaluate(ex.module, args).flatten()
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    assert runner.graph_captures == 1  # captured once, replayed for every trip count
+    assert host_driven.runner.graph_launches > direct.runner.graph_launches
+    monkeypatch.delenv("HLOC_CUDA_CONDITIONAL_NODES")
+    for name in ("while_dynamic", "cond", "switch"):
+        sample = _load(bundles[name], monkeypatch)
+        assert all(s.graph for s in sample.runner._segments), name
+        args = _inputs(name, sample, 1)
+        _same(sample.run(args), _load(bundles[name], monkeypatch, on=False).run(args))
+
+
+@pytest.mark.cpu
+def test_library_calls_in_a_conditional_node_become_kernels(decided, monkeypatch):
+    """cuBLAS (here its host stand-in) runs the loop's dot when the host drives the loop, but
+    not inside a conditional node's body, where hloc's GEMM kernel runs it: a GPU's driver
+    refuses to instantiate a WHILE node around cuBLAS' kernels. Same results either way."""
+    monkeypatch.setenv("HLOC_CUDA_GEMM", "cublas")
+    ex = _load(decided, monkeypatch)
+    gemms = [t for t in ex.program.walk() if t.kind is ThunkKind.GEMM]
+    assert gemms and all(t.blas is not None for t in gemms)
+    monkeypatch.setenv("HLOC_CUDA_CONDITIONAL_NODES", "0")
+    host_driven = _load(decided, monkeypatch)
+    args = _decided_inputs(6, 0)
+    got = ex.run(args)
+    assert ex.runner.conditional_nodes and ex.runner.blas_calls == 0
+    want = host_driven.run(args)
+    assert host_driven.runner.blas_calls > 0  # captured into the body's own graph
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cpu
+def test_a_failed_conditional_node_keeps_graphs(decided, monkeypatch, capsys):
+    """A capture that fails while building a conditional node turns conditional nodes off,
+    not graphs: the loop is driven from the host from then on, with the same bits."""
+    from hloc.runtime.cuda.emulated import HostMemory
+
+    def refuse(self, *_):
+        raise RuntimeError("conditional node refused")
+
+    monkeypatch.setattr(HostMemory, "while_node", refuse)
+    ex = _load(decided, monkeypatch)
+    args = _decided_inputs(5, 1)
+    got = ex.run(args)
+    assert "conditional graph nodes off" in capsys.readouterr().err
+    assert ex.runner.graphs_on and not ex.runner.conditional_nodes
+    _same(got, _load(decided, monkeypatch, on=False).run(args))
+    _same(ex.run(args), got)
+    assert ex.runner.graph_launches > 0
+
+
+@pytest.mark.parametrize("is_pred, count", [(True, 2), (False, 1), (False, 3)])
+def test_the_switch_rule_is_the_conditional_thunks(is_pred, count):
+    """The rule the set kernel applies (and the emulator models) is the one host-driven
+    conditionals use: a pred picks branch 0 when true; an index out of range the last."""
+    from hloc.runtime.cuda.cond_nodes import switch_index
+    from hloc.thunks.thunks import Conditional
+
+    t = Conditional("c", selector=None, branches=((),) * count, selector_is_pred=is_pred)
+    values = (True, False) if is_pred else (-2**31, -1, 0, 1, 2, 3, 2**31 - 1)
+    for v in values:
+        raw = np.array(v, np.bool_ if is_pred else np.int32).tobytes()
+        assert switch_index(raw, is_pred, count) == t.branch(v), v
+
+
+def test_the_set_condition_kernels_assemble():
+    """ptxas accepts the runtime's set kernels (their one call, cudaGraphSetConditional, left
+    to the driver as it leaves vprintf) for the oldest and newest architectures."""
+    from hloc.codegen.cuda import ptxas
+    from hloc.runtime.cuda.cond_nodes import SET_CONDITION_PTX
+
+    tool = ptxas.find_ptxas()
+    if tool is None:
+        pytest.skip("ptxas not found")
+    for arch in ("sm_80", "sm_90"):
+        result = ptxas.assemble(SET_CONDITION_PTX, arch, tool)
+        assert set(result.kernels) >= {"hloc_set_while", "hloc_set_switch"}
+    broken = SET_CONDITION_PTX.replace("cudaGraphSetConditional", "noSuchFunction")
+    with pytest.raises(CheckFailed, match="noSuchFunction"):
+        ptxas.assemble(broken, "sm_90", tool)
 
 
 @pytest.mark.cpu
@@ -182,7 +359,7 @@ def test_graphs_on_a_gpu(bundles, monkeypatch):
     if not _cuda_device_available():
         pytest.skip("needs cuda-bindings and an NVIDIA GPU")
 
-    for name in ("scan_rnn", "while_dynamic", "streamed", "mlp"):
+    for name in ("scan_rnn", "while_dynamic", "cond", "switch", "streamed", "mlp"):
         monkeypatch.setenv("HLOC_CUDA_GRAPHS", "1")
         graphed = load(bundles[name], "cuda")
         monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
@@ -191,6 +368,40 @@ def test_graphs_on_a_gpu(bundles, monkeypatch):
             args = _inputs(name, graphed, seed)
             _same(graphed.run(args), direct.run(args))
         assert graphed.runner.graphs_on and graphed.runner.graph_launches > 0, name
+
+
+@pytest.mark.gpu
+def test_conditional_nodes_on_a_gpu(decided, monkeypatch, capsys):
+    """On a real device (CUDA 12.8 or later): the loop (a cuBLAS-eligible dot in its body) and
+    the conditional run as conditional nodes, one launch per graph a run, the same bits as
+    without graphs and as host-driven control flow with hloc's GEMM kernel (what runs the dot
+    inside the node), for every trip count and branch."""
+    from hloc.runtime import load
+
+    from .test_cuda_samples import _cuda_device_available
+
+    if not _cuda_device_available():
+        pytest.skip("needs cuda-bindings and an NVIDIA GPU")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "1")
+    ex = load(decided, "cuda")
+    if not ex.memory.supports_conditional_nodes:
+        pytest.skip("driver before CUDA 12.8: no conditional nodes")
+    monkeypatch.setenv("HLOC_CUDA_GEMM", "kernel")
+    monkeypatch.setenv("HLOC_CUDA_CONDITIONAL_NODES", "0")
+    host_driven = load(decided, "cuda")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    direct = load(decided, "cuda")
+    runner = ex.runner
+    for trips, branch in ((0, 0), (1, 1), (7, 2), (3, -1), (12, 3), (40, 99)):
+        args = _decided_inputs(trips, branch)
+        before = runner.graph_launches
+        got = ex.run(args)
+        assert "conditional graph nodes off" not in capsys.readouterr().err
+        assert runner.conditional_nodes
+        assert runner.graph_launches - before == len(runner._segments)
+        assert int(got[1]) == trips
+        _same(got, direct.run(args))
+        _same(got, host_driven.run(args))
 
 
 @pytest.mark.cpu
@@ -202,8 +413,10 @@ def test_inspect_shows_the_graph_plan(bundles):
     result = hloc("inspect", bundles["while_dynamic"], "--json")
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)["gpu_graphs"]
-    assert plan["host_driven"] >= 1 and plan["graphs"] >= 1
-    assert any("while" in line and "host-driven" in line for line in plan["segments"])
+    # With conditional nodes the data-dependent loop is inside a graph; without, host-driven.
+    assert plan["host_driven"] == 0 and plan["graphs"] >= 1
+    assert plan["host_driven_without_conditional_nodes"] >= 1
+    assert not any("host-driven" in line for line in plan["segments"])
     text = hloc("inspect", bundles["scan_rnn"]).output
-    assert "CUDA graphs (HLOC_CUDA_GRAPHS): 1 of the main program's stretches, 0 host-driven" \
-        in text
+    assert "CUDA graphs (HLOC_CUDA_GRAPHS): 1 of the main program's stretches, 0 host-driven " \
+        "thunk(s) between them (without conditional nodes: 0)" in text

@@ -66,10 +66,16 @@ def _gpu_libraries(bundle) -> dict:
     convs = [t for t in program.walk() if isinstance(t, ConvLaunch)]
     from ..runtime.cuda.graphs import describe, segments
 
-    graphed = [s for s in segments(program.main) if s.graph]
+    # The plan of a driver with conditional nodes (CUDA 12.8 and later), and how many
+    # thunks an older driver (or HLOC_CUDA_CONDITIONAL_NODES=0) drives from the host.
+    plan = segments(program.main, conditional=True)
+    graphed = [s for s in plan if s.graph]
+    older = segments(program.main)
     return {"gpu_graphs": {"graphs": len(graphed),
-                           "host_driven": len(segments(program.main)) - len(graphed),
-                           "segments": describe(program.main)},
+                           "host_driven": len(plan) - len(graphed),
+                           "host_driven_without_conditional_nodes":
+                               sum(not s.graph for s in older),
+                           "segments": describe(program.main, conditional=True)},
             "gpu_gemm": {"gemm_thunks": len(gemms),
                          "cublas_eligible": [t.name for t in gemms if t.blas is not None]},
             "gpu_conv": {"conv_thunks": len(convs),
@@ -85,7 +91,8 @@ def _gpu_gemm_line(g: dict) -> str:
 
 def _gpu_graphs_line(g: dict) -> str:
     return (f"CUDA graphs (HLOC_CUDA_GRAPHS): {g['graphs']} of the main program's stretches, "
-            f"{g['host_driven']} host-driven thunk(s) between them")
+            f"{g['host_driven']} host-driven thunk(s) between them (without conditional "
+            f"nodes: {g['host_driven_without_conditional_nodes']})")
 
 
 def _gpu_conv_line(g: dict) -> str:

@@ -33,6 +33,7 @@ from ...errors import HlocError, InputError
 from ...thunks.gpu import ConvLaunch, GemmLaunch
 from ...thunks.serialize import gpu_program_from_json
 from ..executable import register_device
+from .cond_nodes import MIN_DRIVER, ConditionalNodes
 from .program import GpuExecutable, GpuRunner
 from .transfers import PinnedStaging, read_array, write_array
 
@@ -127,6 +128,13 @@ class CudaDevice:
             for _ in range(2))
         self._captured: set[int] | None = None
         self._stale: set[int] = set()
+        # Conditional graph nodes (hloc.runtime.cuda.cond_nodes): the streams their bodies are
+        # being captured on, innermost last (work goes there while it is not empty).
+        self.inner_streams: list = []
+        self._conditional = None
+        version = check(cu, cu.cuDriverGetVersion(), "cuDriverGetVersion")
+        self.supports_conditional_nodes = version >= MIN_DRIVER and hasattr(
+            cu, "cuStreamBeginCaptureToGraph")
         self.staging = PinnedStaging(
             cu, [u.slice for u in program.host_to_device if not u.constant],
             [d.slice for d in program.device_to_host])
@@ -151,7 +159,10 @@ class CudaDevice:
         return int(ptr)
 
     def _s(self):
-        return self.streams[self.stream]
+        return self.inner_streams[-1] if self.inner_streams else self.streams[self.stream]
+
+    def current_stream(self):
+        return self._s()
 
     def stream_handle(self) -> int:
         """The current stream as the cudaStream_t value other CUDA libraries take."""
@@ -293,6 +304,8 @@ class CudaDevice:
         """End whatever capture a failure left open, on every stream (nothing of it ran)."""
         cu = self.cu
         self._captured = None
+        if self._conditional is not None:
+            self._conditional.abort()
         active = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
         for stream in self.streams:
             err, status = cu.cuStreamIsCapturing(stream)
@@ -307,6 +320,21 @@ class CudaDevice:
         if all_streams:  # later work on any stream runs after the graph
             for k in range(1, len(self.streams)):
                 self._link((0,), k)
+
+    def _conditional_nodes(self):
+        if self._conditional is None:
+            self._conditional = ConditionalNodes(self)
+        return self._conditional
+
+    def while_node(self, condition, body, predicate) -> None:
+        """Inside a capture: `condition`, then a WHILE node running `body` and `condition`
+        while the pred at slice `predicate` is true."""
+        self._conditional_nodes().while_node(condition, body, self.address(predicate))
+
+    def switch_node(self, branches, selector, is_pred: bool) -> None:
+        """Inside a capture: a SWITCH node running the branch the selector at slice
+        `selector` picks (cond_nodes.switch_index)."""
+        self._conditional_nodes().switch_node(branches, self.address(selector), is_pred)
 
     def timed(self, fn) -> float:
         start = check(self.cu, self.cu.cuEventCreate(0), "cuEventCreate")

@@ -26,6 +26,7 @@ from ...errors import InputError
 from ...thunks.gpu import Launch
 from ...thunks.serialize import gpu_program_from_json
 from ..executable import register_device
+from .cond_nodes import switch_index
 from .cublas import use_cublas
 from .cudnn import use_cudnn
 from .host_blas import HostBlas
@@ -116,6 +117,46 @@ class HostMemory:
         self._host("graph launch")
         for op in graph:
             op()
+
+    # Conditional nodes (hloc.runtime.cuda.cond_nodes), recorded as the GPU builds them: the
+    # condition before the node and at the end of its body, the node reading the predicate
+    # (or mapping the selector by the set kernel's rule) when the graph reaches it.
+    supports_conditional_nodes = True
+
+    def _captured(self, fill) -> tuple:
+        """What `fill` queues, recorded apart (a conditional node's body)."""
+        if self._recording is None:
+            raise RuntimeError("a conditional node outside a graph capture")
+        outer, self._recording = self._recording, []
+        try:
+            fill()
+            return tuple(self._recording)
+        finally:
+            self._recording = outer
+
+    def while_node(self, condition, body, predicate: Slice) -> None:
+        first = self._captured(condition)
+        looped = self._captured(lambda: (body(), condition()))
+        flag = self.view(predicate)
+
+        def node() -> None:
+            for op in first:
+                op()
+            while flag[0]:
+                for op in looped:
+                    op()
+
+        self.enqueue(node)
+
+    def switch_node(self, branches, selector: Slice, is_pred: bool) -> None:
+        bodies = [self._captured(branch) for branch in branches]
+        raw = self.view(selector)
+
+        def node() -> None:
+            for op in bodies[switch_index(raw.tobytes(), is_pred, len(bodies))]:
+                op()
+
+        self.enqueue(node)
 
     def address(self, s: Slice) -> int:
         return self.base[s.allocation] + s.offset

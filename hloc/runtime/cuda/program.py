@@ -33,7 +33,14 @@ from ...thunks.gpu import ConvLaunch, GemmLaunch, GpuProgram, HostCompute, Launc
 from ...thunks.thunks import Conditional, Copy, Memset, Sequential, While
 from ..executable import ProfileRow
 from ..layouts import memory_order
-from .graphs import MIN_NESTED_NODES, graphs_enabled, nodes, segments
+from .graphs import (
+    MIN_NESTED_NODES,
+    conditional_nodes_enabled,
+    graphs_enabled,
+    loop_plan,
+    nodes,
+    segments,
+)
 from .residency import Residency
 
 
@@ -79,11 +86,21 @@ class GpuRunner:
         # program's segment or the nested sequence; `graphs_on` is False where the device
         # cannot capture, HLOC_CUDA_GRAPHS=0, or a capture failed once.
         self.graphs_on = graphs_enabled() and getattr(device, "supports_graphs", False)
+        # Loops and conditionals as conditional graph nodes (decided on the device) where the
+        # device has them and HLOC_CUDA_CONDITIONAL_NODES allows.
+        self.conditional_nodes = self.graphs_on and conditional_nodes_enabled() and getattr(
+            device, "supports_conditional_nodes", False)
         self.graph_captures = 0
         self.graph_launches = 0
         self._graphs: dict[object, Any] = {}
-        self._segments = segments(program.main)
+        self._segments = segments(program.main, self.conditional_nodes)
         self._capturing = False
+        # The capture under way built a conditional node (a failure then turns them off).
+        self._built_nodes = False
+        # Conditional node bodies being captured around the current thunk: cuBLAS and cuDNN
+        # calls are refused there (an H200's driver would not instantiate the graph), so
+        # their thunks launch hloc's kernels.
+        self._node_depth = 0
 
     @property
     def blas(self):
@@ -198,6 +215,25 @@ class GpuRunner:
         row.seconds += time.perf_counter() - start
         row.bytes += sum(item[0].size for item in items)
 
+    @property
+    def capturing(self) -> bool:
+        """A graph capture is under way (device work is recorded, not run)."""
+        return self._capturing
+
+    def node_body(self, thunks) -> Callable[[], None]:
+        """What captures `thunks` into a conditional node's body."""
+        def capture() -> None:
+            self._node_depth += 1
+            try:
+                self.run_sequence(thunks)
+            finally:
+                self._node_depth -= 1
+        return capture
+
+    def libraries_allowed(self) -> bool:
+        """cuBLAS and cuDNN may run the current thunk (not inside a conditional node)."""
+        return self._node_depth == 0
+
     def _graphs_now(self) -> bool:
         return self.graphs_on and not self._capturing and self.rows is None and self.hook is None
 
@@ -236,7 +272,8 @@ class GpuRunner:
         """A sequence nested in host-driven control flow (a loop body or condition, a
         branch): one graph launch per run where it captures to enough operations."""
         if self._graphs_now():
-            count = MIN_NESTED_NODES if id(thunks) in self._graphs else nodes(thunks)
+            count = MIN_NESTED_NODES if id(thunks) in self._graphs else \
+                nodes(thunks, self.conditional_nodes)
             if count is not None and count >= MIN_NESTED_NODES:
                 self._graph(id(thunks), False, lambda: self.run_sequence(thunks), thunks)
                 return
@@ -254,7 +291,8 @@ class GpuRunner:
         if entry is None:
             self.device.stream = stream
             self.device.begin_capture(all_streams)
-            self._capturing = True
+            self._capturing, self._built_nodes = True, False
+            failed: Exception | None = None
             try:
                 body()
             except InputError:
@@ -262,13 +300,15 @@ class GpuRunner:
                 self.device.abort_capture()
                 raise
             except Exception as e:  # a driver refusing the capture: run without graphs
-                self.device.stream = stream
-                self.device.abort_capture()
-                self._graphs_failed(e)
-                body()
-                return
+                failed = e
             finally:
                 self._capturing = False
+            if failed is not None:
+                self.device.stream = stream
+                self.device.abort_capture()
+                self._graphs_failed(failed)
+                body()
+                return
             self.device.stream = stream
             try:
                 graph = self.device.end_capture(all_streams)
@@ -285,8 +325,17 @@ class GpuRunner:
         self.graph_launches += 1
 
     def _graphs_failed(self, error: Exception) -> None:
+        """A failed capture that built conditional nodes turns them off (the graphs are
+        planned again without them); any other turns graphs off."""
         import sys
 
+        if self._built_nodes:
+            self.conditional_nodes = False
+            self._segments = segments(self.program.main)
+            self._graphs.clear()
+            print(f"hloc: CUDA conditional graph nodes off for this executable: {error}",
+                  file=sys.stderr)
+            return
         self.graphs_on = False
         print(f"hloc: CUDA graphs off for this executable: {error}", file=sys.stderr)
 
@@ -334,7 +383,7 @@ def _launch(r: GpuRunner, t: Launch) -> None:
 
 @runs(ThunkKind.GEMM)
 def _gemm(r: GpuRunner, t: GemmLaunch) -> None:
-    if t.blas is None or r.blas is None:
+    if t.blas is None or r.blas is None or not r.libraries_allowed():
         r.device.launch(t)
         return
     r.device.enqueue(lambda: r.blas(t.blas, t.name))
@@ -343,7 +392,7 @@ def _gemm(r: GpuRunner, t: GemmLaunch) -> None:
 
 @runs(ThunkKind.CONVOLUTION)
 def _convolution(r: GpuRunner, t: ConvLaunch) -> None:
-    if t.dnn is None or r.dnn is None or not r.dnn.runs(t.name):
+    if t.dnn is None or r.dnn is None or not r.dnn.runs(t.name) or not r.libraries_allowed():
         r.device.launch(t)
         return
     r.device.enqueue(lambda: r.dnn(t.dnn, t.name))
@@ -362,6 +411,10 @@ def _memset(r: GpuRunner, t: Memset) -> None:
 
 @runs(ThunkKind.WHILE)
 def _while(r: GpuRunner, t: While) -> None:
+    if r.capturing and loop_plan(t, r.conditional_nodes)[0] == "node":
+        r._built_nodes = True
+        r.device.while_node(r.node_body(t.condition), r.node_body(t.body), t.predicate)
+        return
     if t.trip_count is not None:
         for _ in range(t.trip_count):
             r.run_nested(t.body)
@@ -376,6 +429,11 @@ def _while(r: GpuRunner, t: While) -> None:
 
 @runs(ThunkKind.CONDITIONAL)
 def _conditional(r: GpuRunner, t: Conditional) -> None:
+    if r.capturing:  # the graph plan put it on the device: a conditional node
+        r._built_nodes = True
+        r.device.switch_node([r.node_body(b) for b in t.branches], t.selector,
+                             t.selector_is_pred)
+        return
     instr = r.instructions[t.name]
     r.run_nested(t.branches[t.branch(r.scalar(t.selector, instr.operands[0].shape))])
 
