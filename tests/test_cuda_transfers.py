@@ -54,6 +54,9 @@ class FakeDriver:
     def cuModuleLoadData(self, image):
         return _Result.CUDA_SUCCESS, self._handle()
 
+    def cuDriverGetVersion(self):
+        return _Result.CUDA_SUCCESS, 13000
+
     def cuMemAlloc(self, size):
         return _Result.CUDA_SUCCESS, self._alloc(size)
 
