@@ -23,6 +23,17 @@ from collections.abc import Callable, Sequence
 # type exist: WHILE and IF came with 12.4, SWITCH with 12.8.
 MIN_DRIVER = 12080
 
+# The end of both kernels: the handle (%h) <- %value.
+_SET_HANDLE = """  {
+    .param .b64 arg0;
+    .param .b32 arg1;
+    st.param.b64 [arg0], %h;
+    st.param.b32 [arg1], %value;
+    call.uni cudaGraphSetConditional, (arg0, arg1);
+  }
+  ret;
+}"""
+
 SET_CONDITION_PTX = r"""
 .version 7.0
 .target sm_50
@@ -42,15 +53,7 @@ SET_CONDITION_PTX = r"""
   ld.global.u8 %byte, [%addr];
   setp.ne.u16 %p, %byte, 0;
   selp.u32 %value, 1, 0, %p;
-  {
-    .param .b64 arg0;
-    .param .b32 arg1;
-    st.param.b64 [arg0], %h;
-    st.param.b32 [arg1], %value;
-    call.uni cudaGraphSetConditional, (arg0, arg1);
-  }
-  ret;
-}
+@SET_HANDLE@
 
 // set_switch(handle, selector*, is_pred, branches): the handle <- the branch to run
 .visible .entry hloc_set_switch(.param .u64 handle, .param .u64 selector,
@@ -58,7 +61,7 @@ SET_CONDITION_PTX = r"""
 {
   .reg .pred %pred_sel, %low, %high;
   .reg .b16 %byte;
-  .reg .b32 %flag, %count, %index, %last;
+  .reg .b32 %flag, %count, %value, %last;
   .reg .b64 %h, %addr;
   ld.param.u64 %h, [handle];
   ld.param.u64 %addr, [selector];
@@ -67,28 +70,20 @@ SET_CONDITION_PTX = r"""
   ld.param.u32 %count, [branches];
   setp.ne.u32 %pred_sel, %flag, 0;
   @%pred_sel bra FROM_PRED;
-  ld.global.s32 %index, [%addr];
-  setp.lt.s32 %low, %index, 0;
-  setp.ge.s32 %high, %index, %count;
+  ld.global.s32 %value, [%addr];
+  setp.lt.s32 %low, %value, 0;
+  setp.ge.s32 %high, %value, %count;
   or.pred %low, %low, %high;
   add.s32 %last, %count, -1;
-  selp.b32 %index, %last, %index, %low;
+  selp.b32 %value, %last, %value, %low;
   bra.uni SET;
 FROM_PRED:
   ld.global.u8 %byte, [%addr];
   setp.ne.u16 %low, %byte, 0;
-  selp.u32 %index, 0, 1, %low;
+  selp.u32 %value, 0, 1, %low;
 SET:
-  {
-    .param .b64 arg0;
-    .param .b32 arg1;
-    st.param.b64 [arg0], %h;
-    st.param.b32 [arg1], %index;
-    call.uni cudaGraphSetConditional, (arg0, arg1);
-  }
-  ret;
-}
-"""
+@SET_HANDLE@
+""".replace("@SET_HANDLE@", _SET_HANDLE)
 
 
 def switch_index(raw: bytes, is_pred: bool, branches: int) -> int:
