@@ -221,7 +221,10 @@ class GpuRunner:
         return self._capturing
 
     def node_body(self, thunks) -> Callable[[], None]:
-        """What captures `thunks` into a conditional node's body."""
+        """What captures `thunks` into a conditional node's body (the capture under way now
+        builds a conditional node)."""
+        self._built_nodes = True
+
         def capture() -> None:
             self._node_depth += 1
             try:
@@ -412,7 +415,6 @@ def _memset(r: GpuRunner, t: Memset) -> None:
 @runs(ThunkKind.WHILE)
 def _while(r: GpuRunner, t: While) -> None:
     if r.capturing and loop_plan(t, r.conditional_nodes)[0] == "node":
-        r._built_nodes = True
         r.device.while_node(r.node_body(t.condition), r.node_body(t.body), t.predicate)
         return
     if t.trip_count is not None:
@@ -429,8 +431,7 @@ def _while(r: GpuRunner, t: While) -> None:
 
 @runs(ThunkKind.CONDITIONAL)
 def _conditional(r: GpuRunner, t: Conditional) -> None:
-    if r.capturing:  # the graph plan put it on the device: a conditional node
-        r._built_nodes = True
+    if r.capturing and r.conditional_nodes:  # the graph plan put it in a conditional node
         r.device.switch_node([r.node_body(b) for b in t.branches], t.selector,
                              t.selector_is_pred)
         return
