@@ -343,10 +343,15 @@ def test_emulated_capture_refuses_host_transfers():
     assert ops == [1, 1]
 
 
-def test_the_switch_is_checked(monkeypatch):
-    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "yes")
-    with pytest.raises(InputError, match="HLOC_CUDA_GRAPHS"):
-        graphs.graphs_enabled()
+@pytest.mark.parametrize("name, check", [("HLOC_CUDA_GRAPHS", graphs.graphs_enabled),
+                                         ("HLOC_CUDA_CONDITIONAL_NODES",
+                                          graphs.conditional_nodes_enabled)])
+def test_the_switches_are_checked(name, check, monkeypatch):
+    monkeypatch.setenv(name, "yes")
+    with pytest.raises(InputError, match=name):
+        check()
+    monkeypatch.setenv(name, "0")
+    assert not check()
 
 
 @pytest.mark.gpu
