@@ -56,12 +56,30 @@ def expm1_f32(ctx, x):
     return m.sel(m.lt(m.abs(x), m.c(0.5)), small, big)
 
 
+# tanh(x) ~ x * P(x^2) / Q(x^2): the degree-13/6 rational minimax fit XLA CPU evaluates (as
+# Eigen and MLIR's math approximations do), coefficients lowest degree first.
+TANH_P = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05,
+          5.12229709037114e-08, -8.60467152213735e-11, 2.00018790482477e-13,
+          -2.76076847742355e-16)
+TANH_Q = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
+          1.19825839466702e-06)
+TANH_CLAMP = 7.99881172180175781  # the least |x| where the fit, with FMAs, gives exactly 1
+TANH_IDENTITY_BELOW = 0.0004  # XLA's shortcut: below it tanh(x) is x to about half an ulp
+
+
 def tanh_f32(ctx, x):
+    """XLA CPU's tanh, bit for bit (every f32 of a 200k-point sweep of [-12, 12] against jax
+    0.10.2): x itself for |x| < 0.0004, else the rational fit at x clamped to +-TANH_CLAMP,
+    so exactly +-1 beyond it. About 15 vector operations and one division (the expm1 form
+    it replaced took about 60: BERT's GELU kernel, 256x1024, went from 0.55 to 0.32 ms on one
+    thread); within 4.1 ulps of tanh. NaN stays NaN (the clamp's compares are false)."""
     m = FMath(ctx)
-    ax = m.abs(m.daz(x))
-    ax = m.sel(m.gt(ax, m.c(10.0)), m.c(10.0), ax)
-    e = expm1_f32(ctx, m.add(ax, ax))
-    return m.copysign(m.div(e, m.add(e, m.c(2.0))), x)
+    x = m.daz(x)
+    xc = m.sel(m.gt(x, m.c(TANH_CLAMP)), m.c(TANH_CLAMP),
+               m.sel(m.lt(x, m.c(-TANH_CLAMP)), m.c(-TANH_CLAMP), x))
+    x2 = m.mul(xc, xc)
+    ratio = m.div(m.mul(xc, m.poly(x2, TANH_P)), m.poly(x2, TANH_Q))
+    return m.sel(m.lt(m.abs(x), m.c(TANH_IDENTITY_BELOW)), x, ratio)
 
 
 def logistic_f32(ctx, x):
