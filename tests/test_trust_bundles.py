@@ -252,3 +252,38 @@ def test_an_edited_kernel_recipe_is_one_clear_line(tmp_path):
         load(str(bad), "cuda-emulated")
     text = str(info.value)
     assert "\n" not in text and "recipe (conv.core" in text and "cannot be rebuilt" in text
+
+
+def _first_of_kind(doc, kind: str) -> dict:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("kind") == kind:
+                return node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    raise AssertionError(f"no {kind} thunk")
+
+
+@pytest.mark.parametrize("sample, edit, fragment", [
+    # A conditional that claims a pred selector where its instruction's is an s32: the set
+    # kernel of its SWITCH node (and the host path) would read it as the other type.
+    ("switch", lambda d: _first_of_kind(d, "conditional").__setitem__("selector_is_pred", True),
+     "selector (as the thunk reads it)"),
+    # A while predicate slice longer than a pred.
+    ("while_dynamic", lambda d: _first_of_kind(d, "while")["predicate"].__setitem__(2, 4),
+     "predicate"),
+])
+def test_control_flow_reads_are_checked(tmp_path, sample, edit, fragment):
+    """The scalar a loop or conditional decides on (on the host, or in the runtime's kernel
+    that sets a conditional graph node) is exactly its instruction's pred or s32."""
+    from hloc.compiler import CompileOptions, compile
+
+    good = tmp_path / f"{sample}.bundle"
+    compile(str(SAMPLES / f"{sample}.pb"), str(good), CompileOptions(target="cuda"))
+    load(str(good), "cuda-emulated")
+    bad = repack(good, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
+    text = _refused(bad, "gpu_thunks.json", fragment, device="cuda-emulated")
+    assert "bytes for" in text, text

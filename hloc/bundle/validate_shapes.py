@@ -6,7 +6,7 @@ GPU GpuProgram are handled by the names of their fields (no dependence on thunk 
 
 from __future__ import annotations
 
-from ..ir import Opcode
+from ..ir import Opcode, Shape
 from ..thunks.thunks import Gemm
 
 
@@ -76,3 +76,17 @@ def thunk_outputs(thunk, instr):
         return
     if thunk.kind in ("copy", "memset") and instr.shape.is_array:
         yield instr.shape, thunk.destination, f"{where} destination"
+    yield from control_reads(thunk, instr, where)
+
+
+def control_reads(thunk, instr, where: str):
+    """The scalar a while loop or conditional reads to decide (on the host, or in the kernel
+    that sets a conditional graph node): a while's predicate is a pred; a conditional's
+    selector is its instruction's operand 0, and of the type the thunk says (a pred, else an
+    s32), so a thunk claiming the other type fails one of the two sizes."""
+    if thunk.kind == "while" and instr.opcode == Opcode.WHILE:
+        yield Shape.scalar("pred"), thunk.predicate, f"{where} predicate"
+    elif thunk.kind == "conditional" and instr.opcode == Opcode.CONDITIONAL:
+        yield instr.operands[0].shape, thunk.selector, f"{where} selector"
+        claimed = Shape.scalar("pred" if thunk.selector_is_pred else "s32")
+        yield claimed, thunk.selector, f"{where} selector (as the thunk reads it)"
