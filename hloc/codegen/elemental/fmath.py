@@ -61,6 +61,9 @@ class FMath:
     def gt(self, x, y):
         return self.b.fcmp_ordered(">", x, y)
 
+    def le(self, x, y):
+        return self.b.fcmp_ordered("<=", x, y)
+
     def eq(self, x, y):
         return self.b.fcmp_ordered("==", x, y)
 
