@@ -130,11 +130,12 @@ def test_math_edge_values_vs_interpreter(op, t):
     assert_matches(got, want, rtol=tol, atol=1e-37 if t != "f64" else 1e-300, what=f"{op} {t}")
 
 
-def test_f32_tanh_and_erf_are_xlas_bit_for_bit(tmp_path):
-    """The CPU backend's f32 tanh and erf give the bits XLA CPU gave for the sample (zeros,
-    +-1, +-0.5, 1.5, -2.5, 2, 3, +-10, +-100, 88, 89, -87, -104, 1e-7, denormals, ...):
-    XLA's own rational fits, clamps and FMAs (approx.tanh_f32, approx.erf_f32). The forms
-    before them matched 52 and 68 of the 84 values."""
+def test_f32_tanh_erf_and_exp_are_xlas_bit_for_bit(tmp_path):
+    """The CPU backend's f32 tanh, exp (through the sample's 1 / (1 + exp(-x))) and erf give
+    the bits XLA CPU gave for the sample (zeros, +-1, +-0.5, 1.5, -2.5, 2, 3, +-10, +-100, 88,
+    89, -87, -104, 1e-7, denormals, ...): XLA's own fits, clamps and FMAs (approx.tanh_f32,
+    approx.exp_f32, approx.erf_f32). The forms before them matched 52, 79 and 68 of the 84
+    values."""
     from hloc.runtime import load
 
     from .conftest import SAMPLES, sample_arrays
@@ -143,6 +144,6 @@ def test_f32_tanh_and_erf_are_xlas_bit_for_bit(tmp_path):
     bundle = sample_bundle(SAMPLES / "ops" / "tanh_erf.pb", tmp_path / "t.bundle")
     got = load(str(bundle), "cpu").run(sample_arrays("ops/tanh_erf", "inputs"))
     want = sample_arrays("ops/tanh_erf", "expected")
-    for index in (0, 2):  # tanh(x), erf(x)
+    for index in (0, 1, 2):  # tanh(x), 1 / (1 + exp(-x)), erf(x)
         assert got[index].dtype == want[index].dtype == np.float32
         np.testing.assert_array_equal(got[index].view(np.int32), want[index].view(np.int32))
