@@ -183,10 +183,88 @@ ENTRY e {
 """
 
 
+# A data-dependent loop nested in another, and a conditional in the outer body: nodes inside
+# nodes (on a GPU, a body stream per nesting level).
+NESTED_ON_DEVICE = """HloModule nested
+inner_body {
+  p = (s32[], f32[16], s32[]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  v = f32[16] get-tuple-element(p), index=1
+  lim = s32[] get-tuple-element(p), index=2
+  c = f32[] constant(1.5)
+  b = f32[16] broadcast(c), dimensions={}
+  s = f32[16] add(v, b)
+  one = s32[] constant(1)
+  n = s32[] add(j, one)
+  ROOT t = (s32[], f32[16], s32[]) tuple(n, s, lim)
+}
+inner_cond {
+  p = (s32[], f32[16], s32[]) parameter(0)
+  j = s32[] get-tuple-element(p), index=0
+  lim = s32[] get-tuple-element(p), index=2
+  ROOT lt = pred[] compare(j, lim), direction=LT
+}
+br0 {
+  x = f32[16] parameter(0)
+  ROOT r = f32[16] sine(x)
+}
+br1 {
+  x = f32[16] parameter(0)
+  ROOT r = f32[16] cosine(x)
+}
+outer_body {
+  p = (s32[], f32[16], s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[16] get-tuple-element(p), index=1
+  lim = s32[] get-tuple-element(p), index=2
+  ilim = s32[] get-tuple-element(p), index=3
+  zero = s32[] constant(0)
+  init = (s32[], f32[16], s32[]) tuple(zero, v, ilim)
+  w = (s32[], f32[16], s32[]) while(init), condition=inner_cond, body=inner_body
+  u = f32[16] get-tuple-element(w), index=1
+  two = s32[] constant(2)
+  r = s32[] remainder(i, two)
+  k = f32[16] conditional(r, u, u), branch_computations={br0, br1}
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  ROOT t = (s32[], f32[16], s32[], s32[]) tuple(n, k, lim, ilim)
+}
+outer_cond {
+  p = (s32[], f32[16], s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  lim = s32[] get-tuple-element(p), index=2
+  ROOT lt = pred[] compare(i, lim), direction=LT
+}
+ENTRY e {
+  x = f32[16] parameter(0)
+  n = s32[] parameter(1)
+  m = s32[] parameter(2)
+  zero = s32[] constant(0)
+  init = (s32[], f32[16], s32[], s32[]) tuple(zero, x, n, m)
+  loop = (s32[], f32[16], s32[], s32[]) while(init), condition=outer_cond, body=outer_body
+  ROOT out = f32[16] get-tuple-element(loop), index=1
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory):
     path = tmp_path_factory.mktemp("decided") / "decided.bundle"
     return str(compile_bundle(parse_module(DECIDED_ON_DEVICE), path, target="cuda"))
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nested") / "nested.bundle"
+    return str(compile_bundle(parse_module(NESTED_ON_DEVICE), path, target="cuda"))
+
+
+NESTED_TRIPS = ((0, 0), (1, 3), (4, 0), (5, 2), (3, 7))
+
+
+def _nested_inputs(outer: int, inner: int) -> list[np.ndarray]:
+    return [np.linspace(0, 1, 16, dtype=np.float32), np.array(outer, np.int32),
+            np.array(inner, np.int32)]
 
 
 def _decided_inputs(trips: int, branch: int) -> list[np.ndarray]:
@@ -226,6 +304,26 @@ def test_loops_and_conditionals_run_as_conditional_nodes(decided, bundles, monke
         assert all(s.graph for s in sample.runner._segments), name
         args = _inputs(name, sample, 1)
         _same(sample.run(args), _load(bundles[name], monkeypatch, on=False).run(args))
+
+
+@pytest.mark.cpu
+def test_nested_loops_become_nested_conditional_nodes(nested, monkeypatch):
+    """Loops in loops, with a conditional in the outer body, all in one graph: one launch a
+    run for every pair of trip counts, the same bits as without graphs and as host-driven."""
+    ex = _load(nested, monkeypatch)
+    assert all(s.graph for s in ex.runner._segments)
+    monkeypatch.setenv("HLOC_CUDA_CONDITIONAL_NODES", "0")
+    host_driven = _load(nested, monkeypatch)
+    direct = _load(nested, monkeypatch, on=False)
+    for outer, inner in NESTED_TRIPS:
+        args = _nested_inputs(outer, inner)
+        before = ex.runner.graph_launches
+        got = ex.run(args)
+        assert ex.runner.graph_launches - before == len(ex.runner._segments)
+        _same(got, direct.run(args))
+        _same(got, host_driven.run(args))
+        want = evaluate(ex.module, args).flatten()
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.cpu
@@ -376,7 +474,7 @@ def test_graphs_on_a_gpu(bundles, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_conditional_nodes_on_a_gpu(decided, monkeypatch, capsys):
+def test_conditional_nodes_on_a_gpu(decided, nested, monkeypatch, capsys):
     """On a real device (CUDA 12.8 or later): the loop (a cuBLAS-eligible dot in its body) and
     the conditional run as conditional nodes, one launch per graph a run, the same bits as
     without graphs and as host-driven control flow with hloc's GEMM kernel (what runs the dot
@@ -407,6 +505,18 @@ def test_conditional_nodes_on_a_gpu(decided, monkeypatch, capsys):
         assert int(got[1]) == trips
         _same(got, direct.run(args))
         _same(got, host_driven.run(args))
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "1")
+    monkeypatch.delenv("HLOC_CUDA_CONDITIONAL_NODES")
+    deep = load(nested, "cuda")
+    monkeypatch.setenv("HLOC_CUDA_GRAPHS", "0")
+    flat = load(nested, "cuda")
+    for outer, inner in NESTED_TRIPS:  # nodes inside nodes
+        args = _nested_inputs(outer, inner)
+        before = deep.runner.graph_launches
+        got = deep.run(args)
+        assert "conditional graph nodes off" not in capsys.readouterr().err
+        assert deep.runner.graph_launches - before == len(deep.runner._segments)
+        _same(got, flat.run(args))
 
 
 @pytest.mark.cpu
