@@ -2,8 +2,9 @@
 
 No libm calls: range reduction + polynomials + bit tricks, so LLVM vectorizes the loops
 that use them. exp, tanh and erf are the approximations XLA CPU evaluates, so they give its
-bits (tests/test_codegen_math.py checks them against XLA's outputs). Inputs are flushed explicitly where a function would otherwise hand a
-denormal back unchanged (XLA CPU reads denormals as zero). pow and cbrt work through
+bits (tests/test_codegen_math.py checks them against XLA's outputs). Inputs are flushed
+explicitly where a function would otherwise hand a denormal back unchanged (XLA CPU reads
+denormals as zero). pow and cbrt work through
 f64 log2/exp2 (error far below f32 resolution). The accuracy table is in the tests
 (tests/test_codegen_math.py); each function is within a few f32 ulps of the correctly
 rounded result on its domain. sin/cos/tan live in trig.py (exact argument reduction over
