@@ -535,3 +535,15 @@ def test_inspect_shows_the_graph_plan(bundles):
     text = hloc("inspect", bundles["scan_rnn"]).output
     assert "CUDA graphs (HLOC_CUDA_GRAPHS): 1 of the main program's stretches, 0 host-driven " \
         "thunk(s) between them (without conditional nodes: 0)" in text
+
+
+def test_conditional_nodes_need_a_recent_driver_and_bindings(monkeypatch):
+    """Conditional nodes are built only with a CUDA 12.8 driver and cuda-bindings 13 (the
+    signatures cond_nodes calls); anything older keeps the host-driven plan."""
+    from hloc.runtime.cuda import cond_nodes
+
+    monkeypatch.setattr(cond_nodes, "bindings_major", lambda: 13)
+    assert cond_nodes.supported(13000) and cond_nodes.supported(12080)
+    assert not cond_nodes.supported(12040)
+    monkeypatch.setattr(cond_nodes, "bindings_major", lambda: 12)
+    assert not cond_nodes.supported(13000)

@@ -22,6 +22,26 @@ from collections.abc import Callable, Sequence
 # Driver version (cuDriverGetVersion) from which capture-time conditional nodes of every
 # type exist: WHILE and IF came with 12.4, SWITCH with 12.8.
 MIN_DRIVER = 12080
+# cuda-bindings major version whose call signatures this module uses (13: capture info with
+# edge data, cuGraphAddNode and cuStreamUpdateCaptureDependencies taking it); older bindings
+# keep the host-driven plan.
+MIN_BINDINGS = 13
+
+
+def bindings_major() -> int:
+    """The installed cuda-bindings' major version (0 when unknown)."""
+    try:
+        from cuda import bindings
+
+        return int(str(bindings.__version__).split(".")[0])
+    except (ImportError, AttributeError, ValueError):
+        return 0
+
+
+def supported(driver_version: int) -> bool:
+    """Whether this driver and these bindings can build conditional nodes as this module
+    does (the H200 run: driver 13.0, cuda-bindings 13.3)."""
+    return driver_version >= MIN_DRIVER and bindings_major() >= MIN_BINDINGS
 
 # The end of both kernels: the handle (%h) <- %value.
 _SET_HANDLE = """  {

@@ -33,7 +33,8 @@ from ...errors import HlocError, InputError
 from ...thunks.gpu import ConvLaunch, GemmLaunch
 from ...thunks.serialize import gpu_program_from_json
 from ..executable import register_device
-from .cond_nodes import MIN_DRIVER, ConditionalNodes
+from .cond_nodes import ConditionalNodes
+from .cond_nodes import supported as conditional_nodes_supported
 from .program import GpuExecutable, GpuRunner
 from .transfers import PinnedStaging, read_array, write_array
 
@@ -132,9 +133,8 @@ class CudaDevice:
         # being captured on, innermost last (work goes there while it is not empty).
         self.inner_streams: list = []
         self._conditional = None
-        version = check(cu, cu.cuDriverGetVersion(), "cuDriverGetVersion")
-        self.supports_conditional_nodes = version >= MIN_DRIVER and hasattr(
-            cu, "cuStreamBeginCaptureToGraph")
+        self.supports_conditional_nodes = conditional_nodes_supported(
+            check(cu, cu.cuDriverGetVersion(), "cuDriverGetVersion"))
         self.staging = PinnedStaging(
             cu, [u.slice for u in program.host_to_device if not u.constant],
             [d.slice for d in program.device_to_host])
