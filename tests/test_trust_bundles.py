@@ -177,18 +177,23 @@ def test_gpu_thunks_json_tampering(tmp_path, mlp_cuda_bundle):
     assert json.loads(members_of(mlp_cuda_bundle)[1]["gpu_thunks.json"])  # the good one is JSON
 
 
-def _first_kernel(doc) -> dict:
-    """The first JSON object with a string "kernel" field (a kernel launch), depth-first."""
+def _first(doc, match, what: str) -> dict:
+    """The first JSON object `match` accepts, depth-first."""
     stack = [doc]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if isinstance(node.get("kernel"), str):
+            if match(node):
                 return node
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    raise AssertionError("no kernel launch")
+    raise AssertionError(f"no {what}")
+
+
+def _first_kernel(doc) -> dict:
+    """The first JSON object with a string "kernel" field (a kernel launch)."""
+    return _first(doc, lambda node: isinstance(node.get("kernel"), str), "kernel launch")
 
 
 def _images(members: dict) -> tuple[str, str]:
@@ -255,16 +260,7 @@ def test_an_edited_kernel_recipe_is_one_clear_line(tmp_path):
 
 
 def _first_of_kind(doc, kind: str) -> dict:
-    stack = [doc]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("kind") == kind:
-                return node
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    raise AssertionError(f"no {kind} thunk")
+    return _first(doc, lambda node: node.get("kind") == kind, f"{kind} thunk")
 
 
 @pytest.mark.parametrize("sample, edit, fragment", [

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Mapping
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall, ConvLaunch
+from ...util.env import flag
 from ...util.record import dataclass
 from .conv_check import (  # noqa: F401  (out_size, filter_strides: re-exported)
     check_conv,
@@ -149,10 +150,7 @@ def deterministic(env: Mapping[str, str] = os.environ) -> bool:
     """Whether cuDNN may only use deterministic algorithms (HLOC_CUDA_DETERMINISTIC, default 1:
     every run gives the same bits). 0 allows the others too, as XLA's GPU back end does unless
     --xla_gpu_deterministic_ops: the fast weight-gradient algorithms sum with atomics."""
-    value = env.get(DETERMINISTIC_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise InputError(f"{DETERMINISTIC_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
+    return flag(env, DETERMINISTIC_ENV)
 
 
 def runs_in_auto(call: ConvCall, only_deterministic: bool) -> bool:

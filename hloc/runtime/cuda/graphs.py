@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from ...thunks.base import Thunk, ThunkKind
 from ...thunks.thunks import Conditional, While
+from ...util.env import flag
 from ...util.record import dataclass
 
 # Device operations of one graph at most (an unrolled loop's body counts once per trip).
@@ -38,23 +39,14 @@ _DEVICE_WORK = frozenset({ThunkKind.KERNEL, ThunkKind.GEMM, ThunkKind.CONVOLUTIO
                           ThunkKind.MEMSET})
 
 
-def _switch(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "1").strip()
-    if value not in ("0", "1"):
-        from ...errors import InputError
-
-        raise InputError(f"{name}={value!r}: expected 0 or 1")
-    return value == "1"
-
-
 def graphs_enabled(env: Mapping[str, str] = os.environ) -> bool:
-    return _switch(env, "HLOC_CUDA_GRAPHS")
+    return flag(env, "HLOC_CUDA_GRAPHS")
 
 
 def conditional_nodes_enabled(env: Mapping[str, str] = os.environ) -> bool:
     """HLOC_CUDA_CONDITIONAL_NODES (default 1): loops and conditionals as conditional nodes
     where the driver has them."""
-    return _switch(env, "HLOC_CUDA_CONDITIONAL_NODES")
+    return flag(env, "HLOC_CUDA_CONDITIONAL_NODES")
 
 
 def loop_plan(loop: While, conditional: bool = False) -> tuple[str | None, int]:
