@@ -1,7 +1,10 @@
 """`hloc compile` as a whole command (a new process: Python start, imports, compile, write)
 against XLA's compile of the same module, over the samples (samples/NAME.pb).
 
-Per sample: the fastest of `--repeat` cold compiles (`--no-cache`, no compile server), the
+First, what a user gets by default (HLOC_SERVER unset: auto) with no server running: every
+sample compiled once in a row (`--no-cache`); the first compiles in its own process and
+starts a server as it exits, the next are served once that server is up ("default").
+Then per sample: the fastest of `--repeat` cold compiles (`--no-cache`, no compile server), the
 fastest of as many `--no-cache` compiles served by a compile server (`hloc server start`,
 started once for the run; "server"), the fastest of as many compile-cache hits (the cache in a temporary directory, filled by one untimed compile, which
 also writes the bytecode), and XLA:CPU's compile of the same HloModuleProto (the fastest of
@@ -56,12 +59,45 @@ def fastest(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return min(w for w, _ in runs), min(c for _, c in runs)
 
 
-def command_env(root: Path, tmp: Path, server: str) -> dict:
+def command_env(root: Path, tmp: Path, server: str | None, where: str = "server") -> dict:
+    """A command's environment: HLOC_SERVER=`server` (None: unset, the default), its servers
+    in tmp/`where`."""
     env = {k: v for k, v in os.environ.items()
            if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("HLOC_")}
-    env.update(PYTHONPATH=str(root), HLOC_CACHE_DIR=str(tmp / "cache"), HLOC_SERVER=server,
-               HLOC_SERVER_DIR=str(tmp / "server"))
+    env.update(PYTHONPATH=str(root), HLOC_CACHE_DIR=str(tmp / "cache"),
+               HLOC_SERVER_DIR=str(tmp / where))
+    if server is not None:
+        env["HLOC_SERVER"] = server
     return env
+
+
+def default_sequence(root: Path, jobs: list[dict], tmp: Path, cpu: str | None) -> dict:
+    """Each sample compiled once, in order, as a user's commands run by default from no
+    server (see the module docstring): {"times": {name: wall}, "served": compiles served}."""
+    env = command_env(root, tmp, None, where="default-server")
+    level = ["--cpu", cpu] if cpu else []
+    times = {}
+    try:
+        for job in jobs:
+            out = str(tmp / f"{job['name']}.default.bundle")
+            times[job["name"]] = hloc_command(root, ["compile", job["pb"], "-o", out,
+                                                     "--no-cache", *level], env)[0]
+        served = _served(root, env)
+    finally:
+        subprocess.run([sys.executable, "-m", _entry(root), "server", "stop", "--all"], cwd=root,
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return {"times": times, "served": served}
+
+
+def _served(root: Path, env: dict) -> int:
+    """Compiles served by the servers in env's server directory."""
+    import json
+
+    if not has_server(root):
+        return 0
+    out = subprocess.run([sys.executable, "-m", _entry(root), "server", "status", "--json"],
+                         cwd=root, env=env, capture_output=True, text=True, check=True).stdout
+    return sum(row["served"] for row in json.loads(out))
 
 
 def time_sample(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = None) -> dict:
@@ -69,7 +105,7 @@ def time_sample(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = 
     server ("server", when one runs) and from the cache ("hit"), wall and CPU ("cold_cpu",
     "server_cpu", "hit_cpu"). A served compile's CPU time is the client's alone: the
     compile runs in a child of the server, not of this process."""
-    env, served = command_env(root, tmp, "off"), command_env(root, tmp, "")
+    env, served = command_env(root, tmp, "off"), command_env(root, tmp, "use")
     out = str(tmp / f"{pb.stem}.bundle")
     level = ["--cpu", cpu] if cpu else []
     hloc_command(root, ["compile", str(pb), "-o", out, *level], env)  # fills the cache, .pyc
@@ -101,7 +137,7 @@ def xla_compile_times(jobs: list[dict], tmp: Path, env: dict | None = None) -> d
     return times
 
 
-def report(names: list[str], ours: dict, xla: dict) -> None:
+def report(names: list[str], ours: dict, xla: dict, default: dict) -> None:
     from bench_cpu import geomean
 
     nan = float("nan")
@@ -127,13 +163,21 @@ def report(names: list[str], ours: dict, xla: dict) -> None:
           f"(CPU {mean('hit_cpu'):.3f} s)"
           + (f", xla {geomean(list(xla.values())):.3f} s, cold/xla {over_xla('cold')}, "
              f"server/xla {over_xla('server')}" if xla else ""))
+    times = default["times"]
+    both = [n for n in names if n in xla]
+    print(f"by default (HLOC_SERVER unset), the {len(names)} samples compiled once each in a row "
+          f"from no server: geomean {geomean([times[n] for n in names]):.3f} s"
+          + (f", {geomean([times[n] / xla[n] for n in both]):.2f} x XLA" if both else "")
+          + f"; the first ({names[0]}) {times[names[0]]:.3f} s; {default['served']} of "
+          f"{len(names)} served")
 
 
 def server_command(root: Path, tmp: Path, what: str) -> None:
     """`hloc server start|stop` for the timed hloc (its own server directory under tmp)."""
     if has_server(root):
         subprocess.run([sys.executable, "-m", _entry(root), "server", what], cwd=root,
-                       env=command_env(root, tmp, ""), check=True, stdout=subprocess.DEVNULL)
+                       env=command_env(root, tmp, "use"), check=True,
+                       stdout=subprocess.DEVNULL)
 
 
 def main(argv=None) -> int:
@@ -155,6 +199,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="hloc-bench-compile-") as d:
         tmp = Path(d)
         ours = {}
+        hloc_command(root, ["--version"], command_env(root, tmp, "off"))  # writes the .pyc
+        default = default_sequence(root, jobs, tmp, args.cpu)
         server_command(root, tmp, "start")
         try:
             for job in jobs:
@@ -163,7 +209,7 @@ def main(argv=None) -> int:
         finally:
             server_command(root, tmp, "stop")
         xla = {} if args.no_xla else xla_compile_times(jobs, tmp, xla_env)
-    report([j["name"] for j in jobs], ours, xla)
+    report([j["name"] for j in jobs], ours, xla, default)
     return 0
 
 

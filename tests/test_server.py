@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs Un
 
 def command_env(server_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HLOC_SERVER")}
-    env.update({"HLOC_SERVER_DIR": str(server_dir), "HLOC_SERVER": "", "HLOC_CACHE_DIR": "off",
+    env.update({"HLOC_SERVER_DIR": str(server_dir), "HLOC_SERVER": "use", "HLOC_CACHE_DIR": "off",
                 **extra})
     return env
 
@@ -123,7 +123,7 @@ def test_another_hloc_environment_gets_its_own_server(server, tmp_path):
     assert result.returncode == 0, result.stderr
     assert served(server) == before
     bundles = []
-    for name, mode in (("served", ""), ("alone", "off")):
+    for name, mode in (("served", "use"), ("alone", "off")):
         env = {**server, "HLOC_SERVER": mode, "HLOC_COMPILE_THREADS": "1",
                "HLOC_DUMP_DIR": str(tmp_path / f"dump-{name}")}
         result = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / f"{name}.bundle")
@@ -339,18 +339,20 @@ def test_no_server_a_stale_socket_or_an_unsafe_directory_compiles_here(tmp_path)
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
-def test_auto_start_idle_timeout_and_stop(tmp_path):
-    """HLOC_SERVER=auto starts a server when none runs (this compile runs here); it stops
-    when told, or after its idle timeout (status asks do not count as activity)."""
+def test_default_starts_a_server_after_compiling_here_then_idle_timeout_and_stop(tmp_path):
+    """By default (HLOC_SERVER unset: auto) a compile that finds no server compiles in its
+    own process, then starts one in the background; the next compile is served. A server
+    stops when told, or after its idle timeout (status asks do not count as activity)."""
     require_samples()
-    env = command_env(tmp_path / "srv", HLOC_SERVER="auto")
+    env = command_env(tmp_path / "srv")
+    del env["HLOC_SERVER"]
     try:
-        auto_start_idle_timeout_and_stop(env, tmp_path)
+        default_start_idle_timeout_and_stop(env, tmp_path)
     finally:
         hloc(env, "server", "stop", "--all")
 
 
-def auto_start_idle_timeout_and_stop(env: dict, tmp_path: Path) -> None:
+def default_start_idle_timeout_and_stop(env: dict, tmp_path: Path) -> None:
     first = hloc(env, "compile", SAMPLES / "mlp.pb", "-o", tmp_path / "a.bundle")
     assert first.returncode == 0, first.stderr
     wait_for(lambda: any(r["current"] for r in status(env)))  # started in the background
@@ -361,10 +363,71 @@ def auto_start_idle_timeout_and_stop(env: dict, tmp_path: Path) -> None:
     stopped = hloc(env, "server", "stop")
     assert "stopping" in stopped.stdout
     wait_for(lambda: status(env) == [])
+    use = hloc({**env, "HLOC_SERVER": "use"}, "compile", SAMPLES / "mlp.pb", "-o",
+               tmp_path / "c.bundle")
+    assert use.returncode == 0, use.stderr
+    time.sleep(0.5)
+    assert status(env) == []  # HLOC_SERVER=use started none
     short = hloc(env, "server", "start", "--idle-timeout", "0.5")
     assert short.returncode == 0, short.stderr
     wait_for(lambda: status(env) == [], timeout=30, show=lambda: status(env))  # gone by itself
     assert hloc(env, "server", "stop").stdout.strip() == "hloc server: none running"
+
+
+def test_an_unknown_hloc_server_mode_is_one_line_and_exit_2(tmp_path):
+    result = hloc({**command_env(tmp_path / "srv"), "HLOC_SERVER": "maybe"}, "compile",
+                  SAMPLES / "mlp.pb", "-o", tmp_path / "x.bundle")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("hloc compile: error: HLOC_SERVER='maybe': expected auto "
+                                     "(the default), use or off")
+    assert not (tmp_path / "x.bundle").exists() and not (tmp_path / "srv").exists()
+
+
+def test_a_new_server_stops_the_servers_of_earlier_sources_only(tmp_path):
+    """A server starting for this hloc asks servers of the same hloc directory and Python
+    but other sources (an edit or an in-place upgrade: no client can reach them again) to
+    stop, and leaves others (another hloc, another Python, the same sources) alone."""
+    import threading
+
+    from hloc.server import daemon
+    from hloc.util.sources import PACKAGE_DIR
+
+    directory = tmp_path / "srv"
+    directory.mkdir(mode=0o700)
+    kinds = {"stale": {"sources": "deadbeef"},
+             "current": {"sources": daemon.SOURCES},
+             "other_hloc": {"sources": "deadbeef", "hloc": "/elsewhere/hloc"},
+             "other_python": {"sources": "deadbeef", "python": "/usr/bin/python9"}}
+    asked: dict[str, list[str]] = {name: [] for name in kinds}
+    listeners = []
+
+    def answer(listener, name):
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                message, _ = protocol.recv(conn)
+                asked[name].append(message["op"])
+                protocol.send(conn, {"pid": 1, "hloc": PACKAGE_DIR, "python": sys.executable,
+                                     **kinds[name]})
+
+    for name in kinds:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(directory / f"{name}.sock"))
+        listener.listen(4)
+        listeners.append(listener)
+        threading.Thread(target=answer, args=(listener, name), daemon=True).start()
+    lines: list[str] = []
+    try:
+        daemon.stop_stale_servers(str(directory), str(directory / "ours.sock"), lines.append)
+    finally:
+        for listener in listeners:
+            listener.close()
+    assert asked == {"stale": ["status", "stop"], "current": ["status"],
+                     "other_hloc": ["status"], "other_python": ["status"]}
+    assert lines == ["hloc server: stopped pid 1, a server of this hloc's earlier sources"]
 
 
 def test_concurrent_clients_each_get_their_own_compile(server, tmp_path):

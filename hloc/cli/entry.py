@@ -10,10 +10,13 @@ import sys
 
 def main() -> None:
     if sys.argv[1:2] == ["compile"]:
-        from ..server.client import run_compile
+        from ..server.client import ModeError, run_compile
 
         try:
             code = run_compile(sys.argv[1:])
+        except ModeError as e:
+            print(f"hloc compile: error: {e}", file=sys.stderr)
+            sys.exit(2)
         except KeyboardInterrupt:  # Ctrl-C before a server answered: as the command says it
             print("hloc: interrupted", file=sys.stderr)
             sys.exit(130)

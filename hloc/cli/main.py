@@ -114,9 +114,11 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
 
     An unchanged module compiled with the same flags, target and hloc is served from the
     compile cache ($HLOC_CACHE_DIR, default ~/.cache/hloc; HLOC_CACHE_DIR=off disables it):
-    the bundle is byte-identical to a fresh compile. With a compile server running for this
-    hloc (`hloc server start`), the compile runs in it, without the start-up cost of a new
-    process, and writes the same bundle (HLOC_SERVER=off: never).
+    the bundle is byte-identical to a fresh compile. The compile runs in this hloc's compile
+    server (`hloc server`) when one runs, without the start-up cost of a new process, and
+    writes the same bundle; when none runs, it compiles here and then starts one in the
+    background, which exits after 15 idle minutes (HLOC_SERVER=use: never start one;
+    HLOC_SERVER=off: never use one).
     """
     _single_threaded_blas()
     if check_determinism:

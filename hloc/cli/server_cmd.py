@@ -20,8 +20,9 @@ START_TIMEOUT_S = 60.0
 def server_cmd() -> None:
     """A resident compile server: `hloc compile` runs in a warm process (imports done, LLVM
     initialized) instead of starting one, byte-identical output. One per hloc, Python,
-    sys.path and HLOC_* environment; HLOC_SERVER=off bypasses it, HLOC_SERVER=auto starts one
-    when missing; HLOC_SERVER_DIR (default $XDG_RUNTIME_DIR/hloc or /tmp/hloc-server-UID)."""
+    sys.path and HLOC_* environment. By default (HLOC_SERVER=auto) a compile that finds none
+    starts one as it exits; HLOC_SERVER=use only uses a running one, HLOC_SERVER=off bypasses
+    it; HLOC_SERVER_DIR (default $XDG_RUNTIME_DIR/hloc or /tmp/hloc-server-UID)."""
 
 
 def _this_server() -> dict[str, str]:

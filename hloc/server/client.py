@@ -2,36 +2,55 @@
 
 `run_compile(argv)` returns the command's exit status when a server for this hloc ran it, and
 None when there is none (or HLOC_SERVER=off): the caller then compiles in its own process, as
-it always could. With HLOC_SERVER=auto, a missing server is also started in the background for
-the next compile.
+it always could. In the default mode, HLOC_SERVER=auto, a missing server is also started in
+the background for the next compile, once this process's own compile is over (as it exits:
+started earlier, the server's warm-up competes with the compile for the cores, which made a
+first compile 1.3 x slower on 2 cores). HLOC_SERVER=use takes a running server, never starts
+one.
 """
 
 from __future__ import annotations
 
 import _signal  # `signal` builds enums at import: 1-2 ms of every served compile
+import atexit
 import os
 import sys
 
 from . import protocol
 
 ACK_TIMEOUT_S = 10.0
-OFF = ("0", "off", "no", "false")
+AUTO_IDLE_TIMEOUT_S = 900.0
+MODES = {"": "auto", "auto": "auto", "use": "use", "off": "off", "0": "off", "no": "off",
+         "false": "off"}
+
+
+class ModeError(ValueError):
+    """HLOC_SERVER has a value that is none of MODES."""
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
+def mode() -> str:
+    """HLOC_SERVER as "auto" (the default), "use" or "off"; ModeError for another value."""
+    value = os.environ.get("HLOC_SERVER", "")
+    how = MODES.get(value.strip().lower())
+    if how is None:
+        raise ModeError(f"HLOC_SERVER={value!r}: expected auto (the default), use or off")
+    return how
+
+
 def run_compile(argv: list[str]) -> int | None:
-    mode = os.environ.get("HLOC_SERVER", "").strip().lower()
-    if mode in OFF:
+    how = mode()
+    if how == "off":
         return None
     try:
-        files = protocol.server_files(create=mode == "auto")
+        files = protocol.server_files(create=how == "auto")
     except protocol.ServerDirError:
         return None  # none of ours can be there; `hloc server start` explains why
     try:
         sock = protocol.connect(files["sock"], timeout=2.0)
     except OSError:
-        if mode == "auto":
-            spawn(idle_timeout=900.0, log=files["log"])
+        if how == "auto":
+            atexit.register(_start_quietly, files["log"])
         return None
     try:
         return _session(sock, argv, files["sock"])
@@ -108,17 +127,32 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def spawn(idle_timeout: float, log: str):
+def _start_quietly(log: str) -> None:
+    """HLOC_SERVER=auto's start, as the compile that found no server exits, if it compiled
+    (not for `--help`, a usage error or a compile-cache hit, which import no compiler). A
+    server that is already starting (another client's) keeps the lock; this one then leaves
+    at once."""
+    if "hloc.compiler" not in sys.modules:
+        return
+    try:
+        spawn(AUTO_IDLE_TIMEOUT_S, log, auto=True)
+    except OSError:
+        pass  # no server then: the next compile runs in its own process too
+
+
+def spawn(idle_timeout: float, log: str, auto: bool = False):
     """Start a detached server for this hloc (same Python, same sys.path and environment);
-    returns the subprocess.Popen."""
+    returns the subprocess.Popen. `auto`: started by a compile (HLOC_SERVER=auto), it gives
+    up at once rather than wait when another server holds the lock."""
     import subprocess
 
-    code = ("import sys; sys.path[:] = sys.argv[2:]; "
-            "from hloc.server.daemon import main; sys.exit(main(sys.argv[1:2]))")
+    code = ("import sys; sys.path[:] = sys.argv[3:]; "
+            "from hloc.server.daemon import main; sys.exit(main(sys.argv[1:3]))")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
                  0o600)
     try:
-        return subprocess.Popen([sys.executable, "-c", code, str(idle_timeout), *sys.path],
+        return subprocess.Popen([sys.executable, "-c", code, str(idle_timeout),
+                                 "auto" if auto else "start", *sys.path],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd,
                                 cwd="/", start_new_session=True, close_fds=True)
     finally:

@@ -26,9 +26,13 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 
-from ..util.sources import PACKAGE_DIR
+from ..util.sources import PACKAGE_DIR, source_files, stat_listing
 from . import protocol
+
+# hloc's sources as this server imported them (a checksum of their paths, sizes and mtimes).
+SOURCES = f"{zlib.crc32(stat_listing(source_files()).encode()):08x}"
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -270,7 +274,8 @@ class Server:
             raise ValueError(f"unknown request {op!r} (protocol {message.get('v')!r})")
 
     def status(self) -> dict:
-        return {"pid": os.getpid(), "stamp": self.ident, "socket": self.socket_path,
+        return {"pid": os.getpid(), "stamp": self.ident, "sources": SOURCES,
+                "socket": self.socket_path,
                 "started": self.started, "served": self.served, "running": len(self.children),
                 "idle_timeout": self.idle_timeout, "python": sys.executable,
                 "hloc": PACKAGE_DIR}
@@ -431,20 +436,23 @@ def _take_lock(lock: int, socket_path: str, wait_s: float = 10.0) -> bool:
             time.sleep(0.02)
 
 
-def serve(idle_timeout: float, announce=print) -> int:
+def serve(idle_timeout: float, announce=print, lock_wait_s: float = 10.0) -> int:
     """Run a server for this process's stamp until it stops. 0 when it ran (or one already
-    runs: `announce` says so), 2 when the server directory is unsafe or too long a path."""
+    runs: `announce` says so), 2 when the server directory is unsafe or too long a path.
+    `lock_wait_s`: how long to wait for a server that holds the lock without a socket
+    (starting or stopping) before leaving it be."""
     try:
         files = protocol.server_files(create=True)
     except protocol.ServerDirError as e:
         print(f"hloc server: error: {e}", file=sys.stderr)
         return 2
     lock = os.open(files["lock"], os.O_RDWR | os.O_CREAT, 0o600)
-    if not _take_lock(lock, files["sock"]):
+    if not _take_lock(lock, files["sock"], lock_wait_s):
         announce(f"hloc server: already running for this hloc ({files['sock']})")
         os.close(lock)
         return 0
     try:
+        stop_stale_servers(os.path.dirname(files["sock"]), files["sock"], announce)
         warm_up()
         if threading.active_count() != 1:
             raise RuntimeError("a thread outlived the warm-up compile; refusing to fork")
@@ -469,11 +477,39 @@ def serve(idle_timeout: float, announce=print) -> int:
         os.close(lock)
 
 
+def stop_stale_servers(directory: str, ours: str, announce) -> None:
+    """Ask the servers in `directory` that run this hloc directory under this Python, but from
+    other sources (an edit, an upgrade in place), to stop: no client can use them again, and
+    each would otherwise sit out its idle timeout. Servers of another hloc, Python or
+    environment are left alone."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".sock"))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        if path == ours:
+            continue
+        try:
+            other = protocol.ask(path, {"op": "status"}, timeout=1.0)
+        except (OSError, ValueError, ConnectionError):
+            continue
+        if (other.get("hloc") == PACKAGE_DIR and other.get("python") == sys.executable
+                and other.get("sources") not in (None, SOURCES)):
+            with contextlib.suppress(OSError, ValueError, ConnectionError):
+                protocol.ask(path, {"op": "stop"}, timeout=1.0)
+                announce(f"hloc server: stopped pid {other.get('pid')}, a server of this "
+                         "hloc's earlier sources")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -c ... hloc.server.daemon.main([IDLE_TIMEOUT])`: what `hloc server start` runs,
-    detached, with its own sys.path already set."""
+    """`python -c ... hloc.server.daemon.main([IDLE_TIMEOUT, "start"|"auto"])`: what `hloc
+    server start` ("start") and a compile with HLOC_SERVER=auto ("auto": it does not wait for
+    another server's start) run, detached, with their own sys.path already set."""
     args = sys.argv[1:] if argv is None else argv
     idle = float(args[0]) if args else 900.0
+    auto = args[1:2] == ["auto"]
     with contextlib.suppress(OSError):
         os.chdir("/")  # keep no directory of the user's busy
-    return serve(idle, announce=lambda line: print(line, file=sys.stderr, flush=True))
+    return serve(idle, announce=lambda line: print(line, file=sys.stderr, flush=True),
+                 lock_wait_s=0.0 if auto else 10.0)
