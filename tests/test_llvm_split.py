@@ -4,6 +4,7 @@ together."""
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -142,7 +143,7 @@ def test_scalar_partitions_are_not_vectorized():
         module = llvm.parse(whole)
         llvm.optimize(module, target, 2, vectorize=not scalar)
         ir[scalar] = str(module)
-    assert "<4 x double>" in ir[False] or "<2 x double>" in ir[False]
+    assert re.search(r"<\d+ x double>", ir[False])  # any width: the host's (2, 4 or 8)
     assert "x double>" not in ir[True]
 
 
