@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cpu
 
 needs_x86 = pytest.mark.skipif(not host_target().is_x86, reason="x86-64 code generation")
 needs_kernel = pytest.mark.skipif(conv_native.library() is None,
-                                  reason="the kernel runs on AVX2 hosts without AVX-512")
+                                  reason="the kernel runs on hosts with AVX2 and FMA")
 
 
 @needs_x86

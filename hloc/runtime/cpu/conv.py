@@ -320,7 +320,8 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
         pieces = [(0, form.x_dims[0])]
     else:
         pieces = parallel.split(form.x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
-    products = gemm.list_runner((weights, out), lambda: [images(*p) for p in pieces])
+    products = gemm.list_runner((weights, out), lambda: [images(*p) for p in pieces],
+                                narrow=o <= gemm.AVX2.nr and ow < gemm.AVX512.mr)
     fill = weights.fill if isinstance(weights, _Scratch) else _nothing
 
     def run() -> None:
