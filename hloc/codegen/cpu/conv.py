@@ -44,9 +44,12 @@ from .thunk_kernels import native_kind
 
 # Output features accumulated per unit (the innermost, vectorized loop's trip count).
 FEATURE_BLOCK = 64
-# Convolutions up to this many multiply-adds get a native kernel; larger ones keep the BLAS
-# paths, whose per-call costs they amortize.
-NATIVE_MAX_MACS = 1 << 23
+# Convolutions up to this many multiply-adds get a native kernel; larger ones keep the
+# runtime's paths (the implicit-GEMM kernel, the GEMM forms), whose per-call costs they
+# amortize. Was 1 << 23: a CNN step's transposed-convolution phases (8.4M each) ran here at
+# 4 GMAC/s; on the Zen 4 host the CNN step went 14.6 -> 10.6 ms, EfficientNet 26.4 -> 22.3,
+# ResNet50 69 -> 63 (medians, alternated).
+NATIVE_MAX_MACS = 1 << 21
 # Grouped convolutions with at most this many input features per group (depthwise ones: 1)
 # get the native kernel whatever their size: as products they are many tiny ones, which the
 # runtime can only run as an im2col copy of every window (nine times a 3x3 layer's input)
