@@ -40,7 +40,7 @@ def _ask(path: str, message: dict) -> dict | None:
 
 
 @server_cmd.command()
-@click.option("--idle-timeout", default=900.0, show_default=True, type=float, metavar="S",
+@click.option("--idle-timeout", default=protocol.IDLE_TIMEOUT_S, show_default=True, type=float, metavar="S",
               help="exit after S seconds without a compile (0: never)")
 @click.option("--foreground", is_flag=True, help="serve from this process until stopped")
 @guarded("hloc server")

@@ -19,14 +19,13 @@ import sys
 from . import protocol
 
 ACK_TIMEOUT_S = 10.0
-AUTO_IDLE_TIMEOUT_S = 900.0
 MODES = {"": "auto", "auto": "auto", "use": "use", "off": "off", "0": "off", "no": "off",
          "false": "off"}
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 class ModeError(ValueError):
     """HLOC_SERVER has a value that is none of MODES."""
-FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 def mode() -> str:
@@ -135,7 +134,7 @@ def _start_quietly(log: str) -> None:
     if "hloc.compiler" not in sys.modules:
         return
     try:
-        spawn(AUTO_IDLE_TIMEOUT_S, log, auto=True)
+        spawn(protocol.IDLE_TIMEOUT_S, log, auto=True)
     except OSError:
         pass  # no server then: the next compile runs in its own process too
 

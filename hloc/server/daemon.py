@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     server start` ("start") and a compile with HLOC_SERVER=auto ("auto": it does not wait for
     another server's start) run, detached, with their own sys.path already set."""
     args = sys.argv[1:] if argv is None else argv
-    idle = float(args[0]) if args else 900.0
+    idle = float(args[0]) if args else protocol.IDLE_TIMEOUT_S
     auto = args[1:2] == ["auto"]
     with contextlib.suppress(OSError):
         os.chdir("/")  # keep no directory of the user's busy

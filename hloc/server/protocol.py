@@ -39,6 +39,7 @@ except ImportError:  # another Python: the json module, at its import cost
 from ..util.sources import PACKAGE_DIR, source_files, stat_listing
 
 PROTOCOL = 1
+IDLE_TIMEOUT_S = 900.0  # a server's default: `hloc server start`'s and an auto-started one's
 MAX_MESSAGE = 16 << 20  # a request carries the environment and argv: far below this
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
 
