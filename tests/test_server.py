@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import socket
 import stat
@@ -110,6 +111,101 @@ def test_served_errors_follow_the_contract(server, tmp_path):
     assert list(tmp_path.iterdir()) == [bad]  # nothing half-written
     usage = hloc(server, "compile", SAMPLES / "mlp.pb")  # no -o
     assert usage.returncode == 2 and "Missing option" in usage.stderr
+
+
+def test_one_worker_compiles_a_sequence_as_fresh_processes_would(server, tmp_path):
+    """Compiles go to one worker, one after another (a bad input, an exit 2, does not end
+    it), each in its own client's directory and environment; every bundle is the one a
+    process of its own writes, byte for byte, and every client's pipes are left at their
+    end of file (a worker holding them would leave hloc() waiting)."""
+    require_samples()
+    names = ["mlp", "sort", "top_k", "while_dynamic", "cnn", "fft"]
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"not a module")
+    first = None
+    for n, name in enumerate(names):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        extra = {"HLOC_COMPILE_THREADS": "1"} if n % 2 else {}
+        result = hloc({**server, **extra}, "compile", SAMPLES / f"{name}.pb", "-o", "out.bundle",
+                      "--no-cache", *(["--time-passes"] if n == 1 else []), cwd=cwd)
+        assert result.returncode == 0, result.stderr
+        if n == 1:
+            assert "pass" in result.stderr  # the timing table reached this client's stderr
+        worker = current(server)["worker"]
+        assert worker is not None and worker == (first or worker)
+        first = worker
+        refused = hloc(server, "compile", bad, "-o", tmp_path / "bad.bundle")
+        assert refused.returncode == 2 and "bad.pb" in refused.stderr
+        alone = hloc({**server, "HLOC_SERVER": "off"}, "compile", SAMPLES / f"{name}.pb",
+                     "-o", tmp_path / f"{name}.alone.bundle", "--no-cache")
+        assert alone.returncode == 0, alone.stderr
+        assert (cwd / "out.bundle").read_bytes() == (tmp_path / f"{name}.alone.bundle").read_bytes()
+    assert current(server)["worker"] == first
+
+
+def test_an_interrupted_compile_retires_the_worker(server, tmp_path):
+    """Ctrl-C forwarded to a compile in the worker: the client says so in one line and exits
+    130, and the next compile runs in a new worker."""
+    fifo = tmp_path / "model.pb"
+    os.mkfifo(fifo)
+    warm = hloc(server, "compile", small_module(tmp_path), "-o", tmp_path / "w.bundle")
+    assert warm.returncode == 0, warm.stderr
+    worker = current(server)["worker"]
+    proc = subprocess.Popen([sys.executable, "-m", "hloc", "compile", str(fifo), "-o",
+                             str(tmp_path / "out.bundle")], env=server,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: running(server) == 1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and err == "hloc: interrupted\n"
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: running(server) == 0)
+    again = hloc(server, "compile", small_module(tmp_path), "-o", tmp_path / "w2.bundle")
+    assert again.returncode == 0, again.stderr
+    assert current(server)["worker"] not in (None, worker)
+    assert (tmp_path / "w.bundle").read_bytes() == (tmp_path / "w2.bundle").read_bytes()
+
+
+def test_an_idle_worker_is_let_go_and_its_state_put_back(monkeypatch):
+    """In-process: a worker idle for worker.IDLE_S has its socket closed (it exits on the end
+    of file); a compile's directory, environment, streams and logging are put back."""
+    import logging
+
+    from hloc.server import daemon, worker
+
+    server = daemon.Server.__new__(daemon.Server)
+    server.selector = selectors.DefaultSelector()
+    ours, theirs = socket.socketpair()
+    server.selector.register(ours, selectors.EVENT_READ, "worker")
+    server.worker = daemon._Worker(12345, ours)
+    assert 0 < server._worker_wait(None) <= worker.IDLE_S
+    assert server.worker is not None
+    server.worker.idle_since -= worker.IDLE_S + 1
+    assert server._worker_wait(7.0) == 7.0
+    assert server.worker is None and theirs.recv(1) == b""  # closed: the worker would stop
+
+    monkeypatch.chdir("/")
+    between = worker._Between()
+    os.chdir(Path(__file__).parent)
+    monkeypatch.setitem(os.environ, "HLOC_TEST_LEAK", "1")
+    handler = logging.StreamHandler()
+    logging.getLogger().addHandler(handler)
+    for name in ("stdin", "stdout", "stderr"):
+        monkeypatch.setattr(sys, name, getattr(sys, name))  # restore() opens new ones
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    try:
+        between.restore()
+        assert os.getcwd() == "/" and "HLOC_TEST_LEAK" not in os.environ
+        assert handler not in logging.getLogger().handlers
+        assert os.path.samestat(os.fstat(1), os.stat(os.devnull))
+    finally:
+        for fd, copy in zip((0, 1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def test_another_hloc_environment_gets_its_own_server(server, tmp_path):

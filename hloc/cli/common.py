@@ -83,6 +83,17 @@ def exit_without_teardown(code: str | int | None) -> NoReturn:
     the ordinary exit, which waits for it."""
     if threading.active_count() > 1:
         sys.exit(code)
+    status = exit_status(code)
+    # What the command printed goes out before the exit handlers run: under mpiexec, MPI's
+    # finalize (an atexit handler of mpi4py) ends the forwarding of a rank's output.
+    status = _flush_streams(status)
+    atexit._run_exitfuncs()
+    os._exit(_flush_streams(status))
+
+
+def exit_status(code: str | int | None) -> int:
+    """The process status `sys.exit(code)` gives (a message goes to stderr, status 1), with
+    the standard streams flushed."""
     if code is None:
         status = EXIT_OK
     elif isinstance(code, int):
@@ -90,11 +101,7 @@ def exit_without_teardown(code: str | int | None) -> NoReturn:
     else:  # sys.exit("message"): the message on stderr, status 1
         print(code, file=sys.stderr)
         status = EXIT_CHECK_FAILED
-    # What the command printed goes out before the exit handlers run: under mpiexec, MPI's
-    # finalize (an atexit handler of mpi4py) ends the forwarding of a rank's output.
-    status = _flush_streams(status)
-    atexit._run_exitfuncs()
-    os._exit(_flush_streams(status))
+    return _flush_streams(status)
 
 
 def _flush_streams(status: int) -> int:

@@ -13,7 +13,7 @@ import click
 
 from .. import __version__
 from ..errors import InputError
-from .common import debug_enabled, exit_without_teardown, guarded, setup_logging
+from .common import debug_enabled, exit_status, exit_without_teardown, guarded, setup_logging
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
@@ -315,6 +315,19 @@ def main() -> None:
         cli(prog_name="hloc")
     except SystemExit as e:  # click ends every command so
         exit_without_teardown(e.code)
+
+
+def run(argv: list[str]) -> int:
+    """The `hloc ARGV` command line in this process, returning its exit status instead of
+    ending the process (a compile server's worker runs one command after another)."""
+    from ..util.safe_write import install_sigterm_cleanup
+
+    install_sigterm_cleanup()
+    try:
+        cli(args=argv, prog_name="hloc")
+    except SystemExit as e:
+        return exit_status(e.code)
+    return exit_status(None)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The compile server: one process that has imported the compiler and compiled a small module
-once, and forks a child per `hloc compile` request.
+once, and hands every `hloc compile` request to a child, a copy of that warm process.
 
-Each child is a copy of that warm process. It takes over the client's standard streams
-(received as file descriptors), working directory, environment, umask and argv, runs the
-`hloc` command line exactly as a fresh process would, and exits; the server reports its exit
-status to the client. Nothing a compile does outlives its child, so one compile cannot leak
-state into the next, and its output is the bundle a fresh process writes, byte for byte.
+The child takes over the client's standard streams (received as file descriptors), working
+directory, environment, umask and argv and runs the `hloc` command line exactly as a fresh
+process would; the server reports its exit status to the client. Compiles go to one *worker*
+child (server.worker), which runs them one after another and is put back as it was between
+them, so that only its first compile pays for copying the server's pages; a request that
+arrives while the worker is busy gets a child of its own, which exits after its compile.
+Either way the output is the bundle a fresh process writes, byte for byte.
 
 The parent never compiles after start-up and runs no threads (fork must not copy a process
 in the middle of another thread's work). It exits when stopped (`hloc server stop`, SIGTERM,
@@ -29,7 +31,7 @@ import traceback
 import zlib
 
 from ..util.sources import PACKAGE_DIR, source_files, stat_listing
-from . import protocol
+from . import protocol, worker
 
 # hloc's sources as this server imported them (a checksum of their paths, sizes and mtimes).
 SOURCES = f"{zlib.crc32(stat_listing(source_files()).encode()):08x}"
@@ -165,6 +167,16 @@ def warm_up() -> None:
     gc.freeze()  # the children's collections leave the parent's objects (and pages) alone
 
 
+class _Worker:
+    """The server's side of its worker: the child's pid, the socket to it, the client
+    connection of the compile it runs (None while idle) and since when it is idle."""
+
+    def __init__(self, pid: int, ctl: socket.socket):
+        self.pid, self.ctl = pid, ctl
+        self.client: socket.socket | None = None
+        self.idle_since = time.monotonic()
+
+
 class Server:
     """The accept loop: see the module docstring."""
 
@@ -181,6 +193,7 @@ class Server:
         self.stopping = False
         self.stop_reason = ""
         self.wake_r, self.wake_w = os.pipe()
+        self.worker: _Worker | None = None
 
     # ---- the loop ----
 
@@ -199,7 +212,7 @@ class Server:
             if timeout is not None and timeout <= 0:
                 self.stop(f"idle for {self.idle_timeout:g} s")
                 continue
-            for key, _ in self.selector.select(timeout):
+            for key, _ in self.selector.select(self._worker_wait(timeout)):
                 self._dispatch(key.data)
             self._reap()
 
@@ -208,9 +221,22 @@ class Server:
             return None
         return self.idle_timeout - (time.monotonic() - self.last_active)
 
+    def _worker_wait(self, timeout: float | None) -> float | None:
+        """`timeout`, or less to close an idle worker in time (closed here once due)."""
+        w = self.worker
+        if w is None or w.client is not None:
+            return timeout
+        left = w.idle_since + worker.IDLE_S - time.monotonic()
+        if left <= 0:
+            self._close_worker()
+            return timeout
+        return left if timeout is None else min(timeout, left)
+
     def _dispatch(self, what) -> None:
         if what == "accept":
             self._accept()
+        elif what == "worker":
+            self._worker_done()
         elif what == "wake":
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_r, 4096)
@@ -224,6 +250,8 @@ class Server:
             return
         self.stopping = True
         self.stop_reason = reason
+        if self.worker is not None and self.worker.client is None:
+            self._close_worker()
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(self.listener)
         self.listener.close()
@@ -278,17 +306,14 @@ class Server:
                 "socket": self.socket_path,
                 "started": self.started, "served": self.served, "running": len(self.children),
                 "idle_timeout": self.idle_timeout, "python": sys.executable,
-                "hloc": PACKAGE_DIR}
+                "hloc": PACKAGE_DIR, "worker": self.worker.pid if self.worker else None}
 
     def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
-        # A signal the client forwards can reach the child before the child has dropped the
-        # server's handlers (which would stop the server's loop, in the child, and go on):
-        # the child starts with them blocked and unblocks them once its own are in place.
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
-        pid = os.fork()
-        if pid == 0:
-            _child(self, conn, request, fds, before)  # never returns
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        """Hand the request to the worker (started now if there is none), or to a child of
+        its own while the worker is busy."""
+        pid = self._to_worker(conn, request, fds)
+        if pid is None:
+            pid = self._fork_child(lambda mask: _child(self, conn, request, fds, mask))
         self.served += 1
         self.last_active = time.monotonic()  # compiles keep a server alive; status asks do not
         self.children[pid] = conn
@@ -296,6 +321,82 @@ class Server:
         self.selector.register(conn, selectors.EVENT_READ, pid)
         with contextlib.suppress(OSError):  # a client already gone: the selector says so
             protocol.send(conn, {"pid": pid})
+
+    def _fork_child(self, run) -> int:
+        """Fork a child that leaves the server and calls `run(mask)` (never returning).
+        A signal the client forwards can reach the child before the child has dropped the
+        server's handlers (which would stop the server's loop, in the child, and go on): the
+        child starts with them blocked, and `run` restores `mask` once its own are in place."""
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run(before)
+            finally:
+                os._exit(3)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        return pid
+
+    def _to_worker(self, conn: socket.socket, request: dict, fds: list[int]) -> int | None:
+        """The worker's pid once it has the request, or None (busy, or it cannot take it)."""
+        if self.worker is None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.settimeout(10.0)
+
+            def run(mask) -> None:
+                # Not the client's: its streams (the server's copies: a pipe held open here
+                # would never see its end of file) and connection.
+                for fd in fds:
+                    os.close(fd)
+                _leave_server(self, mask, [ours, conn])
+                worker.serve(theirs)
+
+            try:
+                pid = self._fork_child(run)
+            finally:
+                theirs.close()
+            self.worker = _Worker(pid, ours)
+            self.selector.register(ours, selectors.EVENT_READ, "worker")
+        w = self.worker
+        if w.client is not None:
+            return None
+        try:
+            protocol.send(w.ctl, request, fds)
+        except OSError:  # it has just gone: the next request starts another
+            self._close_worker()
+            return None
+        w.client = conn
+        return w.pid
+
+    def _worker_done(self) -> None:
+        """The worker's answer: its compile's exit status, for its client."""
+        w = self.worker
+        if w is None:
+            return
+        try:
+            message, _ = protocol.recv(w.ctl)
+        except (OSError, ValueError, ConnectionError):  # it ended: _reap reports it
+            self._close_worker()
+            return
+        conn, w.client, w.idle_since = w.client, None, time.monotonic()
+        status = message.get("done")
+        if conn is not None and self.children.pop(w.pid, None) is conn:
+            self.last_active = time.monotonic()
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(conn)
+            with contextlib.suppress(OSError):
+                protocol.send(conn, {"exit": status if isinstance(status, int) else 3})
+            conn.close()
+        if message.get("retire") or self.stopping or self.killed & {w.pid}:
+            self._close_worker()
+
+    def _close_worker(self) -> None:
+        """Let the worker go: it exits when it reads the end of its socket (and is reaped)."""
+        w, self.worker = self.worker, None
+        if w is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(w.ctl)
+            w.ctl.close()
 
     def _client_event(self, pid: int) -> None:
         """The client of child `pid` forwarded a signal, or went away (then the child is
@@ -327,6 +428,8 @@ class Server:
             conn = self.children.pop(pid, None)
             self.killed.discard(pid)
             self.last_active = time.monotonic()
+            if self.worker is not None and self.worker.pid == pid:
+                self._close_worker()  # it ended in a compile (or while idle): a new one next
             if conn is None:
                 continue
             with contextlib.suppress(KeyError, ValueError):
@@ -370,11 +473,13 @@ def _checked_request(message: dict, fds: list[int]) -> dict:
 
 def _child(server: Server, conn: socket.socket, request: dict, fds: list[int],
            mask: set[int | signal.Signals]) -> None:
-    """In the forked child: become the client's `hloc` process and run its command line
-    (`mask`: the signal mask to restore once the child's own handlers are in place)."""
+    """In a child of its own (the worker busy): become the client's `hloc` process and run its
+    command line (`mask`: the signal mask to restore once the child's own handlers are in
+    place)."""
     code = 3
     try:
-        _become_client(server, conn, request, fds, mask)
+        _leave_server(server, mask, [conn])
+        worker.take_over(request, fds)
         from hloc.cli.main import main
 
         main()  # ends the process itself (exit_without_teardown)
@@ -391,35 +496,24 @@ def _child(server: Server, conn: socket.socket, request: dict, fds: list[int],
         os._exit(code)
 
 
-def _become_client(server: Server, conn: socket.socket, request: dict, fds: list[int],
-                   mask: set[int | signal.Signals]) -> None:
+def _leave_server(server: Server, mask: set[int | signal.Signals],
+                  also: list[socket.socket]) -> None:
+    """In a new child: close what is the server's (its sockets, the clients' connections,
+    the worker's socket, the wake-up pipe, `also`), give the forwarded signals their default
+    actions (SIGINT: KeyboardInterrupt) and restore the signal mask `mask`."""
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one already forwarded takes effect now
     server.selector.close()
-    for sock in (server.listener, conn, *server.children.values()):
+    theirs = [server.listener, *server.children.values(), *also]
+    if server.worker is not None:
+        theirs.append(server.worker.ctl)
+    for sock in theirs:
         sock.close()
     for fd in (server.wake_r, server.wake_w):
         os.close(fd)
-    given = dict(zip(request["streams"], fds, strict=True))
-    for stream in (0, 1, 2):
-        source = given.get(stream)
-        if source is None:
-            source = os.open(os.devnull, os.O_RDWR)
-        os.dup2(source, stream)
-        os.close(source)
-    os.umask(request["umask"])
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.stdin = open(0, encoding=sys.stdin.encoding, closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", encoding=sys.stdout.encoding, closefd=False,  # noqa: SIM115
-                      buffering=1 if os.isatty(1) else -1)
-    sys.stderr = open(2, "w", encoding=sys.stderr.encoding, errors="backslashreplace",  # noqa: SIM115
-                      closefd=False, buffering=1)
-    sys.argv = ["hloc", *request["argv"]]
 
 
 def _take_lock(lock: int, socket_path: str, wait_s: float = 10.0) -> bool:
