@@ -22,7 +22,7 @@ from ...errors import InputError
 from ..executable import ProfileRow
 from . import blas, checks, gemm
 from .kernels import LoadedKernels
-from .memory import Memory, array_view, empty_aligned, physical_order
+from .memory import Memory, OutputBlocks, array_view, physical_order
 from .program import LoadContext, Profiler, realize
 
 
@@ -101,6 +101,7 @@ class CpuExecutable:
         scratch = max((c["scratch_bytes"] for c in kernels.get("composites", {}).values()),
                       default=0)
         self.memory = Memory(self.program.allocations, self._in_place | self._fresh, scratch)
+        self._output_blocks = OutputBlocks()
         self._ctx = LoadContext(self.memory, self.module, kernels, self._loaded)
         self._steps = self._ctx.sequence(self.program.sequence)
         self._run = realize(self._steps)
@@ -151,7 +152,7 @@ class CpuExecutable:
 
     def _prepare_outputs(self) -> None:
         for allocation in self._fresh:
-            self.memory.bind(allocation, empty_aligned(self.memory.sizes[allocation]))
+            self.memory.bind(allocation, self._output_blocks.take(self.memory.sizes[allocation]))
 
     def _copy_out(self) -> list[np.ndarray]:
         out = []
