@@ -50,3 +50,20 @@ def test_avx2_gemm_matches_numpy(batch, m, k, n, beta):
     lib.fn(batch, m, n, k, a.ctypes.data, m * k, k, b.ctypes.data, k * n, n,
            c.ctypes.data, m * n, n, lib.work(), beta)
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("cpu,geometry,rows,columns,narrow", [
+    ("znver4", "avx512", 1024, 256, True),   # Zen 4: half-width AVX-512, a wide-enough piece
+    ("znver4", "avx512", 64, 511, True),
+    ("znver4", "avx512", 32, 256, False),    # too few rows
+    ("znver4", "avx512", 1024, 512, False),  # a whole AVX-512 column block
+    ("sapphirerapids", "avx512", 1024, 256, False),  # full-width AVX-512: not measured
+    ("znver4", "avx2", 1024, 256, False),    # no AVX-512 geometry to leave
+])
+def test_half_width_avx512_hosts_take_the_avx2_geometry_for_narrow_pieces(
+        monkeypatch, cpu, geometry, rows, columns, narrow):
+    from hloc.runtime.cpu import gemm as runtime_gemm
+
+    monkeypatch.setattr(runtime_gemm, "_host_cpu", lambda: cpu)
+    monkeypatch.setattr(runtime_gemm, "host_geometry", lambda: geometry)
+    assert runtime_gemm.narrow_pays(rows, columns) is narrow

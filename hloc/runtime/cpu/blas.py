@@ -177,4 +177,5 @@ def native_ranges(batch: int, m: int, n: int, flops: int) -> list[tuple[int, ...
 def _native_runner(product, cells, batch: int, m: int, n: int, flops: int):
     """The native f32 GEMM (gemm.py), its pieces shared with the native pool when big."""
     ranges = native_ranges(batch, m, n, flops)
-    return gemm.list_runner(cells, lambda: [[product(*r)] for r in ranges])
+    narrow = all(gemm.narrow_pays(r1 - r0, c1 - c0) for _, _, r0, r1, c0, c1 in ranges)
+    return gemm.list_runner(cells, lambda: [[product(*r)] for r in ranges], narrow=narrow)

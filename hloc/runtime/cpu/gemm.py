@@ -140,6 +140,32 @@ def _narrow_library() -> _Library | None:
     return _Library(AVX2, target=cpu_target("x86-64-v3"))
 
 
+# AMD Zen 4 runs each AVX-512 instruction as two 256-bit halves. There the AVX2 geometry (6 x 16
+# tiles, 256-column blocks) beats the AVX-512 one (12 x 32 tiles, 512-column blocks) on product
+# pieces of fewer than 512 columns and at least 64 rows (2 Zen 4 cores, fastest of 100 runs:
+# 1024 x 256 x 256 0.72 against 0.78 ms, 1024 x 768 x 256 cut in 384-column pieces 1.97
+# against 2.04, 64 x 256 x 256 0.061 against 0.065; the attention case 4.45 against 4.78 ms,
+# BERT 12.2-12.7 against 13.0-13.3), and loses on wider pieces (1024 x 1024 x 256: 3.04
+# against 2.65) and on fewer rows (32 x 256 x 256: 0.041 against 0.035). Intel's AVX-512 cores
+# (full-width FMA units) are not measured and keep the AVX-512 geometry.
+HALF_WIDTH_AVX512 = frozenset({"znver4"})
+NARROW_MIN_ROWS = 64
+
+
+def narrow_pays(rows: int, columns: int) -> bool:
+    """Whether a product piece of `rows` x `columns` runs faster on _narrow_library() (see
+    HALF_WIDTH_AVX512) than on the host's geometry."""
+    return (columns < AVX512.nc and rows >= NARROW_MIN_ROWS and host_geometry() == "avx512"
+            and _host_cpu() in HALF_WIDTH_AVX512)
+
+
+@functools.cache
+def _host_cpu() -> str:
+    from ...codegen import llvm
+
+    return llvm.host_cpu_name()
+
+
 def _strides(x: np.ndarray) -> tuple[int, int] | None:
     """(batch stride, row stride) in elements of a [B, R, C] f32 view with unit column stride."""
     s = x.strides
@@ -197,10 +223,11 @@ def list_runner(cells, chunks: Callable[[], list[list[tuple[int, ...]]]],
     shared with the native pool. The lists (and the job) are built once and rebuilt only
     when a cell's array has been rebound, so a call costs one ctypes call of one pointer.
 
-    `narrow`: the products have at most 16 columns and few rows (a weight gradient's per-row
-    products: 3 x 1024 @ 1024 x 16). On an AVX-512 host the AVX512 geometry pads them to
-    12 x 32 tiles and packs B for each; the AVX2 geometry runs them 5.9 x faster there (a
-    CNN's first-layer weight gradient, Zen 4: 5.4 ms against 0.91)."""
+    `narrow`: run the products on _narrow_library(). For products of at most 16 columns and
+    few rows (a weight gradient's per-row products: 3 x 1024 @ 1024 x 16), which the AVX512
+    geometry pads to 12 x 32 tiles, packing B for each: the AVX2 geometry runs them 5.9 x
+    faster on an AVX-512 host (a CNN's first-layer weight gradient, Zen 4: 5.4 ms against
+    0.91); and for the pieces narrow_pays() picks."""
     lib = _narrow_library() if narrow else _library()
     assert lib is not None, "list_runner needs the native GEMM (product_describer said so)"
     work = lib.work
