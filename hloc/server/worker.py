@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from typing import cast
 
 from . import protocol
 
@@ -108,7 +109,7 @@ class _Between:
                 with contextlib.suppress(Exception):
                     handler.close()
         root.setLevel(self.log_level)
-        warnings.filters[:] = self.warning_filters
+        cast(list, warnings.filters)[:] = self.warning_filters  # the list _warnings reads
         getattr(warnings, "_filters_mutated", lambda: None)()
         self.np.seterr(**self.numpy_errors)
         tempfile.tempdir = None  # the next client's TMPDIR, not this one's
