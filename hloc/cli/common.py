@@ -83,10 +83,10 @@ def exit_without_teardown(code: str | int | None) -> NoReturn:
     the ordinary exit, which waits for it."""
     if threading.active_count() > 1:
         sys.exit(code)
+    # What the command printed goes out (exit_status flushes) before the exit handlers run:
+    # under mpiexec, MPI's finalize (an atexit handler of mpi4py) ends the forwarding of a
+    # rank's output.
     status = exit_status(code)
-    # What the command printed goes out before the exit handlers run: under mpiexec, MPI's
-    # finalize (an atexit handler of mpi4py) ends the forwarding of a rank's output.
-    status = _flush_streams(status)
     atexit._run_exitfuncs()
     os._exit(_flush_streams(status))
 

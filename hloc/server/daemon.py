@@ -353,6 +353,9 @@ class Server:
 
             try:
                 pid = self._fork_child(run)
+            except OSError:
+                ours.close()
+                raise
             finally:
                 theirs.close()
             self.worker = _Worker(pid, ours)
