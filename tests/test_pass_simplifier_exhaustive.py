@@ -105,3 +105,37 @@ def test_convert_round_trips(dtype):
             g.outputs.append(g.b.op(Op.CONVERT, g.shape, there))
         g.outputs.append(g.b.op(Op.CONVERT, g.shape, g.p[0]))
     assert g.check()
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "f64"])
+def test_division_by_a_power_of_two_becomes_an_exact_multiply(dtype):
+    """x / ±2^k → x * ±2^-k where both are normal numbers of the type, bit for bit over
+    normal, subnormal, huge, infinite and NaN x; other divisors are left as they are."""
+    import ml_dtypes
+
+    np_type = np.dtype(ml_dtypes.bfloat16 if dtype == "bf16" else dtype.replace(
+        "f", "float"))
+    info = ml_dtypes.finfo(np_type)
+    tiny, big = float(info.smallest_normal), float(info.max)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        np.array([0.0, -0.0, 1.0, -3.5, tiny, -tiny, tiny / 4, big, -big, np.inf, -np.inf,
+                  np.nan]),
+        rng.standard_normal(64) * np.exp2(rng.integers(-12, 12, 64))]).astype(np_type)
+    # tiny and 1/tiny: the extremes whose reciprocals are normal; tiny / 2 (subnormal) and
+    # 2 / tiny (its reciprocal subnormal) are not rewritten.
+    exact = [8.0, -4.0, 0.125, 2.0 ** -10, tiny, 1.0 / tiny]
+    kept = [3.0, 0.1, tiny / 2, 2.0 / tiny]
+    shape = f"{dtype}[{len(x)}]"
+    b = Builder()
+    p = b.param(shape, "x")
+    outs = [b.op(Op.DIVIDE, shape, p, b.splat(c, shape)) for c in exact + kept]
+    root = b.op(Op.TUPLE, Shape.tuple_of(o.shape for o in outs), *outs)
+    module = module_of(b.finish(root))
+    with np.errstate(all="ignore"):
+        before = evaluate(module, [x])
+        assert run_passes(module, "simplify")
+        after = evaluate(module, [x])
+    assert results_equal(before, after)
+    ops = [o.opcode for o in module.entry.root.operands]
+    assert ops == [Op.MULTIPLY] * len(exact) + [Op.DIVIDE] * len(kept)

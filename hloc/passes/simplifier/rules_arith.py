@@ -8,11 +8,13 @@ for floats (NaN and inf times zero are NaN).
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 
 from ...ir import Instruction, Opcode, PrimitiveType
 from ...ir import dtypes as dt
-from ..rewrite import P, RuleTable, is_splat_of, new, splat
+from ..rewrite import P, RuleTable, is_splat_of, new, splat, splat_value
 
 Op = Opcode
 ARITH_RULES = RuleTable("simplifier-arith")
@@ -99,6 +101,34 @@ def divide_one(instr):
     if _kind(instr) in (*_INTEGRAL, "float"):
         return _with_constant(instr, 1, commutative=False)
     return None
+
+
+# The IEEE binary float types divide_by_power_of_two applies to (the f8 types are left alone).
+_BINARY_FLOATS = (PrimitiveType.F16, PrimitiveType.BF16, PrimitiveType.F32, PrimitiveType.F64)
+
+
+@rule(P(Op.DIVIDE))
+def divide_by_power_of_two(instr):
+    """x / c → x * (1/c) for floats where c is a splat of ±2^k and c and 1/c are both normal
+    numbers of the type: the quotient and the product are the same real number, rounded the
+    same way (denormal inputs and results are flushed alike), so every bit agrees. A divide
+    is an expensive op to fusion, never duplicated; a multiply is cheap, so the scaled values
+    of attention's softmax fuse into both of their readers (XLA's simplifier makes the same
+    rewrite)."""
+    if not instr.shape.is_array or instr.shape.element_type not in _BINARY_FLOATS:
+        return None
+    x, c = instr.operands
+    value = splat_value(c)
+    if value is None:
+        return None
+    f = float(value)
+    if not math.isfinite(f) or f == 0.0 or abs(math.frexp(f)[0]) != 0.5:
+        return None
+    info = ml_dtypes.finfo(instr.shape.np_dtype)
+    reciprocal = 1.0 / f
+    if not all(float(info.smallest_normal) <= abs(v) <= float(info.max) for v in (f, reciprocal)):
+        return None
+    return new(Op.MULTIPLY, instr.shape, [x, splat(reciprocal, instr.shape)])
 
 
 @rule(P(Op.POWER))
