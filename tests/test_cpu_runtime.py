@@ -511,3 +511,22 @@ def test_a_one_thread_pool_runs_big_products_on_one_blas_thread(monkeypatch):
                               10 * blas.SINGLE_THREAD_FLOPS)
     run()
     assert threads == [1, 2] and (out == 32).all()  # one thread for the call, then restored
+
+
+@pytest.mark.parametrize("shape,perm", [((32, 32, 32, 16), (3, 1, 2, 0)), ((5, 7, 3, 19), (3, 1, 2, 0)),
+                                        ((4, 6, 9), (2, 0, 1)), ((3, 8), (1, 0)), ((10,), (0,))])
+def test_strided_copy_is_copyto(shape, perm):
+    """The blocked transposing copy (convolution inputs and kernels moved into place) writes
+    exactly what np.copyto writes, into a padded interior as well."""
+    from hloc.runtime.cpu.contract import strided_copy
+
+    src = np.random.default_rng(0).standard_normal(shape).astype(np.float32).transpose(perm)
+    want = np.zeros([d + 2 for d in src.shape], np.float32)
+    got = want.copy()
+    inner = tuple(slice(1, -1) for _ in src.shape)
+    np.copyto(want[inner], src)
+    strided_copy(got[inner], src)
+    np.testing.assert_array_equal(got, want)
+    back = np.zeros(shape, np.float32).transpose(perm)
+    strided_copy(back, got[inner])  # into a transposed (strided) destination
+    np.testing.assert_array_equal(back, src)

@@ -27,7 +27,7 @@ import numpy as np
 from ...thunks.base import ThunkKind
 from ...util.record import dataclass
 from . import blas
-from .contract import MatrixCell, _Scratch, blas_dtype, matmul_runner
+from .contract import MatrixCell, _Scratch, blas_dtype, matmul_runner, strided_copy
 from .host import build_host_step
 from .program import LoadContext, Step, builds, op_names
 
@@ -199,7 +199,7 @@ def padded_images(x, form: ConvForm):
     src = tuple(p[2] for p in places)
 
     def copy(n0: int, n1: int) -> None:
-        np.copyto(xp[(slice(n0, n1), *inner)], x.a[(slice(n0, n1), *src)])
+        strided_copy(xp[(slice(n0, n1), *inner)], x.a[(slice(n0, n1), *src)])
     return copy, xp
 
 
