@@ -142,6 +142,8 @@ def test_one_worker_compiles_a_sequence_as_fresh_processes_would(server, tmp_pat
         assert alone.returncode == 0, alone.stderr
         assert (cwd / "out.bundle").read_bytes() == (tmp_path / f"{name}.alone.bundle").read_bytes()
     assert current(server)["worker"] == first
+    lines = hloc(server, "server", "status").stdout.splitlines()
+    assert any("this hloc" in line and f"worker {first} " in line for line in lines), lines
 
 
 def test_an_interrupted_compile_retires_the_worker(server, tmp_path):

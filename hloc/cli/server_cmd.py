@@ -127,8 +127,9 @@ def status(as_json):
         click.echo("hloc server: none running")
     for row in rows:
         uptime = time.time() - row["started"]
+        worker = f"worker {row['worker']}" if row.get("worker") else "no worker"
         click.echo(f"pid {row['pid']}  {'this hloc' if row['current'] else 'another hloc'}  "
                    f"up {uptime:.0f} s  served {row['served']}  running {row['running']}  "
-                   f"idle timeout {row['idle_timeout']:g} s  {row['socket']}")
+                   f"{worker}  idle timeout {row['idle_timeout']:g} s  {row['socket']}")
     if not any(r["current"] for r in rows):
         click.echo(f"this hloc would use {mine}; `hloc server start` starts it")
