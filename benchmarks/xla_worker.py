@@ -114,6 +114,15 @@ def main() -> None:
     from jax._src.lib import _jax, xla_client
 
     backend = xla_bridge.get_backend("cpu")
+    # jax fills in the LAPACK routines its linalg custom calls use when it lowers such an op
+    # itself; modules compiled straight from a proto (samples/linalg) would otherwise call a
+    # null routine (the worker died with SIGSEGV there).
+    try:
+        from jax._src.lax import linalg as lax_linalg
+
+        lax_linalg.initialize_lapack()
+    except (ImportError, AttributeError):
+        pass
     for line in sys.stdin:
         if not line.strip():
             continue
