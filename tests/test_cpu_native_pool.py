@@ -253,3 +253,20 @@ def test_composites_run_inside_native_drivers(tmp_path):
                               capture_output=True, env=dict(os.environ, **env))
         assert done.returncode == 0, done.stderr
         np.testing.assert_array_equal(np.load(out), got[0])
+
+
+def test_a_worker_that_found_its_core_taken_sends_jobs_to_the_caller(pool):
+    """While the pool's contention time is recent (a worker was descheduled while it spun),
+    the caller runs every piece itself and wakes no worker; once it is old, pieces are shared
+    again. The time is set here (far in the future, then long past) instead of by a worker."""
+    _, own = pool
+    run, me = _timed_job(pool, 6, 0.002, 0.01)
+    words = own._state.view(np.int64)
+    words[layout.CONTENDED_AT // 8] = 1 << 62  # later than any time-stamp counter reading
+    assert run() == [me] * 6
+    words[layout.CONTENDED_AT // 8] = 0
+    for _ in range(5):
+        if any(t != me for t in run()):
+            break
+    else:
+        pytest.skip("no worker claimed a piece in five jobs (a very busy machine)")
