@@ -21,7 +21,7 @@ from . import protocol
 ACK_TIMEOUT_S = 10.0
 MODES = {"": "auto", "auto": "auto", "use": "use", "off": "off", "0": "off", "no": "off",
          "false": "off"}
-FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
+FORWARDED = protocol.FORWARDED_SIGNALS
 
 
 class ModeError(ValueError):

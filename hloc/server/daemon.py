@@ -36,7 +36,7 @@ from . import protocol, worker
 # hloc's sources as this server imported them (a checksum of their paths, sizes and mtimes).
 SOURCES = f"{zlib.crc32(stat_listing(source_files()).encode()):08x}"
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED_SIGNALS = protocol.FORWARDED_SIGNALS
 
 # Compiled once at start-up, so that the first request does not pay for the lazy imports and
 # first-call work of a compile (LLVM's targets, the pass registry, the emitters' tables).

@@ -1,7 +1,7 @@
 """Where a compile server lives, which hloc it is, and the messages on its socket.
 
-Kept to the standard library's cheapest modules (os, _socket, struct, zlib, and json's C half
-`_json`): the client side runs before any of hloc's compiler is imported. `socket` alone (its
+Kept to the standard library's cheapest modules (os, _signal, _socket, struct, zlib, and
+json's C half `_json`): the client side runs before any of hloc's compiler is imported. `socket` alone (its
 enums) would cost a compile through the server 6 ms, and `json` (which imports `re` and
 `enum`) 17 ms; `array` another 1 ms.
 
@@ -25,6 +25,7 @@ the client's standard streams as SCM_RIGHTS file descriptors.
 
 from __future__ import annotations
 
+import _signal
 import _socket
 import os
 import struct
@@ -42,6 +43,8 @@ PROTOCOL = 1
 IDLE_TIMEOUT_S = 900.0  # a server's default: `hloc server start`'s and an auto-started one's
 MAX_MESSAGE = 16 << 20  # a request carries the environment and argv: far below this
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
+# The signals a client forwards to its compile (and the server's children take over).
+FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 
 class ServerDirError(Exception):

@@ -46,8 +46,6 @@ MAX_RSS_BYTES = 2 << 30
 IDLE_S = 300.0  # the server closes an idle worker's socket after this long
 NORMAL_EXITS = (0, 1, 2)  # compiled; a check failed; bad input (exit codes of cli-contract.md)
 
-# What a client forwards to its compile (client.FORWARDED).
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def take_over(request: dict, fds: list[int]) -> None:
@@ -168,7 +166,7 @@ def serve(ctl) -> None:
 
                 traceback.print_exc()
         finally:
-            for sig in FORWARDED_SIGNALS:
+            for sig in protocol.FORWARDED_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             between.restore()
         reason = retire_reason(status, compiles)
