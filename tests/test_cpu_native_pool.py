@@ -133,8 +133,8 @@ def _timed_job(pool, pieces: int, caller_s: float, worker_s: float):
     return run, me
 
 
-def _backoff(own) -> int:
-    return int(own._state.view(np.int32)[layout.BACKOFF // 4])
+def _alone_until(own) -> int:
+    return int(own._state.view(np.int64)[layout.ALONE_UNTIL // 8])
 
 
 def test_a_worker_finishing_its_share_later_keeps_the_pool(pool):
@@ -147,13 +147,14 @@ def test_a_worker_finishing_its_share_later_keeps_the_pool(pool):
     for _ in range(5):
         ran = run()
         shared += len(set(ran)) == 2
-        assert _backoff(own) == 0, ran
+        assert _alone_until(own) == 0, ran
     assert shared >= 3, f"only {shared} of 5 jobs ran on two threads"
 
 
 def test_a_worker_late_by_more_than_the_callers_work_sends_jobs_to_the_caller(pool):
     """A worker that takes far longer than the caller's whole share (preempted by another
-    process) makes the caller run the next jobs alone, without waiting for the pool."""
+    process) makes the caller run the jobs of the next few milliseconds alone, without
+    waiting for the pool; the one after them is shared again."""
     _, own = pool
     run, me = _timed_job(pool, 6, 0.005, 0.08)  # the three workers take one piece each
     for _ in range(5):  # until a worker claims a piece (it may still be waking up)
@@ -161,9 +162,17 @@ def test_a_worker_late_by_more_than_the_callers_work_sends_jobs_to_the_caller(po
             break
     else:
         pytest.skip("no worker claimed a piece in five jobs (a very busy machine)")
-    assert _backoff(own) == layout._BACKOFF_JOBS
-    assert run() == [me] * 6
-    assert _backoff(own) == layout._BACKOFF_JOBS - 1
+    until = _alone_until(own)
+    assert until != 0
+    fast, _ = _timed_job(pool, 6, 0.0, 0.0)
+    assert fast() == [me] * 6  # at once: within the few milliseconds
+    assert _alone_until(own) == until  # running alone does not extend them
+    time.sleep(0.05)  # well past them (_BACKOFF_CYCLES: about 3 ms at 3 GHz)
+    for _ in range(20):
+        if any(t != me for t in run()):
+            break
+    else:
+        pytest.fail("no job was shared again after the back-off")
 
 
 def test_big_products_are_cut_for_the_pool(monkeypatch):

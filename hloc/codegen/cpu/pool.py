@@ -33,7 +33,7 @@ FINISHED = 128  # i64: pieces of the current job done
 SLEEPERS = 192  # i32: workers asleep (or about to be) in the futex
 JOB_FN, JOB_ARG, JOB_COUNT = 256, 264, 272  # the current job
 BUSY = 320  # i32: a caller owns the pool
-BACKOFF = 324  # i32: jobs the owner still runs alone after a long wait (see run)
+ALONE_UNTIL = 328  # i64: time-stamp counter until which owners run jobs alone (see run)
 CONTENDED_AT = 336  # i64: time-stamp counter when a worker last found its core taken (worker)
 STOP = 384  # i32: workers return (tests shut their pools down)
 SPIN_CYCLES = 448  # i64: how long (time-stamp counter cycles) a worker spins before sleeping
@@ -46,7 +46,7 @@ _WAIT_SPINS = 2048
 # A caller that ran pieces itself and then waited for the workers longer than it worked plus
 # this many time-stamp-counter cycles (about 0.5 ms at 3 GHz: more than a worker needs to
 # wake up, less than the scheduler's slice when another process takes its core) counts its
-# worker as preempted: the next _BACKOFF_JOBS jobs run on the calling thread alone. Measured
+# worker as preempted: jobs run on the calling thread alone for _BACKOFF_CYCLES. Measured
 # on a 2-core host shared with other processes (load 6-8): a 200-step scan RNN whose products
 # were shared took 1.4x as long as on one thread, most of it spent waiting for preempted
 # workers. The wait is judged against the caller's own work, not as a count of spins: a
@@ -54,7 +54,12 @@ _WAIT_SPINS = 2048
 # half of a big product, and sent every product after it to one thread (1024^3 cut in two
 # ran in 37 ms, as on one thread, instead of 18).
 _PREEMPTED_SLACK_CYCLES = 1_500_000
-_BACKOFF_JOBS = 64
+# About 3 ms at 3 GHz: longer than 64 jobs of that RNN took. A count of jobs (64, before) sent
+# a big product's next 64 calls to one thread: on a 2-vCPU VM whose hypervisor now and then
+# holds a vCPU back (2-4 such waits in 3,000 calls of 1024 x 256 x 256 cut in two), those calls
+# took 1.3 ms instead of 0.7 (p90 1.29 ms against a median of 0.71), and a tenth of 300 calls
+# of 1024^3 took one thread's 21 ms instead of 10.8. Now: p90 0.71 against a median of 0.67.
+_BACKOFF_CYCLES = 9_000_000
 # A spinning worker that finds this many time-stamp-counter cycles (about 1 ms) between two
 # turns of its loop was descheduled for a scheduler slice: another process wants its core. It
 # records the time (CONTENDED_AT) and sleeps, and for _CONTENDED_HOLD_CYCLES (about 10 ms) the
@@ -166,11 +171,10 @@ class _Pool:
         self.store(b, _c(0, I32), state, BUSY)
         b.branch(alone)
         b.position_at_end(clear)
-        backoff = self.load(b, state, BACKOFF, I32)
+        ahead = b.sub(self.load(b, state, ALONE_UNTIL), b.call(self.tsc, []))
         skip, publish = fn.append_basic_block("skip"), fn.append_basic_block("publish")
-        b.cbranch(b.icmp_signed(">", backoff, _c(0, I32)), skip, publish)
+        b.cbranch(b.icmp_signed(">", ahead, _c(0)), skip, publish)
         b.position_at_end(skip)
-        self.store(b, b.sub(backoff, _c(1, I32)), state, BACKOFF)
         self.store(b, _c(0, I32), state, BUSY)
         b.branch(alone)
         b.position_at_end(publish)
@@ -191,7 +195,7 @@ class _Pool:
         late = b.icmp_unsigned(">", waited, b.add(b.sub(worked, start),
                                                    _c(_PREEMPTED_SLACK_CYCLES)))
         with b.if_then(b.and_(b.icmp_signed(">", ran, _c(0)), late)):
-            self.store(b, _c(_BACKOFF_JOBS, I32), state, BACKOFF)
+            self.store(b, b.add(b.call(self.tsc, []), _c(_BACKOFF_CYCLES)), state, ALONE_UNTIL)
         self.store(b, _c(0, I32), state, BUSY)
         b.ret_void()
         return fn
