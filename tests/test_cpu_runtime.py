@@ -15,7 +15,7 @@ import pytest
 
 from hloc.codegen.target import X86_LEVELS, host_target
 from hloc.errors import InputError
-from hloc.runtime.cpu import checks, parallel
+from hloc.runtime.cpu import checks, gemm, parallel
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
 from tests.test_interp_samples import mismatch
 
@@ -409,13 +409,46 @@ sum {
 """
 
 
-def test_split_kernels_match_the_interpreter(tmp_path):
+@pytest.mark.parametrize("native", [True, False], ids=["native-pool", "python-pool"])
+def test_split_kernels_match_the_interpreter(tmp_path, monkeypatch, native):
+    """Big kernels cut into unit ranges, as one job of the native pool (where the host has
+    one) or through Python's threads, compute what the interpreter computes."""
+    splitters = []
+    if native:
+        if gemm.kernel_splitter() is None:
+            pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
+        real = gemm.kernel_splitter
+        monkeypatch.setattr(gemm, "kernel_splitter", lambda: splitters.append(1) or real())
+    else:
+        monkeypatch.setattr(gemm, "kernel_splitter", lambda: None)
     rng = np.random.default_rng(1)
     args = [rng.standard_normal((1024, 1024)).astype(np.float32) * 0.1, np.int32(100),
             rng.standard_normal((8, 1024)).astype(np.float32)]
     o = run_cases({"case": (SPLIT, args)}, tmp=tmp_path, opt_level=0)["case"]
     got, want = o.got, o.want
     assert_close(got, want, rtol=2e-5, atol=1e-3)
+    assert bool(splitters) == native  # the native runs did split through it
+
+
+@pytest.mark.parametrize("extent,parts", [(1, 1), (7, 3), (8, 8), (1000, 16), (12345, 7)])
+def test_native_kernel_jobs_run_every_unit_once(extent, parts):
+    """hloc_kernel_job cuts [0, extent) into `parts` ranges that cover every unit exactly
+    once, each passed to the kernel with the job's pointer array, shared with the pool."""
+    import ctypes
+
+    from hloc.codegen.cpu.pool import KERNEL_JOB_WORDS
+    from hloc.runtime.cpu.kernels import KERNEL_TYPE
+
+    if gemm.kernel_splitter() is None:
+        pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
+    job_fn, state = gemm.kernel_splitter()
+    seen: list = []
+    kernel = KERNEL_TYPE(lambda pointers, lo, hi: seen.append((pointers, lo, hi)))
+    job = (ctypes.c_int64 * KERNEL_JOB_WORDS)(state, parts, ctypes.cast(kernel, ctypes.c_void_p).value,
+                                              0xABC0, extent)
+    job_fn(ctypes.c_void_p(ctypes.addressof(job)))
+    assert sorted((lo, hi) for _, lo, hi in seen) == parallel.split(extent, parts)
+    assert {p for p, _, _ in seen} == {0xABC0}
 
 
 def test_split_ranges_cover_every_unit():

@@ -340,3 +340,36 @@ def add_job(module: ir.Module, list_with: ir.Function, run: ir.Function) -> None
     b.call(run, [b.inttoptr(word(job, 0), PTR), piece, job, word(job, 1),
                  b.inttoptr(word(first, 1), PTR)])
     b.ret_void()
+
+
+# i64 words of a kernel job (hloc_kernel_job): the pool's state (0: none), how many pieces,
+# the kernel (the ABI's fn(pointers, begin, end)), its pointer array, and its unit count.
+KERNEL_JOB_WORDS = 5
+
+
+def add_kernel_job(module: ir.Module, run: ir.Function) -> None:
+    """hloc_kernel_job(job): a kernel's units [0, extent) cut into `pieces` equal ranges,
+    shared with the pool (job: KERNEL_JOB_WORDS i64 words, see there). The runtime's way to
+    split a big kernel across threads without Python's threads."""
+    kernel_type = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+    piece = ir.Function(module, PIECE_TYPE, "hloc_kernel_piece")
+    piece.linkage = "internal"
+    job, index, _work = piece.args
+    b = ir.IRBuilder(piece.append_basic_block("entry"))
+
+    def word(i):
+        return b.load(b.gep(job, [_c(i)], inbounds=True, source_etype=I64), typ=I64)
+
+    parts, kernel, pointers, extent = word(1), word(2), word(3), word(4)
+    begin = b.sdiv(b.mul(extent, index), parts)
+    end = b.sdiv(b.mul(extent, b.add(index, _c(1))), parts)
+    b.call(b.inttoptr(kernel, ir.PointerType(kernel_type)), [b.inttoptr(pointers, PTR), begin,
+                                                             end])
+    b.ret_void()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_kernel_job")
+    (job,) = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    state = b.load(job, typ=I64)
+    count = b.load(b.gep(job, [_c(1)], inbounds=True, source_etype=I64), typ=I64)
+    b.call(run, [b.inttoptr(state, PTR), piece, job, count, ir.Constant(PTR, None)])
+    b.ret_void()

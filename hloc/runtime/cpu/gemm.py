@@ -58,6 +58,7 @@ class _Library:
         self.fn = _FN_TYPE(self.library.address("hloc_sgemm"))
         self.list_fn = _LIST_TYPE(self.library.address("hloc_sgemm_list"))
         self.job_fn = _LIST_TYPE(self.library.address("hloc_sgemm_job"))
+        self.kernel_job_fn = _LIST_TYPE(self.library.address("hloc_kernel_job"))
         self._local = threading.local()
         self.work_floats, self.max_flops = geo.work_floats, max_flops
         self._pool: native_pool.NativePool | None = None
@@ -282,6 +283,16 @@ def pool_address() -> int:
     """The native pool's state for jobs (0: none, or no native GEMM)."""
     lib = _library()
     return 0 if lib is None else lib.pool_address()
+
+
+def kernel_splitter() -> tuple[Callable[[ctypes.c_void_p], None], int] | None:
+    """(hloc_kernel_job, the native pool's state) to split kernels with (codegen/cpu/pool.py
+    add_kernel_job), or None: no native GEMM (and so no native pool), or one thread."""
+    lib = _library()
+    if lib is None:
+        return None
+    state = lib.pool_address()
+    return (lib.kernel_job_fn, state) if state else None
 
 
 def work_floats() -> int:

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from ...buffers.assignment import Slice
 from ...thunks import Convolution, Gemm
 from ...thunks.base import ThunkKind, walk
-from . import parallel
+from ...codegen.cpu.pool import KERNEL_JOB_WORDS
+from . import gemm, native_pool, parallel
 from .contract import build_gemm, native_product_list
 from .conv import build_convolution, fused_convolution
 from .host import build_host_step
@@ -69,17 +70,31 @@ def pointer_array(ctx: LoadContext, slices):
 
 
 def kernel_runner(ctx: LoadContext, meta: dict, slices) -> Callable[[], None]:
-    """A call of kernel `meta["symbol"]` on `slices`, split across threads if it is big."""
-    arg = ctypes.c_void_p(ctypes.addressof(pointer_array(ctx, slices)))
+    """A call of kernel `meta["symbol"]` on `slices`, split across threads if it is big: as
+    one job of the native pool (its workers spin in native code between jobs, so a job reaches
+    them in microseconds), else through the Python thread pool (parallel.py, tens of
+    microseconds a call: a 1 MB transpose took longer on two threads than on one)."""
+    pointers = pointer_array(ctx, slices)
+    arg = ctypes.c_void_p(ctypes.addressof(pointers))
     fn = ctx.loaded.function(meta["symbol"])
     extent = int(meta["parallel_extent"])
     if extent == 0:
         return _nothing
-    pool = parallel.pool()
-    if pool.threads > 1 and extent > 1 and int(meta.get("work", 0)) >= parallel.MIN_PARALLEL_WORK:
-        parts = pool.threads * parallel.CHUNKS_PER_THREAD
-        ranges = [(arg, lo, hi) for lo, hi in parallel.split(extent, parts)]
-        return functools.partial(pool.run, fn, ranges)
+    if extent > 1 and int(meta.get("work", 0)) >= parallel.MIN_PARALLEL_WORK:
+        native = gemm.kernel_splitter()
+        if native is not None:
+            job_fn, state = native
+            parts = min(extent, native_pool.threads() * parallel.CHUNKS_PER_THREAD)
+            job = (ctypes.c_int64 * KERNEL_JOB_WORDS)(
+                state, parts, ctx.loaded.library.address(meta["symbol"]),
+                ctypes.addressof(pointers), extent)
+            ctx.keep_alive.append(job)
+            return functools.partial(job_fn, ctypes.c_void_p(ctypes.addressof(job)))
+        pool = parallel.pool()
+        if pool.threads > 1:
+            parts = pool.threads * parallel.CHUNKS_PER_THREAD
+            ranges = [(arg, lo, hi) for lo, hi in parallel.split(extent, parts)]
+            return functools.partial(pool.run, fn, ranges)
     return functools.partial(fn, arg, 0, extent)
 
 
