@@ -19,9 +19,9 @@ import functools
 from collections.abc import Callable
 
 from ...buffers.assignment import Slice
+from ...codegen.cpu.pool import KERNEL_JOB_WORDS
 from ...thunks import Convolution, Gemm
 from ...thunks.base import ThunkKind, walk
-from ...codegen.cpu.pool import KERNEL_JOB_WORDS
 from . import gemm, native_pool, parallel
 from .contract import build_gemm, native_product_list
 from .conv import build_convolution, fused_convolution
