@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +142,11 @@ def test_a_rank_that_dies_ends_the_job(bundles):
                    env=_env(HLOC_TEST_MPI_FAULT="1:exit"), timeout=60)
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "a rank ended without a message (exit status 7)" in lines[0]
+    # Rank 1 exits with 7; MPICH's mpiexec then kills rank 0, and now and then on a loaded
+    # machine (2 of some 50 runs beside other processes) reports rank 0's SIGKILL (9) as the
+    # job's status instead.
+    assert len(lines) == 1, lines
+    assert re.search(r"a rank ended without a message \(exit status (7|9)\)", lines[0]), lines
 
 
 def test_a_stuck_collective_times_out_with_one_line(bundles):
