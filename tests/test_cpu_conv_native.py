@@ -13,6 +13,7 @@ from hloc.codegen import llvm
 from hloc.codegen.cpu import conv_gemm, gemm
 from hloc.codegen.target import cpu_target, host_target
 from hloc.runtime.cpu import conv_native
+from hloc.runtime.cpu import gemm as runtime_gemm
 
 from .support.kernels import fma_loop_blocks
 from .support.run import compare_with_interpreter
@@ -123,6 +124,43 @@ def test_convolution_thunks(inp, ker, out, window, labels, tmp_path, monkeypatch
     args = [rng.standard_normal(_dims(s)).astype(np.float32) for s in (inp, ker)]
     compare_with_interpreter({window: (text, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-3)
     assert ran == [labels.endswith("b01f")]
+
+
+@needs_kernel
+@pytest.mark.parametrize("native", [True, False], ids=["native-pool", "python-pool"])
+def test_convolution_pieces_on_either_pool(native, tmp_path, monkeypatch):
+    """A convolution cut into row pieces runs them as one job of the native pool where the
+    host has one (runtime_gemm.call_splitter), else on Python's threads; both match the interpreter."""
+    asked = []
+    if native:
+        if runtime_gemm.call_splitter() is None:
+            pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
+        real = runtime_gemm.call_splitter
+        monkeypatch.setattr(runtime_gemm, "call_splitter", lambda: asked.append(1) or real())
+    else:
+        monkeypatch.setattr(runtime_gemm, "call_splitter", lambda: None)
+    inp, ker, out, window, labels = CONVS[0]
+    text = (f"HloModule c\nENTRY e {{\n  x = {inp} parameter(0)\n  w = {ker} parameter(1)\n"
+            f"  ROOT c = {out} convolution(x, w), window={{{window}}}, dim_labels={labels}\n}}\n")
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal(_dims(s)).astype(np.float32) for s in (inp, ker)]
+    compare_with_interpreter({window: (text, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-3)
+    assert bool(asked) == native
+
+
+def test_native_call_jobs_call_each_argument_once():
+    """hloc_call_job calls its function once with each of its arguments, shared with the
+    pool."""
+    if runtime_gemm.call_splitter() is None:
+        pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
+    job_fn, state = runtime_gemm.call_splitter()
+    seen: list = []
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda arg: seen.append(arg))
+    args = [0x1000 + 8 * i for i in range(13)]
+    words = (ctypes.c_int64 * (3 + len(args)))(state, len(args),
+                                               ctypes.cast(fn, ctypes.c_void_p).value, *args)
+    job_fn(ctypes.c_void_p(ctypes.addressof(words)))
+    assert sorted(seen) == args
 
 
 def _dims(shape_text: str) -> list[int]:

@@ -31,7 +31,7 @@ import contextlib
 from llvmlite import ir
 
 from ...util.record import dataclass
-from .pool import add_job, add_kernel_job, add_pool
+from .pool import add_call_job, add_job, add_kernel_job, add_pool
 
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
 PTR = ir.PointerType()
@@ -427,7 +427,8 @@ def _dispatch(b, rows, tiles, args) -> None:
 
 def build_module(geo: Geometry) -> ir.Module:
     """The module defining `hloc_sgemm` for `geo`, its product lists and jobs, the native
-    pool that runs them, and kernel jobs (pool.add_kernel_job); no triple or data layout."""
+    pool that runs them, and kernel and call jobs (pool.add_kernel_job, add_call_job); no
+    triple or data layout."""
     module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
@@ -435,6 +436,7 @@ def build_module(geo: Geometry) -> ir.Module:
     run = add_pool(module)
     add_job(module, list_with, run)
     add_kernel_job(module, run)
+    add_call_job(module, run)
     return module
 
 

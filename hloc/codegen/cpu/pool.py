@@ -373,3 +373,28 @@ def add_kernel_job(module: ir.Module, run: ir.Function) -> None:
     count = b.load(b.gep(job, [_c(1)], inbounds=True, source_etype=I64), typ=I64)
     b.call(run, [b.inttoptr(state, PTR), piece, job, count, ir.Constant(PTR, None)])
     b.ret_void()
+
+
+def add_call_job(module: ir.Module, run: ir.Function) -> None:
+    """hloc_call_job(job): fn(arg_i) for each of `count` arguments, shared with the pool (job:
+    i64 words [pool state (0: none), count, fn, arg_0, ..., arg_{count-1}], fn a void(ptr)).
+    The runtime's way to run the pieces of a native convolution (conv_native) on the pool."""
+    call_type = ir.FunctionType(ir.VoidType(), [PTR])
+    piece = ir.Function(module, PIECE_TYPE, "hloc_call_piece")
+    piece.linkage = "internal"
+    job, index, _work = piece.args
+    b = ir.IRBuilder(piece.append_basic_block("entry"))
+
+    def word(offset):
+        return b.load(b.gep(job, [offset], inbounds=True, source_etype=I64), typ=I64)
+
+    target = b.inttoptr(word(_c(2)), ir.PointerType(call_type))
+    b.call(target, [b.inttoptr(word(b.add(index, _c(3))), PTR)])
+    b.ret_void()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_call_job")
+    (job,) = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    state = b.load(job, typ=I64)
+    count = b.load(b.gep(job, [_c(1)], inbounds=True, source_etype=I64), typ=I64)
+    b.call(run, [b.inttoptr(state, PTR), piece, job, count, ir.Constant(PTR, None)])
+    b.ret_void()

@@ -30,7 +30,7 @@ from ...codegen.cpu import conv_gemm
 from ...codegen.cpu.conv_gemm import Epilogue
 from ...codegen.cpu.gemm import AVX2, Geometry
 from ...util.objcache import cache_key, cached_object
-from . import blas, parallel
+from . import blas, gemm, native_pool, parallel
 from .contract import MatrixCell, _Scratch
 from .gemm import address
 
@@ -163,9 +163,23 @@ def _pack(lib, weights, depth: int, o: int, packed: np.ndarray) -> None:
 def _runner(lib, lists, cells, gather, pack):
     """Run the calls of `lists` (one per row piece) after filling the padded input and
     packing the filter; each run re-points the words at the cells' current arrays (the
-    output, then each epilogue operand: a cell may be rebound between runs)."""
-    call, pool = lib.conv, parallel.pool()
+    output, then each epilogue operand: a cell may be rebound between runs). Several pieces
+    are one job of the native pool (gemm.call_splitter), else go through Python's threads."""
+    call = lib.conv
     slots = [13] + [conv_gemm.CONV_WORDS + 2 + 3 * i for i in range(len(cells) - 1)]
+    native = gemm.call_splitter() if len(lists) > 1 else None
+    if native is not None:
+        job_fn, state = native
+        words = (ctypes.c_int64 * (3 + len(lists)))(
+            state, len(lists), ctypes.cast(call, ctypes.c_void_p).value or 0,
+            *(ctypes.addressof(w) for w, _ in lists))
+        job = ctypes.c_void_p(ctypes.addressof(words))
+
+        def shared() -> None:
+            job_fn(job)
+        shared.keep_alive = words  # type: ignore[attr-defined]
+    else:
+        pool = parallel.pool()
 
     def run() -> None:
         gather()
@@ -177,6 +191,8 @@ def _runner(lib, lists, cells, gather, pack):
                     words[slot] = a
         if len(lists) == 1:
             call(lists[0][1])
+        elif native is not None:
+            shared()
         else:
             pool.run(call, [(pointer,) for _, pointer in lists])
     return run
@@ -207,10 +223,10 @@ def _aligned(floats: int) -> np.ndarray:
 def _pieces(rows: int, mr: int, flops: int) -> list[tuple[int, int]]:
     """Row ranges [lo, hi) for the pool: one on the calling thread for a small convolution
     (waking a worker costs more), else a few per thread, cut at multiples of MR."""
-    pool = parallel.pool()
-    if flops < blas.NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
+    threads = native_pool.threads()
+    if flops < blas.NATIVE_SINGLE_THREAD_FLOPS or threads == 1:
         return [(0, rows)]
-    parts = pool.threads * parallel.CHUNKS_PER_THREAD
+    parts = threads * parallel.CHUNKS_PER_THREAD
     size = -(-rows // parts // mr) * mr
     return [(lo, min(rows, lo + size)) for lo in range(0, rows, size)]
 

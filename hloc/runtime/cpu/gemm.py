@@ -59,6 +59,7 @@ class _Library:
         self.list_fn = _LIST_TYPE(self.library.address("hloc_sgemm_list"))
         self.job_fn = _LIST_TYPE(self.library.address("hloc_sgemm_job"))
         self.kernel_job_fn = _LIST_TYPE(self.library.address("hloc_kernel_job"))
+        self.call_job_fn = _LIST_TYPE(self.library.address("hloc_call_job"))
         self._local = threading.local()
         self.work_floats, self.max_flops = geo.work_floats, max_flops
         self._pool: native_pool.NativePool | None = None
@@ -288,11 +289,21 @@ def pool_address() -> int:
 def kernel_splitter() -> tuple[Callable[[ctypes.c_void_p], None], int] | None:
     """(hloc_kernel_job, the native pool's state) to split kernels with (codegen/cpu/pool.py
     add_kernel_job), or None: no native GEMM (and so no native pool), or one thread."""
+    return _pool_job("kernel_job_fn")
+
+
+def call_splitter() -> tuple[Callable[[ctypes.c_void_p], None], int] | None:
+    """(hloc_call_job, the native pool's state) to run a native function's pieces on the
+    pool (codegen/cpu/pool.py add_call_job), or None as for kernel_splitter."""
+    return _pool_job("call_job_fn")
+
+
+def _pool_job(name: str):
     lib = _library()
     if lib is None:
         return None
     state = lib.pool_address()
-    return (lib.kernel_job_fn, state) if state else None
+    return (getattr(lib, name), state) if state else None
 
 
 def work_floats() -> int:
