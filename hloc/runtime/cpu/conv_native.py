@@ -177,7 +177,7 @@ def _runner(lib, lists, cells, gather, pack):
 
         def shared() -> None:
             job_fn(job)
-        shared.keep_alive = words  # type: ignore[attr-defined]
+        shared.keep_alive = words
     else:
         pool = parallel.pool()
 

@@ -1,7 +1,7 @@
-"""Thunks run on the host with NumPy: copies, memsets, and the reference interpreter's
-implementation for everything without native code (sort, fft, custom-calls and the Kernel
-thunks kernels.json lists as fallbacks) — on views of the arena, so they read and write the
-same bytes native code does.
+"""Thunks run on the host with NumPy: copies, memsets, jax's LAPACK custom calls on LAPACK
+(lapack.py), and the reference interpreter's implementation for everything else without
+native code (sort, fft, other custom-calls and the Kernel thunks kernels.json lists as
+fallbacks) — on views of the arena, so they read and write the same bytes native code does.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 
 from ...thunks.base import ThunkKind
 from ..interpreter import evaluate_computation, registry
+from .lapack import native_impl
 from .program import LoadContext, Step, builds, op_names
 
 
@@ -51,7 +52,7 @@ def build_host_step(ctx: LoadContext, thunk) -> Step:
     pending = list(reads)
     operands = [_cells(ctx, op.shape, pending, _read_only) for op in instr.operands]
     outputs = _leaves(_cells(ctx, instr.shape, list(writes)), [])
-    impl = registry.lookup(instr)
+    impl = native_impl(instr) or registry.lookup(instr)
     rctx = registry.Context(evaluate_computation)
 
     def run() -> None:

@@ -21,3 +21,22 @@ def openblas():
         except OSError:
             continue
     return None
+
+
+# (symbol pattern, Fortran integer type): numpy's scipy-openblas is ILP64 with prefixed and
+# suffixed names; other builds export the plain Fortran names.
+FORTRAN_SYMBOLS = (("scipy_{}_64_", ctypes.c_int64), ("{}_64_", ctypes.c_int64),
+                   ("scipy_{}_", ctypes.c_int32), ("{}_", ctypes.c_int32))
+
+
+@functools.cache
+def fortran(name: str):
+    """(BLAS/LAPACK routine `name` of numpy's OpenBLAS, e.g. "sgemm", "spotrf", through its
+    Fortran interface; the integer type it takes), or None where it is not there."""
+    lib = openblas()
+    for pattern, int_type in FORTRAN_SYMBOLS if lib is not None else ():
+        fn = getattr(lib, pattern.format(name), None)
+        if fn is not None:
+            fn.restype = None
+            return fn, int_type
+    return None

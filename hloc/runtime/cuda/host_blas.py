@@ -19,25 +19,19 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import dtypes
 from ...thunks.gpu import BlasCall
-from ..cpu.openblas import openblas
+from ..cpu.openblas import fortran
 from .cublas import check_call
 
 _ROUTINES = {"f32": "sgemm", "f64": "dgemm"}
-# (symbol pattern, BLAS integer type): numpy's scipy-openblas is ILP64 with suffixed names.
-_SYMBOLS = (("scipy_{}_64_", ctypes.c_int64), ("{}_64_", ctypes.c_int64),
-            ("scipy_{}_", ctypes.c_int32), ("{}_", ctypes.c_int32))
 
 
 @functools.cache
 def routine(compute: str):
     """(the Fortran gemm of `compute` ("f32"/"f64"), its integer type)."""
-    lib = openblas()
     name = _ROUTINES.get(compute)
-    for pattern, int_type in _SYMBOLS if lib is not None and name else ():
-        fn = getattr(lib, pattern.format(name), None)
-        if fn is not None:
-            fn.restype = None
-            return fn, int_type
+    found = fortran(name) if name else None
+    if found is not None:
+        return found
     raise UnsupportedError(f"HLOC_CUDA_GEMM=cublas on cuda-emulated needs numpy's bundled "
                            f"OpenBLAS with {name or compute} (not found)")
 

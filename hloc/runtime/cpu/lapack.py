@@ -1,0 +1,259 @@
+"""jax's real-valued LAPACK custom calls on the host through LAPACK itself.
+
+jaxlib lowers `jnp.linalg` on CPU to typed-FFI calls (`lapack_spotrf_ffi`, ...) that XLA runs
+on LAPACK. The reference interpreter's versions of them (hloc/runtime/interpreter/contract.py)
+are written for clarity: in f64, with Python loops over rows (an LU of order n takes n
+NumPy steps, a triangular solve one per row), so a CPU bundle running them took 20 x XLA's
+time on 6 x 6 matrices and far more on big ones. Here the CPU runtime calls the same
+routines XLA does, from the LAPACK in numpy's bundled OpenBLAS (openblas.fortran), in the
+call's own precision, one call per matrix of a batch: potrf, getrf, geqrf, orgqr, syevd and
+trsm, single and double precision. Where the library or a routine is missing, or for the
+complex variants, the runtime keeps the interpreter's versions.
+
+Results are LAPACK's, as XLA's are, with two choices kept from the interpreter so that the
+two paths agree: a Cholesky factorization that fails leaves NaN in the factor's triangle and
+status 1 (LAPACK: the order of the failing minor, partial factors), and the eigenvalue call
+returns the input as its vectors when asked for values only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+
+import numpy as np
+
+from ..interpreter.contract import _lapack_options
+from .openblas import fortran
+
+_DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
+_byref = ctypes.byref
+_ONE = ctypes.c_size_t(1)  # the hidden length of a Fortran CHARACTER argument
+
+
+def _p(array: np.ndarray) -> ctypes.c_void_p:
+    """An array's address as a pointer argument (a bare int would be passed as a C int)."""
+    return ctypes.c_void_p(array.ctypes.data)
+
+
+def _char(c: str) -> ctypes.c_char:
+    return ctypes.c_char(c.encode())
+
+
+def _f(matrix: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A writable column-major copy of one matrix (LAPACK overwrites its argument)."""
+    return np.array(matrix, dtype=dtype, order="F")
+
+
+def _batches(shape) -> list[tuple[int, ...]]:
+    return list(np.ndindex(*shape))
+
+
+def _workspace(query: Callable, dtype: np.dtype) -> int:
+    """LAPACK's workspace query (lwork = -1): the optimal size it reports."""
+    work = np.zeros(1, dtype)
+    query(work)
+    return max(1, int(work[0]))
+
+
+# Each maker reads the call's options and shapes once, at load time, and returns the run:
+# run(operand values) -> the results, as the interpreter's implementation returns them.
+
+def _potrf(routine, dtype, instr):
+    fn, it = routine
+    lower = _lapack_options(instr).get("uplo", "L") == "L"
+    shape = instr.operands[0].shape.dims
+    n = shape[-1]
+    keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
+    status_dims = instr.shape.tuple_shapes[1].dims
+    uplo, size, lda, info = _char("L" if lower else "U"), it(n), it(max(1, n)), it(0)
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        (a,) = ops
+        out = np.empty(shape, dtype)
+        status = np.zeros(shape[:-2], np.int32)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            fn(_byref(uplo), _byref(size), _p(m), _byref(lda), _byref(info), _ONE)
+            if info.value != 0:
+                m[keep] = np.nan
+                status[idx] = 1
+            out[idx] = m
+        return out, status.reshape(status_dims)
+    return run
+
+
+def _getrf(routine, dtype, instr):
+    fn, it = routine
+    shape = instr.operands[0].shape.dims
+    _, piv_shape, info_shape = instr.shape.tuple_shapes
+    rows, cols = shape[-2:]
+    k = min(rows, cols)
+    ipiv = np.zeros(max(1, k), np.dtype(it))
+    m_, n_, lda, info = it(rows), it(cols), it(max(1, rows)), it(0)
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        (a,) = ops
+        out = np.empty(shape, dtype)
+        pivots = np.zeros(shape[:-2] + (k,), np.int32)
+        infos = np.zeros(shape[:-2], np.int32)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            fn(_byref(m_), _byref(n_), _p(m), _byref(lda), _p(ipiv), _byref(info))
+            out[idx], infos[idx] = m, info.value
+            pivots[idx] = ipiv[:k]
+        return out, pivots.reshape(piv_shape.dims), infos.reshape(info_shape.dims)
+    return run
+
+
+def _geqrf(routine, dtype, instr):
+    fn, it = routine
+    shape = instr.operands[0].shape.dims
+    rows, cols = shape[-2:]
+    k = min(rows, cols)
+    tau = np.zeros(max(1, k), dtype)
+    tau_dtype = instr.shape.tuple_shapes[1].np_dtype
+    m_, n_, lda, info = it(rows), it(cols), it(max(1, rows)), it(0)
+
+    def call(m, work, lwork):
+        fn(_byref(m_), _byref(n_), _p(m), _byref(lda), _p(tau), _p(work),
+           _byref(it(lwork)), _byref(info))
+
+    probe = np.zeros((max(1, rows), max(1, cols)), dtype, order="F")
+    work = np.zeros(_workspace(lambda w: call(probe, w, -1), dtype), dtype)
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        (a,) = ops
+        out = np.empty(shape, dtype)
+        taus = np.zeros(shape[:-2] + (k,), dtype)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            call(m, work, len(work))
+            out[idx], taus[idx] = m, tau[:k]
+        return out, taus.astype(tau_dtype)
+    return run
+
+
+def _orgqr(routine, dtype, instr):
+    fn, it = routine
+    shape = instr.operands[0].shape.dims
+    rows, cols = shape[-2:]
+    k = instr.operands[1].shape.dims[-1]
+    m_, n_, k_, lda, info = it(rows), it(cols), it(k), it(max(1, rows)), it(0)
+
+    def call(m, t, work, lwork):
+        fn(_byref(m_), _byref(n_), _byref(k_), _p(m), _byref(lda), _p(t),
+           _p(work), _byref(it(lwork)), _byref(info))
+
+    probe = np.zeros((max(1, rows), max(1, cols)), dtype, order="F")
+    t0 = np.zeros(max(1, k), dtype)
+    work = np.zeros(_workspace(lambda w: call(probe, t0, w, -1), dtype), dtype)
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        a, tau = ops
+        out = np.empty(shape, dtype)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            t = np.array(tau[idx], dtype).reshape(-1) if k else t0
+            call(m, t, work, len(work))
+            out[idx] = m
+        return out
+    return run
+
+
+def _syevd(routine, dtype, instr):
+    fn, it = routine
+    o = _lapack_options(instr)
+    vectors_too = o.get("mode", "V") == "V"
+    vec_shape, val_shape, info_shape = instr.shape.tuple_shapes
+    shape = instr.operands[0].shape.dims
+    n = shape[-1]
+    jobz, uplo = _char("V" if vectors_too else "N"), _char(o.get("uplo", "L"))
+    w = np.zeros(max(1, n), dtype)
+    n_, lda, info = it(n), it(max(1, n)), it(0)
+
+    def call(m, work, lwork, iwork, liwork):
+        fn(_byref(jobz), _byref(uplo), _byref(n_), _p(m), _byref(lda), _p(w),
+           _p(work), _byref(it(lwork)), _p(iwork), _byref(it(liwork)),
+           _byref(info), _ONE, _ONE)
+
+    probe = np.zeros((max(1, n), max(1, n)), dtype, order="F")
+    work, iwork = np.zeros(1, dtype), np.zeros(1, np.dtype(it))
+    call(probe, work, -1, iwork, -1)
+    work = np.zeros(max(1, int(work[0])), dtype)
+    iwork = np.zeros(max(1, int(iwork[0])), np.dtype(it))
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        (a,) = ops
+        vectors = np.empty(shape, dtype)
+        values = np.empty(shape[:-1], dtype)
+        infos = np.zeros(shape[:-2], np.int32)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            call(m, work, len(work), iwork, len(iwork))
+            vectors[idx], values[idx], infos[idx] = m, w[:n], info.value
+        if not vectors_too:
+            vectors = np.array(a, dtype)
+        return (vectors.astype(vec_shape.np_dtype), values.astype(val_shape.np_dtype),
+                infos.reshape(info_shape.dims))
+    return run
+
+
+def _trsm(routine, dtype, instr):
+    fn, it = routine
+    o = _lapack_options(instr)
+    a_dims, b_dims = instr.operands[0].shape.dims, instr.operands[1].shape.dims
+    rows, cols = b_dims[-2:]
+    batch = np.broadcast_shapes(a_dims[:-2], b_dims[:-2])
+    trans = {"N": "N", "T": "T", "C": "T"}[o.get("trans_x", "N")]  # real: C is T
+    chars = [_char(c) for c in ("L" if o.get("side", "L") == "L" else "R", o.get("uplo", "L"),
+                                trans, o.get("diag", "N"))]
+    alpha = (ctypes.c_double if dtype == np.float64 else ctypes.c_float)(1.0)
+    m_, n_, lda, ldb = it(rows), it(cols), it(max(1, a_dims[-1])), it(max(1, rows))
+    out_dtype = instr.shape.np_dtype
+    batches = _batches(batch)
+
+    def run(ops):
+        a = np.broadcast_to(ops[0], batch + tuple(a_dims[-2:]))
+        b = np.broadcast_to(ops[1], batch + (rows, cols))
+        out = np.empty(batch + (rows, cols), dtype)
+        for idx in batches:
+            t, x = _f(a[idx], dtype), _f(b[idx], dtype)
+            fn(*(_byref(c) for c in chars), _byref(m_), _byref(n_), _byref(alpha), _p(t),
+               _byref(lda), _p(x), _byref(ldb), _ONE, _ONE, _ONE, _ONE)
+            out[idx] = x
+        return out.astype(out_dtype, copy=False)
+    return run
+
+
+_IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,
+          "syevd": _syevd, "trsm": _trsm}
+
+
+def native_impl(instr):
+    """An implementation (the interpreter's signature: impl(ctx, instr, operand values)) of
+    custom call `instr` on LAPACK, or None: not one of these calls, a complex variant, or no
+    such routine in the library."""
+    target = getattr(instr.attrs, "custom_call_target", None) or ""
+    if not (target.startswith("lapack_") and target.endswith("_ffi")):
+        return None
+    name = target[len("lapack_"):-len("_ffi")]
+    dtype, kind = _DTYPES.get(name[:1]), _IMPLS.get(name[1:])
+    if dtype is None or kind is None:
+        return None
+    routine = fortran(name)
+    if routine is None:
+        return None
+    if any(op.shape.is_array and op.shape.np_dtype != dtype for op in instr.operands[:2]):
+        return None
+
+    run = kind(routine, dtype, instr)
+
+    def impl(_ctx, _instr, ops):
+        return run(ops)
+    return impl

@@ -1,0 +1,171 @@
+"""jax's LAPACK custom calls on LAPACK itself (hloc/runtime/cpu/lapack.py) against the
+reference interpreter's versions, call by call, options and batches included, and in a
+compiled bundle of the `linalg` sample against XLA's outputs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hloc.ir import Attrs, Computation, Opcode, Shape
+from hloc.ir.dtypes import from_numpy
+from hloc.runtime.cpu import lapack
+from hloc.runtime.cpu.openblas import fortran
+from hloc.runtime.interpreter import evaluate_computation
+from tests.conftest import SAMPLES, sample_arrays
+
+from .support.bundles import load_cpu, sample_bundle
+from .support.values import assert_close
+
+pytestmark = [pytest.mark.cpu,
+              pytest.mark.skipif(fortran("spotrf") is None,
+                                 reason="numpy's OpenBLAS has no LAPACK here")]
+RNG = np.random.default_rng(7)
+S32 = Shape.scalar("s32")
+
+
+def arr(dims, dtype) -> Shape:
+    return Shape.array(from_numpy(np.dtype(dtype)), tuple(dims))
+
+
+def both(target, out_shape, operands, config="{}"):
+    """(the native result, the interpreter's) of custom call `target` on `operands`."""
+    comp = Computation("entry")
+    params = [comp.create(Opcode.PARAMETER, arr(a.shape, a.dtype),
+                          attrs=Attrs(parameter_number=i)) for i, a in enumerate(operands)]
+    comp.root = comp.create(Opcode.CUSTOM_CALL, out_shape, params,
+                            attrs=Attrs(custom_call_target=target, backend_config=config))
+    impl = lapack.native_impl(comp.root)
+    assert impl is not None, target
+    return impl(None, comp.root, operands), evaluate_computation(comp, list(operands))
+
+
+def config(**options: str) -> str:
+    return "{" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in options.items()) + "}"
+
+
+def spd(batch, n, dtype):
+    a = RNG.standard_normal(batch + (n, n)).astype(dtype)
+    return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=dtype)).astype(dtype)
+
+
+def tol(dtype) -> dict:
+    return dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("batch", [(), (2, 3)])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_potrf(p, dtype, batch, uplo):
+    a = spd(batch, 6, dtype)
+    a[..., 0, 5] = a[..., 5, 0] = 0.25  # the triangle LAPACK must leave alone
+    a[..., 5, 0] += 1.0 if uplo == "L" else 0.0
+    out = Shape.tuple_of([arr(a.shape, dtype), arr(batch, np.int32)])
+    (fac, ok), (ref, ref_ok) = both(f"lapack_{p}potrf_ffi", out, [a], config(uplo=uplo))
+    assert_close(fac, ref, **tol(dtype))
+    assert fac.dtype == dtype and np.array_equal(ok, ref_ok) and not ok.any()
+    other = np.triu(np.ones((6, 6), bool), 1) if uplo == "L" else np.tril(np.ones((6, 6), bool), -1)
+    assert np.array_equal(fac[..., other], a[..., other])  # untouched, as LAPACK leaves it
+
+
+def test_potrf_of_a_matrix_that_is_not_positive_definite_is_nan_and_status_1():
+    a = spd((2,), 4, np.float32)
+    a[1, 2, 2] = -50.0
+    out = Shape.tuple_of([arr(a.shape, np.float32), arr((2,), np.int32)])
+    (fac, ok), (ref, ref_ok) = both("lapack_spotrf_ffi", out, [a], config(uplo="L"))
+    assert ok.tolist() == ref_ok.tolist() == [0, 1]
+    np.testing.assert_array_equal(np.isnan(fac), np.isnan(ref))
+    assert np.isnan(fac[1][np.tril(np.ones((4, 4), bool))]).all() and not np.isnan(fac[0]).any()
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("dims", [(5, 5), (3, 6, 4), (2, 4, 7)])
+def test_getrf(p, dtype, dims):
+    a = RNG.standard_normal(dims).astype(dtype)
+    k = min(dims[-2:])
+    out = Shape.tuple_of([arr(dims, dtype), arr(dims[:-2] + (k,), np.int32),
+                          arr(dims[:-2], np.int32)])
+    (lu, piv, info), (ref, ref_piv, ref_info) = both(f"lapack_{p}getrf_ffi", out, [a])
+    assert_close(lu, ref, **tol(dtype))
+    assert np.array_equal(piv, ref_piv) and np.array_equal(info, ref_info)
+    assert piv.min() >= 1  # 1-based, as LAPACK's
+
+
+def test_getrf_of_a_singular_matrix_reports_the_zero_pivot():
+    a = RNG.standard_normal((4, 4)).astype(np.float32)
+    a[:, 2] = 0
+    out = Shape.tuple_of([arr((4, 4), np.float32), arr((4,), np.int32), S32])
+    (_, _, info), (_, _, ref_info) = both("lapack_sgetrf_ffi", out, [a])
+    assert int(info) == int(ref_info) == 3
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("dims", [(5, 5), (2, 6, 4), (4, 3)])
+def test_geqrf_and_orgqr(p, dtype, dims):
+    a = RNG.standard_normal(dims).astype(dtype)
+    k = min(dims[-2:])
+    out = Shape.tuple_of([arr(dims, dtype), arr(dims[:-2] + (k,), dtype)])
+    (h, tau), (ref, ref_tau) = both(f"lapack_{p}geqrf_ffi", out, [a])
+    assert_close(h, ref, **tol(dtype))
+    assert_close(tau, ref_tau, **tol(dtype))
+    q, ref_q = both(f"lapack_{p}orgqr_ffi", arr(dims, dtype), [h, tau])
+    assert_close(q, ref_q, **tol(dtype))
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("mode", ["V", "N"])
+def test_syevd(p, dtype, mode):
+    a = spd((3,), 5, dtype)
+    out = Shape.tuple_of([arr(a.shape, dtype), arr((3, 5), dtype), arr((3,), np.int32)])
+    (vec, val, info), (ref_vec, ref_val, ref_info) = both(
+        f"lapack_{p}syevd_ffi", out, [a], config(mode=mode, uplo="L"))
+    assert_close(val, ref_val, **tol(dtype))
+    assert np.array_equal(info, ref_info)
+    if mode == "V":  # each vector up to its sign
+        overlap = np.abs(np.einsum("bij,bij->bj", vec, ref_vec))
+        assert_close(overlap, np.ones_like(overlap), **tol(dtype))
+    else:
+        np.testing.assert_array_equal(vec, ref_vec)
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("side,uplo,trans,diag",
+                         list(itertools.product("LR", "LU", "NTC", "NU")))
+def test_trsm(p, dtype, side, uplo, trans, diag):
+    n = 5 if side == "L" else 3
+    a = (RNG.standard_normal((2, n, n)) + 4 * np.eye(n)).astype(dtype)
+    b = RNG.standard_normal((5, 3)).astype(dtype)  # broadcast over a's batch
+    x, ref = both(f"lapack_{p}trsm_ffi", arr((2, 5, 3), dtype), [a, b],
+                  config(side=side, uplo=uplo, trans_x=trans, diag=diag))
+    assert_close(x, ref, **tol(dtype))
+
+
+def test_complex_and_unknown_calls_stay_with_the_interpreter(monkeypatch):
+    comp = Computation("entry")
+    x = comp.create(Opcode.PARAMETER, arr((2, 2), np.complex64), attrs=Attrs(parameter_number=0))
+    for target in ("lapack_cpotrf_ffi", "lapack_sgesdd_ffi", "my_call"):
+        call = comp.create(Opcode.CUSTOM_CALL, arr((2, 2), np.complex64), [x],
+                           attrs=Attrs(custom_call_target=target))
+        assert lapack.native_impl(call) is None
+    monkeypatch.setattr(lapack, "fortran", lambda name: None)  # no LAPACK in the library
+    y = comp.create(Opcode.PARAMETER, arr((2, 2), np.float32), attrs=Attrs(parameter_number=1))
+    call = comp.create(Opcode.CUSTOM_CALL, Shape.tuple_of([arr((2, 2), np.float32), S32]), [y],
+                       attrs=Attrs(custom_call_target="lapack_spotrf_ffi"))
+    assert lapack.native_impl(call) is None
+
+
+def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch):
+    """The compiled sample (LU, QR, Cholesky, eigh, triangular solves) through the CPU
+    runtime: every LAPACK call native, the outputs XLA's."""
+    made = []
+    real = lapack.native_impl
+    monkeypatch.setattr(lapack, "native_impl", lambda instr: made.append(real(instr)) or made[-1])
+    from hloc.runtime.cpu import host
+    monkeypatch.setattr(host, "native_impl", lapack.native_impl)
+    exe = load_cpu(sample_bundle(SAMPLES / "linalg.pb", tmp_path / "linalg.bundle"))
+    args, expected = sample_arrays("linalg", "inputs"), sample_arrays("linalg", "expected")
+    assert_close(exe.run(args), expected, rtol=1e-4, atol=1e-4)
+    native = [m for m in made if m is not None]
+    assert len(native) == 7, made  # 3 trsm, getrf, geqrf, potrf, syevd
