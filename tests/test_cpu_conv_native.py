@@ -16,6 +16,7 @@ from hloc.runtime.cpu import conv_native
 from hloc.runtime.cpu import gemm as runtime_gemm
 
 from .support.kernels import fma_loop_blocks
+from .support.pools import use_pool
 from .support.run import compare_with_interpreter
 
 pytestmark = pytest.mark.cpu
@@ -130,15 +131,8 @@ def test_convolution_thunks(inp, ker, out, window, labels, tmp_path, monkeypatch
 @pytest.mark.parametrize("native", [True, False], ids=["native-pool", "python-pool"])
 def test_convolution_pieces_on_either_pool(native, tmp_path, monkeypatch):
     """A convolution cut into row pieces runs them as one job of the native pool where the
-    host has one (runtime_gemm.call_splitter), else on Python's threads; both match the interpreter."""
-    asked = []
-    if native:
-        if runtime_gemm.call_splitter() is None:
-            pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
-        real = runtime_gemm.call_splitter
-        monkeypatch.setattr(runtime_gemm, "call_splitter", lambda: asked.append(1) or real())
-    else:
-        monkeypatch.setattr(runtime_gemm, "call_splitter", lambda: None)
+    host has one (gemm.call_splitter), else on Python's threads; both match the interpreter."""
+    asked = use_pool(monkeypatch, runtime_gemm, "call_splitter", native)
     inp, ker, out, window, labels = CONVS[0]
     text = (f"HloModule c\nENTRY e {{\n  x = {inp} parameter(0)\n  w = {ker} parameter(1)\n"
             f"  ROOT c = {out} convolution(x, w), window={{{window}}}, dim_labels={labels}\n}}\n")

@@ -27,6 +27,7 @@ from .support.bundles import (
     members,
     sample_bundle,
 )
+from .support.pools import use_pool
 from .support.run import interpret, run_cases
 from .support.values import assert_close
 
@@ -413,14 +414,7 @@ sum {
 def test_split_kernels_match_the_interpreter(tmp_path, monkeypatch, native):
     """Big kernels cut into unit ranges, as one job of the native pool (where the host has
     one) or through Python's threads, compute what the interpreter computes."""
-    splitters = []
-    if native:
-        if gemm.kernel_splitter() is None:
-            pytest.skip("no native pool here (no AVX2 GEMM, or HLOC_CPU_THREADS=1)")
-        real = gemm.kernel_splitter
-        monkeypatch.setattr(gemm, "kernel_splitter", lambda: splitters.append(1) or real())
-    else:
-        monkeypatch.setattr(gemm, "kernel_splitter", lambda: None)
+    splitters = use_pool(monkeypatch, gemm, "kernel_splitter", native)
     rng = np.random.default_rng(1)
     args = [rng.standard_normal((1024, 1024)).astype(np.float32) * 0.1, np.int32(100),
             rng.standard_normal((8, 1024)).astype(np.float32)]

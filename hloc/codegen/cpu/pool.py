@@ -366,13 +366,7 @@ def add_kernel_job(module: ir.Module, run: ir.Function) -> None:
     b.call(b.inttoptr(kernel, ir.PointerType(kernel_type)), [b.inttoptr(pointers, PTR), begin,
                                                              end])
     b.ret_void()
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_kernel_job")
-    (job,) = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    state = b.load(job, typ=I64)
-    count = b.load(b.gep(job, [_c(1)], inbounds=True, source_etype=I64), typ=I64)
-    b.call(run, [b.inttoptr(state, PTR), piece, job, count, ir.Constant(PTR, None)])
-    b.ret_void()
+    _job_entry(module, "hloc_kernel_job", piece, run)
 
 
 def add_call_job(module: ir.Module, run: ir.Function) -> None:
@@ -391,7 +385,12 @@ def add_call_job(module: ir.Module, run: ir.Function) -> None:
     target = b.inttoptr(word(_c(2)), ir.PointerType(call_type))
     b.call(target, [b.inttoptr(word(b.add(index, _c(3))), PTR)])
     b.ret_void()
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_call_job")
+    _job_entry(module, "hloc_call_job", piece, run)
+
+
+def _job_entry(module: ir.Module, name: str, piece: ir.Function, run: ir.Function) -> None:
+    """`name`(job): `piece` for indices [0, job[1]) on the pool whose state is job[0]."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name)
     (job,) = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     state = b.load(job, typ=I64)
