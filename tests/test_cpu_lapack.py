@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from hloc.ir import Attrs, Computation, Opcode, Shape
-from hloc.ir.dtypes import from_numpy
 from hloc.runtime.cpu import lapack
 from hloc.runtime.cpu.openblas import fortran
 from hloc.runtime.interpreter import evaluate_computation
 from tests.conftest import SAMPLES, sample_arrays
+from tests.test_interp_structural import arr
 
 from .support.bundles import load_cpu, sample_bundle
 from .support.values import assert_close
@@ -24,10 +24,6 @@ pytestmark = [pytest.mark.cpu,
                                  reason="numpy's OpenBLAS has no LAPACK here")]
 RNG = np.random.default_rng(7)
 S32 = Shape.scalar("s32")
-
-
-def arr(dims, dtype) -> Shape:
-    return Shape.array(from_numpy(np.dtype(dtype)), tuple(dims))
 
 
 def both(target, out_shape, operands, config="{}"):

@@ -168,18 +168,18 @@ def _runner(lib, lists, cells, gather, pack):
     call = lib.conv
     slots = [13] + [conv_gemm.CONV_WORDS + 2 + 3 * i for i in range(len(cells) - 1)]
     native = gemm.call_splitter() if len(lists) > 1 else None
-    if native is not None:
+    if len(lists) == 1:
+        dispatch = functools.partial(call, lists[0][1])
+    elif native is not None:
         job_fn, state = native
         words = (ctypes.c_int64 * (3 + len(lists)))(
             state, len(lists), ctypes.cast(call, ctypes.c_void_p).value or 0,
             *(ctypes.addressof(w) for w, _ in lists))
-        job = ctypes.c_void_p(ctypes.addressof(words))
-
-        def shared() -> None:
-            job_fn(job)
-        shared.keep_alive = words
+        dispatch = functools.partial(job_fn, ctypes.c_void_p(ctypes.addressof(words)))
+        dispatch.keep_alive = words
     else:
-        pool = parallel.pool()
+        dispatch = functools.partial(parallel.pool().run, call,
+                                     [(pointer,) for _, pointer in lists])
 
     def run() -> None:
         gather()
@@ -189,12 +189,7 @@ def _runner(lib, lists, cells, gather, pack):
                 a = address(cell.a)
                 for words, _ in lists:
                     words[slot] = a
-        if len(lists) == 1:
-            call(lists[0][1])
-        elif native is not None:
-            shared()
-        else:
-            pool.run(call, [(pointer,) for _, pointer in lists])
+        dispatch()
     return run
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..interpreter.contract import _lapack_options
+from ..interpreter.contract import lapack_options
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
@@ -61,7 +61,7 @@ def _workspace(query: Callable, dtype: np.dtype) -> int:
 
 def _potrf(routine, dtype, instr):
     fn, it = routine
-    lower = _lapack_options(instr).get("uplo", "L") == "L"
+    lower = lapack_options(instr).get("uplo", "L") == "L"
     shape = instr.operands[0].shape.dims
     n = shape[-1]
     keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
@@ -167,7 +167,7 @@ def _orgqr(routine, dtype, instr):
 
 def _syevd(routine, dtype, instr):
     fn, it = routine
-    o = _lapack_options(instr)
+    o = lapack_options(instr)
     vectors_too = o.get("mode", "V") == "V"
     vec_shape, val_shape, info_shape = instr.shape.tuple_shapes
     shape = instr.operands[0].shape.dims
@@ -206,7 +206,7 @@ def _syevd(routine, dtype, instr):
 
 def _trsm(routine, dtype, instr):
     fn, it = routine
-    o = _lapack_options(instr)
+    o = lapack_options(instr)
     a_dims, b_dims = instr.operands[0].shape.dims, instr.operands[1].shape.dims
     rows, cols = b_dims[-2:]
     batch = np.broadcast_shapes(a_dims[:-2], b_dims[:-2])

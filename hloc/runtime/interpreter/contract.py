@@ -221,7 +221,7 @@ def cholesky_lower(herm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # jaxlib lowers jnp.linalg on CPU to typed-FFI LAPACK calls; their options are single ASCII
 # characters stored as ui8 in an MLIR dictionary backend_config, e.g. {uplo = 76 : ui8}.
 
-def _lapack_options(instr) -> dict[str, str]:
+def lapack_options(instr) -> dict[str, str]:
     text = instr.attrs.backend_config or ""
     return {k: chr(int(v)) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8", text)}
 
@@ -237,7 +237,7 @@ def _status(shape, ok) -> np.ndarray:
 @custom_call_target(*_lapack_targets("potrf", "s", "d", "c", "z"))
 def lapack_potrf(ctx, instr, ops):
     (a,) = ops
-    lower = _lapack_options(instr).get("uplo", "L") == "L"
+    lower = lapack_options(instr).get("uplo", "L") == "L"
     wide = a.astype(_wide(a.dtype))
     tri = wide if lower else np.conj(np.swapaxes(wide, -1, -2))
     herm = np.tril(tri) + np.conj(np.swapaxes(np.tril(tri, -1), -1, -2))
@@ -253,7 +253,7 @@ def lapack_potrf(ctx, instr, ops):
 @custom_call_target(*_lapack_targets("trsm", "s", "d", "c", "z"))
 def lapack_trsm(ctx, instr, ops):
     a, b = ops[0], ops[1]
-    o = _lapack_options(instr)
+    o = lapack_options(instr)
     opt = TriangularSolveOptions(left_side=o.get("side", "L") == "L", lower=o.get("uplo", "L") == "L",
                                  unit_diagonal=o.get("diag", "N") == "U",
                                  transpose_a={"N": 1, "T": 2, "C": 3}[o.get("trans_x", "N")])
@@ -320,7 +320,7 @@ def lapack_orgqr(ctx, instr, ops):
 @custom_call_target(*_lapack_targets("syevd", "s", "d"), *_lapack_targets("heevd", "c", "z"))
 def lapack_syevd(ctx, instr, ops):
     (a,) = ops
-    o = _lapack_options(instr)
+    o = lapack_options(instr)
     vec_shape, val_shape, info_shape = instr.shape.tuple_shapes
     w, v = np.linalg.eigh(a.astype(_wide(a.dtype)), UPLO=o.get("uplo", "L"))
     vectors = v.astype(a.dtype) if o.get("mode", "V") == "V" else a
