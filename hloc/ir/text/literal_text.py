@@ -49,8 +49,15 @@ def _float_format(ptype: P) -> FloatFormat:
                        ptype != P.F4E2M1FN)
 
 
-_FLOAT_FORMATS = {p: _float_format(p) for p in P
-                  if dtypes.info(p).is_float and dtypes.info(p).np_dtype is not None}
+# Filled as each type is first printed or parsed (finfo for all of them at import: ~2 ms).
+_FLOAT_FORMATS: dict[P, FloatFormat] = {}
+
+
+def _format_of(ptype: P) -> FloatFormat:
+    fmt = _FLOAT_FORMATS.get(ptype)
+    if fmt is None:
+        fmt = _FLOAT_FORMATS[ptype] = _float_format(ptype)
+    return fmt
 
 
 # ---- printing -----------------------------------------------------------------------------
@@ -92,7 +99,7 @@ def format_elements(arr: np.ndarray, ptype: P) -> list[str]:
 
 
 def format_floats(flat: np.ndarray, ptype: P) -> list[str]:
-    fmt = _FLOAT_FORMATS[ptype]
+    fmt = _format_of(ptype)
     with np.errstate(all="ignore"):
         wide = flat.astype(np.float64)
     bits = flat.view(fmt.uint)
@@ -404,7 +411,7 @@ def _int_range(ptype: P) -> tuple[int, int]:
 
 
 def _floats(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
-    fmt = _FLOAT_FORMATS[ptype]
+    fmt = _format_of(ptype)
     bad = next((v for v in values if v in ("true", "false")), None)
     if bad is not None:
         raise cur.error(f"expected a number for {dtypes.name(ptype)}, found '{bad}'", pos)
