@@ -12,9 +12,10 @@ methods, then gives the class:
   writes from the fields, the same code this Python's dataclasses writes (frozen classes assign
   through `object.__setattr__`; equality between instances of the same class only, else
   NotImplemented; the hash is that of the field tuple). One compilation per class instead of six,
-  and only when one of the three is first called: until then the class holds stand-ins that
-  compile them and step aside (a command uses a few dozen of the classes). Before that first
-  call, `inspect.signature` of the class reads `(*args, **kwargs)`.
+  and only for a class that is used: its first COMPILE_AFTER calls go to generic stand-ins that
+  do the same over the field list, then the compiled methods replace them. A compile uses 77
+  of hloc's ~120 classes loaded, 44 of them 8 times or fewer. Until the methods are compiled,
+  `inspect.signature` of the class reads `(*args, **kwargs)`.
 - `__repr__`, `__setattr__`, `__delattr__`: closures over the field names, nothing compiled,
   the same repr text and the same FrozenInstanceError for a frozen instance's fields.
 - `__hash__ = None` for a mutable class, as dataclasses sets it.
@@ -71,8 +72,8 @@ def _define(cls: type, frozen: bool) -> type:
         cls.__doc__ = _signature_text(cls.__name__, fields)
     explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
     hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
-    methods = _on_first_call(cls, fields, frozen,
-                             hash_fields=hashed if frozen and not explicit_hash else None)
+    methods = _stand_ins(cls, fields, frozen,
+                         hash_fields=hashed if frozen and not explicit_hash else None)
     hash_fn = methods.pop("__hash__", None)  # None for a mutable class, as dataclasses has it
     for name, fn in methods.items():
         put(name, fn)
@@ -144,38 +145,121 @@ def _check_fields(cls: type, fields: tuple[dataclasses.Field, ...]) -> None:
             raise TypeError(f"{cls.__name__}.{f.name}: a record field cannot have that name")
 
 
-def _on_first_call(cls: type, fields: tuple[dataclasses.Field, ...], frozen: bool,
-                   hash_fields: list[str] | None) -> dict[str, Any]:
-    """Stand-ins for what _compiled makes (`__init__`, `__eq__`, `__hash__` when hashed): the
-    first call of any compiles the three, puts them on the class where the stand-ins are (not
-    over a method the body defines) and runs the one called. A command uses a
-    few dozen of hloc's ~200 record classes, so most are never compiled (~0.15 ms each)."""
-    compiled: dict[str, Any] = {}
-    stand_ins: dict[str, Any] = {}
+# Calls (of a class's __init__, __eq__ and __hash__ together) answered by the generic stand-ins
+# before the class's own methods are compiled. Most record classes are used a few times by a
+# command, and compiling their methods (~0.25 ms a class) would cost more than it saves.
+COMPILE_AFTER = 16
 
-    def real(name: str) -> Any:
-        if not compiled:
-            methods = _compiled(cls, fields, frozen, hash_fields)
-            for method, fn in methods.items():
-                fn.__qualname__ = f"{cls.__qualname__}.{method}"
-                if cls.__dict__.get(method) is stand_ins[method]:
-                    setattr(cls, method, fn)  # type.__setattr__: instances' rules do not apply
-            compiled.update(methods)
-        return compiled[name]
+
+def _stand_ins(cls: type, fields: tuple[dataclasses.Field, ...], frozen: bool,
+               hash_fields: list[str] | None) -> dict[str, Any]:
+    """`__init__`, `__eq__` and (when given the fields to hash) `__hash__` for `cls`: generic
+    ones, written over the fields, for the class's first COMPILE_AFTER calls; then what
+    _compiled makes, put on the class where the stand-ins are (not over a method the body
+    defines). The generic ones do what the compiled ones do; a call they do not handle as
+    simply (an argument missing, extra or given twice) compiles the methods at once and goes to
+    them, so its error is the standard one."""
+    lazy = _Lazy(cls, fields, frozen, hash_fields)
+    assign = object.__setattr__ if frozen else setattr
+    compared = tuple(f.name for f in fields if f.compare)
+    post_init = hasattr(cls, "__post_init__")
 
     def __init__(self, *args, **kwargs):
-        real("__init__")(self, *args, **kwargs)
+        values = _init_values(fields, args, kwargs) if lazy.generic() else None
+        if values is None:
+            return lazy.real("__init__")(self, *args, **kwargs)
+        for name, value in values:
+            assign(self, name, value)
+        if post_init:
+            self.__post_init__()
 
     def __eq__(self, other):
-        return real("__eq__")(self, other)
+        return _fields_eq(compared, self, other) if lazy.generic() else lazy.real("__eq__")(self, other)
 
-    stand_ins.update(__init__=__init__, __eq__=__eq__)
+    lazy.stand_ins.update(__init__=__init__, __eq__=__eq__)
     if hash_fields is not None:
-        def __hash__(self):
-            return real("__hash__")(self)
+        hashed = tuple(hash_fields)
 
-        stand_ins["__hash__"] = __hash__
-    return dict(stand_ins)
+        def __hash__(self):
+            if not lazy.generic():
+                return lazy.real("__hash__")(self)
+            return hash(tuple(getattr(self, name) for name in hashed))
+
+        lazy.stand_ins["__hash__"] = __hash__
+    return dict(lazy.stand_ins)
+
+
+class _Lazy:
+    """A record class's compiled methods, made when its stand-ins have been called enough."""
+
+    def __init__(self, cls: type, fields: tuple[dataclasses.Field, ...], frozen: bool,
+                 hash_fields: list[str] | None) -> None:
+        self.cls, self.fields, self.frozen, self.hash_fields = cls, fields, frozen, hash_fields
+        self.stand_ins: dict[str, Any] = {}
+        self.compiled: dict[str, Any] = {}
+        self.calls = 0
+
+    def generic(self) -> bool:
+        """Whether this call goes to the generic stand-in (counted)."""
+        self.calls += 1
+        return not self.compiled and self.calls <= COMPILE_AFTER
+
+    def real(self, name: str) -> Any:
+        """The compiled method `name`, compiling the class's methods first if need be."""
+        if not self.compiled:
+            cls = self.cls
+            methods = _compiled(cls, self.fields, self.frozen, self.hash_fields)
+            for method, fn in methods.items():
+                fn.__qualname__ = f"{cls.__qualname__}.{method}"
+                if cls.__dict__.get(method) is self.stand_ins[method]:
+                    setattr(cls, method, fn)  # type.__setattr__: instances' rules do not apply
+            self.compiled.update(methods)
+        return self.compiled[name]
+
+
+def _init_values(fields: tuple[dataclasses.Field, ...], args: tuple, kwargs: dict
+                 ) -> list[tuple[str, Any]] | None:
+    """(field, value) in the order the compiled __init__ assigns them (factories called in
+    that order), or None for a call it leaves to the compiled one."""
+    names = [f.name for f in fields if f.init]
+    if len(args) > len(names) or not kwargs.keys() <= set(names):
+        return None
+    given = dict(zip(names, args, strict=False))
+    if not given.keys().isdisjoint(kwargs):
+        return None
+    given.update(kwargs)
+    values = []
+    for f in fields:
+        if f.name in given and f.init:
+            values.append((f.name, given[f.name]))
+        elif f.default_factory is not MISSING:
+            values.append((f.name, f.default_factory()))
+        elif not f.init:
+            continue  # no argument, no factory: the class attribute is read instead
+        elif f.default is not MISSING:
+            values.append((f.name, f.default))
+        else:
+            return None
+    return values
+
+
+def _fields_eq(compared: tuple[str, ...], self: Any, other: Any) -> Any:
+    """The compiled __eq__'s answer (see _eq_text), computed over the field names."""
+    if sys.version_info >= (3, 13):
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        result: Any = True
+        for name in compared:  # `a == b and c == d`: the first false term, else the last
+            result = getattr(self, name) == getattr(other, name)
+            if not result:
+                return result
+        return result
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return (tuple(getattr(self, name) for name in compared)
+            == tuple(getattr(other, name) for name in compared))
 
 
 def _compiled(cls: type, fields: tuple[dataclasses.Field, ...], frozen: bool,
