@@ -1,9 +1,9 @@
 """Where a compile server lives, which hloc it is, and the messages on its socket.
 
 Kept to the standard library's cheapest modules (os, _signal, _socket, struct, zlib, and
-json's C half `_json`): the client side runs before any of hloc's compiler is imported. `socket` alone (its
-enums) would cost a compile through the server 6 ms, and `json` (which imports `re` and
-`enum`) 17 ms; `array` another 1 ms.
+json's C half `_json`): the client side runs before any of hloc's compiler is imported.
+`socket` alone (its enums) would cost a compile through the server 6 ms, and `json` (which
+imports `re` and `enum`) 17 ms; `array` another 1 ms.
 
 A server is identified by a stamp of everything that decides what a compile imports and
 produces: the Python executable and version, `sys.path` (PYTHONPATH, the venv) with the

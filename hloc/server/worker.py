@@ -47,7 +47,6 @@ IDLE_S = 300.0  # the server closes an idle worker's socket after this long
 NORMAL_EXITS = (0, 1, 2)  # compiled; a check failed; bad input (exit codes of cli-contract.md)
 
 
-
 def take_over(request: dict, fds: list[int]) -> None:
     """Become the client's `hloc` process: its standard streams (received as `fds`), umask,
     working directory, environment and argv (a request checked by daemon._checked_request)."""
