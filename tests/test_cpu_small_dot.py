@@ -10,6 +10,7 @@ a dot feeding a dot. kernels.json shows which path ran, so a case cannot pass th
 from __future__ import annotations
 
 import json
+import re
 
 import ml_dtypes
 import numpy as np
@@ -147,6 +148,25 @@ def test_small_gemm_kernel(lhs, rhs, out, dims, passes, tmp_path):
     _assert_close(got[0], want[0], _parse(out)[0], f"{lhs} x {rhs}")
     gemms = assert_native_dots(o.artifact)
     assert gemms or passes is None  # without the simplifier every dot is a Gemm thunk
+
+
+@pytest.mark.parametrize("rhs,dims,whole_rows", [
+    ("f32[70,100]{1,0}", LC1_RC0, True),  # a tile's columns are consecutive in rhs
+    # rhs contracted over its minor dimension: a tile's columns are 70 elements apart
+    ("f32[100,70]{1,0}", "lhs_contracting_dims={1}, rhs_contracting_dims={1}", False),
+])
+def test_rhs_rows_load_as_vectors_where_contiguous(rhs, dims, whole_rows, tmp_path):
+    """A tile reads each step's rhs row as one vector load (ArrayGenerator.run) where the
+    columns are contiguous in memory, element by element elsewhere; both compute the dot."""
+    rng = np.random.default_rng(5)
+    args = [_random("f32[13,70]", rng), _random(rhs, rng)]
+    text = _module("f32[13,70]{1,0}", rhs, "f32[13,100]{1,0}", dims)
+    o = run_cases({"case": (text, args)}, tmp=tmp_path, passes="layout-assignment")["case"]
+    _assert_close(o.got[0], o.want[0], "f32", rhs)
+    assert_native_dots(o.artifact)
+    ir_text = members(o.artifact)["module.ll"].decode()
+    # Accumulators are loaded from typed `<N x float>*` stack slots; operand rows through `ptr`.
+    assert bool(re.search(r"load <\d+ x float>, ptr ", ir_text)) == whole_rows
 
 
 def test_integer_dot_wraps(tmp_path):

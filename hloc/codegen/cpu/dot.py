@@ -348,6 +348,12 @@ class TileEmitter:
 
     def _rhs_chunk(self, index, ivs, col_ids, vec: ir.VectorType) -> ir.Value:
         b = self.ctx.builder
+        run = getattr(self.rhs_gen, "run", None)  # an operand in memory (ArrayGenerator)
+        if run is not None and self.r_et == self.cet and self.form.rf:
+            _, ri = self.form.operand_indices(self._at(index, None, col_ids[0]), ivs)
+            loaded = run(ri, self.form.rf[-1], len(col_ids))  # the columns are consecutive
+            if loaded is not None:
+                return loaded
         row = ir.Constant(vec, ir.Undefined)
         for c, col in enumerate(col_ids):
             _, ri = self.form.operand_indices(self._at(index, None, col), ivs)

@@ -18,7 +18,7 @@ from ...registry import Registry
 from ...util.record import dataclass
 from ..elemental import computation_generators
 from ..elemental.context import EmitContext
-from ..elemental.memory import load_element
+from ..elemental.memory import ArrayGenerator
 from ..elemental.types import I64, PTR
 from ..roots import RootItem
 from ..roots import root_items as computation_root_items
@@ -151,8 +151,8 @@ def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.
     operands, outputs = list(fn.args[:n_ops]), list(fn.args[n_ops:n_buffers])
     for out_index, operand_index in _shared_outputs(spec).items():
         outputs[out_index] = operands[operand_index]
-    params = [_param_generator(ctx, shape, ptr) for shape, ptr in zip(spec.operand_shapes, operands,
-                                                                       strict=True)]
+    params = [ArrayGenerator(ctx, shape, ptr) for shape, ptr in zip(spec.operand_shapes, operands,
+                                                                     strict=True)]
     gens = computation_generators(ctx, spec.computation, params)
     kb = KernelBuild(ctx, spec, operands, outputs, gens)
     begin, end = fn.args[n_buffers], fn.args[n_buffers + 1]
@@ -162,10 +162,6 @@ def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.
         offset += seg.extent
     builder.ret_void()
     return fn
-
-
-def _param_generator(ctx, shape, ptr):
-    return lambda index: load_element(ctx, shape, ptr, index)
 
 
 def _emit_segment_range(kb: KernelBuild, seg: Segment, begin, end, offset: int) -> None:

@@ -119,6 +119,30 @@ def load_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value]) -> ir
     return from_storage(ctx, et, raw)
 
 
+class ArrayGenerator:
+    """The generator of an array in memory (a kernel's operand): `gen(index)` loads one
+    element in register form, and `run(index, dim, count)` the `count` consecutive elements
+    from `index` along `dim` as one vector, where that can be a single load (a plain element
+    type, `dim` contiguous in the layout); else None. A small dot's tiles read their rhs
+    rows this way: one vector load where the elementwise form was `count` loads and
+    insertions that LLVM then had to merge (codegen/cpu/dot.py)."""
+
+    def __init__(self, ctx, shape: Shape, base: ir.Value):
+        self.ctx, self.shape, self.base = ctx, shape, base
+
+    def __call__(self, index: list[ir.Value]) -> ir.Value:
+        return load_element(self.ctx, self.shape, self.base, index)
+
+    def run(self, index: list[ir.Value], dim: int, count: int) -> ir.Value | None:
+        et = elem_type(self.shape.element_type, complex_ok=True)
+        if (et.is_complex or et.value_type != et.storage_type or count < 2
+                or strides(self.shape)[dim] != 1):
+            return None
+        ptr = element_pointer(self.ctx, et, self.base, linear_offset(self.ctx, self.shape, index))
+        return self.ctx.builder.load(ptr, typ=ir.VectorType(et.value_type, count),
+                                     align=et.bits // 8)
+
+
 def store_element(ctx, shape: Shape, base: ir.Value, index: list[ir.Value], value) -> None:
     et = elem_type(shape.element_type, complex_ok=True)
     ptr = element_pointer(ctx, et, base, linear_offset(ctx, shape, index))
