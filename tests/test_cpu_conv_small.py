@@ -59,6 +59,11 @@ FORMS = {
                            groups=3),
     "depthwise": dict(n=2, spatial=[11, 9], c=6, o=12, kernel=[3, 3], pad=[(1, 1), (1, 1)],
                       groups=6),
+    # One feature per group: units sweep blocks of groups (conv._depthwise), 70 = 64 + a tail.
+    "depthwise_single": dict(n=2, spatial=[9, 8], c=6, o=6, kernel=[3, 3], stride=[2, 1],
+                             pad=[(1, 1), (1, 1)], groups=6),
+    "depthwise_wide": dict(n=1, spatial=[5, 6], c=70, o=70, kernel=[5, 5], stride=[2, 2],
+                           pad=[(2, 2), (1, 2)], groups=70, rev=[0, 1]),
     "batch_groups": dict(n=4, spatial=[7, 7], c=3, o=6, kernel=[3, 3], batch_groups=2),
     "reversed": dict(n=2, spatial=[8, 7], c=3, o=4, kernel=[3, 2], rev=[1, 0],
                      pad=[(1, 1), (0, 0)]),
@@ -100,10 +105,29 @@ def test_native_kernel_matches_interpreter(name):
 
 @pytest.mark.parametrize("t,tol", [("bf16", 1e-2), ("f16", 1e-3), ("f64", 1e-12), ("s32", 0),
                                    ("s8", 0), ("pred", 0)])
-@pytest.mark.parametrize("name", ["same_3x3", "feature_groups", "batch_groups", "transposed"])
+@pytest.mark.parametrize("name", ["same_3x3", "feature_groups", "depthwise_single",
+                                  "batch_groups", "transposed"])
 def test_native_kernel_element_types(name, t, tol):
     text = conv_text(t, **FORMS[name])
     check_hlo(text, _inputs(t, FORMS[name], seed=1), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name,units_per_position", [
+    ("depthwise_wide", 2),  # 70 groups of one feature: blocks of 64 and 6 neighbouring groups
+    ("depthwise", 6),  # two output features per group: a unit per group
+    ("feature_groups", 3),
+])
+def test_units_per_output_position(name, units_per_position, tmp_path):
+    form = FORMS[name]
+    bundle = compile_bundle(conv_text("f32", **form), tmp_path / "c.bundle")
+    (kernel,) = kernels_json(bundle)["kernels"].values()
+    out = [conv_out_size(*a) for a in zip(form["spatial"], form["kernel"],
+                                           form.get("stride") or [1] * len(form["spatial"]),
+                                           form.get("pad") or [(0, 0)] * len(form["spatial"]),
+                                           [1] * len(form["spatial"]), [1] * len(form["spatial"]),
+                                           strict=True)]
+    positions = form["n"] * int(np.prod(out))
+    assert kernel["parallel_extent"] == positions * units_per_position
 
 
 def test_native_kernel_accumulates_integers_in_64_bits():

@@ -102,7 +102,7 @@ class ConvGeometry:
     og: int  # output features per group
     nb: int  # input batch per batch group
     block: int  # output features per unit
-    blocks: int  # units per group along the output features
+    blocks: int  # units per group along the output features (depthwise: per output position)
 
     @staticmethod
     def of(instr: Instruction) -> ConvGeometry:
@@ -110,11 +110,42 @@ class ConvGeometry:
         groups = instr.attrs.feature_group_count or 1
         batch_groups = instr.attrs.batch_group_count or 1
         og = instr.shape.dims[dn.output_feature_dimension] // (groups * batch_groups)
-        block = max(1, min(og, FEATURE_BLOCK))
-        return ConvGeometry(groups, batch_groups,
-                            instr.operands[1].shape.dims[dn.kernel_input_feature_dimension], og,
+        cg = instr.operands[1].shape.dims[dn.kernel_input_feature_dimension]
+        # Depthwise: a unit's block is of neighbouring groups (one feature each) instead.
+        if _depthwise(groups, batch_groups, cg, og):
+            features, block = groups, _group_block(groups)
+        else:
+            features, block = og, max(1, min(og, FEATURE_BLOCK))
+        return ConvGeometry(groups, batch_groups, cg, og,
                             instr.operands[0].shape.dims[dn.input_batch_dimension] // batch_groups,
-                            block, -(-og // block))
+                            block, -(-features // block))
+
+    @property
+    def depthwise(self) -> bool:
+        return _depthwise(self.groups, self.batch_groups, self.cg, self.og)
+
+    @property
+    def units_per_position(self) -> int:
+        return self.blocks if self.depthwise else self.groups * self.batch_groups * self.blocks
+
+
+def _group_block(groups: int) -> int:
+    """Groups per unit of a depthwise convolution: the largest multiple of 16 up to
+    FEATURE_BLOCK that divides the group count (the usual channel counts are multiples of 16),
+    so that every unit's loop has the same constant trip count, which LLVM turns into straight
+    vector code; else FEATURE_BLOCK and a shorter last block."""
+    for block in range(FEATURE_BLOCK, 15, -16):
+        if groups % block == 0:
+            return block
+    return min(groups, FEATURE_BLOCK)
+
+
+def _depthwise(groups: int, batch_groups: int, cg: int, og: int) -> bool:
+    """One input and one output feature per group: group g reads input feature g and writes
+    output feature g, neighbours in memory in the usual layouts. A unit then sweeps a block of
+    groups, a vector loop, where one unit per group (a block of one feature) ran scalar code
+    for every output element."""
+    return groups > 1 and batch_groups == 1 and cg == 1 and og == 1
 
 
 @special_segment(Opcode.CONVOLUTION)
@@ -139,16 +170,15 @@ class ConvolutionSegment(Segment):
         feature = instr.attrs.conv_dnums.output_feature_dimension
         self.rows = [d for d in major_to_minor(self.shape) if d != feature]
         n_rows = math.prod(self.shape.dims[d] for d in self.rows)
-        n_features = self.geo.groups * self.geo.batch_groups * self.geo.blocks
         empty = self.shape.num_elements == 0
-        self.extent = 0 if empty else n_rows * n_features
+        self.extent = 0 if empty else n_rows * self.geo.units_per_position
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx = kb.ctx
         b = ctx.builder
         geo = self.geo
         emitter = _ConvEmitter(kb, self.item.instr, geo)
-        n_features = geo.groups * geo.batch_groups * geo.blocks
+        n_features = geo.units_per_position
         with ctx.loop(lo, hi, "unit") as unit:
             row, fb = b.udiv(unit, ctx.i64(n_features)), b.urem(unit, ctx.i64(n_features))
             index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
@@ -176,16 +206,19 @@ class _ConvEmitter:
 
     def unit(self, index: list[ir.Value], fb: ir.Value, out: ir.Value, shape: Shape) -> None:
         ctx, b, geo, dn = self.ctx, self.ctx.builder, self.geo, self.dn
-        q, jb = b.udiv(fb, ctx.i64(geo.blocks)), b.urem(fb, ctx.i64(geo.blocks))
+        # Depthwise: fb is the block of groups; its output and input features start at o0.
+        features = geo.groups if geo.depthwise else geo.og
+        q, jb = ((ctx.i64(0), fb) if geo.depthwise else
+                 (b.udiv(fb, ctx.i64(geo.blocks)), b.urem(fb, ctx.i64(geo.blocks))))
         o0 = b.add(b.mul(q, ctx.i64(geo.og)), b.mul(jb, ctx.i64(geo.block)))
-        width = ctx.i64(geo.block) if geo.og % geo.block == 0 else ctx.call(
-            "llvm.smin.i64", [ctx.i64(geo.block), b.sub(ctx.i64(geo.og),
+        width = ctx.i64(geo.block) if features % geo.block == 0 else ctx.call(
+            "llvm.smin.i64", [ctx.i64(geo.block), b.sub(ctx.i64(features),
                                                         b.mul(jb, ctx.i64(geo.block)))])
         bg, g = b.udiv(q, ctx.i64(geo.groups)), b.urem(q, ctx.i64(geo.groups))
         li: list[ir.Value] = [ctx.i64(0)] * self.lhs.rank
         li[dn.input_batch_dimension] = b.add(b.mul(bg, ctx.i64(geo.nb)),
                                              index[dn.output_batch_dimension])
-        c0 = b.mul(g, ctx.i64(geo.cg))
+        c0 = o0 if geo.depthwise else b.mul(g, ctx.i64(geo.cg))
         with ctx.loop(0, width, "zero") as j:
             b.store(const(self.cet, 0), self._slot(j))
         self._taps(index, li, c0, o0, width)
@@ -219,10 +252,15 @@ class _ConvEmitter:
                 ri[dn.kernel_spatial_dimensions[i]] = (
                     b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
             c = stack.enter_context(ctx.loop(0, self.geo.cg, "c"))
-            li[dn.input_feature_dimension] = b.add(c0, c)
             ri[dn.kernel_input_feature_dimension] = c
-            x = self._convert(self.l_et, self.lhs_gen(list(li)))
-            j = stack.enter_context(ctx.loop(0, width, "j"))
+            if self.geo.depthwise:  # feature o0 + j of the output reads input feature o0 + j
+                j = stack.enter_context(ctx.loop(0, width, "j"))
+                li[dn.input_feature_dimension] = b.add(c0, j)
+                x = self._convert(self.l_et, self.lhs_gen(list(li)))
+            else:
+                li[dn.input_feature_dimension] = b.add(c0, c)
+                x = self._convert(self.l_et, self.lhs_gen(list(li)))
+                j = stack.enter_context(ctx.loop(0, width, "j"))
             ri[dn.kernel_output_feature_dimension] = b.add(o0, j)
             y = self._convert(self.r_et, self.rhs_gen(list(ri)))
             slot = self._slot(j)
