@@ -125,6 +125,12 @@ class ConvGeometry:
         return _depthwise(self.groups, self.batch_groups, self.cg, self.og)
 
     @property
+    def swept(self) -> int:
+        """The features a unit's blocks divide: the groups (depthwise), else a group's output
+        features."""
+        return self.groups if self.depthwise else self.og
+
+    @property
     def units_per_position(self) -> int:
         return self.blocks if self.depthwise else self.groups * self.batch_groups * self.blocks
 
@@ -207,7 +213,7 @@ class _ConvEmitter:
     def unit(self, index: list[ir.Value], fb: ir.Value, out: ir.Value, shape: Shape) -> None:
         ctx, b, geo, dn = self.ctx, self.ctx.builder, self.geo, self.dn
         # Depthwise: fb is the block of groups; its output and input features start at o0.
-        features = geo.groups if geo.depthwise else geo.og
+        features = geo.swept
         q, jb = ((ctx.i64(0), fb) if geo.depthwise else
                  (b.udiv(fb, ctx.i64(geo.blocks)), b.urem(fb, ctx.i64(geo.blocks))))
         o0 = b.add(b.mul(q, ctx.i64(geo.og)), b.mul(jb, ctx.i64(geo.block)))
