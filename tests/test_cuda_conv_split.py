@@ -127,3 +127,91 @@ def test_short_sums_stay_in_the_loop_kernel():
     got, want, ex = emulate_hlo(text, args, passes="")
     assert variants(ex)["conv.split"] == 0
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("n,h,ci,co,tile", [(8, 8, 12, 36, 4),   # 4 input features a lane
+                                            (8, 8, 6, 40, 2),    # 6: a tile of 2
+                                            (8, 8, 9, 36, 1)])   # 9: no tile
+def test_weight_gradient_lanes_sum_tiles_of_input_features(monkeypatch, n, h, ci, co, tile):
+    """Tile mode with each lane summing neighbouring input features (the output's batch dim),
+    which share every term's dy load; here even for grids under MIN_TILE_BLOCKS."""
+    monkeypatch.setattr(conv_split, "MIN_TILE_BLOCKS", 0)
+    text = _text(WGRAD, n=n, h=h, w=h, ci=ci, co=co)
+    args = _args([(n, h, h, ci), (n, h, h, co), (3, 3, ci, co)], seed=3)
+    got, want, ex = emulate_hlo(text, args, passes="")
+    recipe = next(r for r in ex.program.kernels if r.variant == "conv.core")
+    assert recipe.param("tile", 1) == tile
+    assert recipe.param("slices") == conv_split.tile_slices(9 * ci * co // tile, n * h * h)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_slices_share_the_fewest_major_axes_evenly():
+    assert conv_split.outer_axes([32, 16, 16], 16) == 1  # a batch element each, nested taps
+    assert conv_split.outer_axes([4, 16, 16], 32) == 2   # 4 positions are too few for 32
+    assert conv_split.outer_axes([5, 7], 4) == 2         # none: one flattened loop
+
+
+# A transposed convolution as JAX lowers an input gradient (the kernel 01oi: its output
+# features are not its minor dim), fused with the ReLU mask of the layer it feeds.
+TRANSPOSED = """HloModule transposed
+
+fused {
+  b = f32[{co}] parameter(0)
+  pre = f32[{n},{h2},{h2},{co}] parameter(1)
+  dy = f32[{n},{h},{h},{ci}] parameter(2)
+  k = f32[3,3,{co},{ci}] parameter(3)
+  bb = f32[{n},{h2},{h2},{co}] broadcast(b), dimensions={3}
+  z = f32[{n},{h2},{h2},{co}] add(pre, bb)
+  zero = f32[] constant(0)
+  zeros = f32[{n},{h2},{h2},{co}] broadcast(zero), dimensions={}
+  gt = pred[{n},{h2},{h2},{co}] compare(z, zeros), direction=GT
+  dx = f32[{n},{h2},{h2},{co}] convolution(dy, k), window={size=3x3 pad=2_1x2_1 lhs_dilate=2x2}, dim_labels=b01f_01oi->b01f
+  ROOT r = f32[{n},{h2},{h2},{co}] select(gt, dx, zeros)
+}
+
+ENTRY e {
+  b = f32[{co}] parameter(0)
+  pre = f32[{n},{h2},{h2},{co}] parameter(1)
+  dy = f32[{n},{h},{h},{ci}] parameter(2)
+  k = f32[3,3,{co},{ci}] parameter(3)
+  ROOT f = f32[{n},{h2},{h2},{co}] fusion(b, pre, dy, k), kind=kOutput, calls=fused
+}
+"""
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("co,tile", [(16, 8), (12, 4), (6, 2), (5, 1)])
+def test_transposed_convolution_threads_sum_tiles_of_output_features(monkeypatch, co, tile):
+    """The split core of a transposed convolution: a thread per tile of output features
+    (conv_core.feature_tile), here even for grids under MIN_TILE_THREADS."""
+    from hloc.codegen.cuda import conv_core
+
+    monkeypatch.setattr(conv_core, "MIN_TILE_THREADS", 0)
+    n, h, ci = 2, 5, 8
+    text = _text(TRANSPOSED, n=n, h=h, h2=2 * h, ci=ci, co=co)
+    args = _args([(co,), (n, 2 * h, 2 * h, co), (n, h, h, ci), (3, 3, co, ci)], seed=4)
+    got, want, ex = emulate_hlo(text, args, passes="")
+    recipe = next(r for r in ex.program.kernels if r.variant == "conv.core")
+    assert recipe.param("tile", 1) == tile
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cpu
+def test_features_tile_only_where_the_kernel_reads_would_not_coalesce():
+    from hloc.codegen.cuda.conv_core import feature_tile
+    from hloc.frontend import load_bytes
+
+    def conv(text):
+        module = load_bytes(text.encode(), "transposed.hlo").module
+        fused = next(c for c in module.computations if c.is_fusion)
+        return next(i for i in fused.instructions if i.opcode.name == "CONVOLUTION")
+
+    big = dict(n=32, h=16, h2=32, ci=32, co=16)
+    assert feature_tile(conv(_text(TRANSPOSED, **big))).count == 8
+    # The kernel's output features minor (01io, a forward convolution's): one each.
+    assert feature_tile(conv(_text(TRANSPOSED, **big).replace("01oi", "01io").replace(
+        "k = f32[3,3,16,32]", "k = f32[3,3,32,16]"))) is None
+    # Too few output elements for a tile to leave the GPU enough threads.
+    assert feature_tile(conv(_text(TRANSPOSED, n=1, h=4, h2=8, ci=8, co=16))) is None

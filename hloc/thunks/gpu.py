@@ -187,6 +187,8 @@ class ConvCall:
 @dataclass(frozen=True)
 class Launch(Thunk):
     """A kernel launch: `kernel` (a KernelRecipe's name) on `args`, the kernel ABI's buffers.
+    `shared_bytes` is the shared memory the kernel declares (static arrays: the launch asks
+    for no dynamic shared memory).
 
     The ABI does not say which arguments a kernel writes, so every argument counts as both
     read and written (conservative for stream and graph dependencies)."""

@@ -17,7 +17,8 @@ import math
 from llvmlite import ir
 
 from ...errors import UnsupportedError
-from ...ir import Instruction, Opcode
+from ...ir import Instruction, Opcode, Shape
+from ...util.record import dataclass
 from ..elemental.convert import convert_value
 from ..elemental.reduction import accumulate_loops
 from ..elemental.registry import emits
@@ -27,13 +28,53 @@ from ..elemental.windows import TapSequence, window_tap
 from .gemm import compute_type
 
 
+@dataclass(frozen=True)
+class Tile:
+    """`count` neighbouring output elements along output dim `dim` that one thread sums
+    together (ConvTerms.add_tile): the convolution's output batch dim (the elements read
+    different lhs batch elements, the same rhs) or its output feature dim (different kernel
+    output features, the same lhs). The planner keeps a tile inside one feature group."""
+
+    dim: int
+    count: int
+
+    @staticmethod
+    def fitting(shape: Shape, dim: int, most: int, least: int) -> Tile | None:
+        """The tile of `most` elements along `dim` of `shape`, halved until it divides the dim
+        and `shape` holds at least `least` tiles; None once that leaves 1."""
+        count = most
+        while count > 1 and (shape.dims[dim] % count or shape.num_elements // count < least):
+            count //= 2
+        return Tile(dim, count) if count > 1 else None
+
+    def starts(self, shape: Shape) -> Shape:
+        """`shape` with an element per tile (its first): dim `dim` divided by `count`."""
+        return shape.with_dims(tuple(n // self.count if d == self.dim else n
+                                     for d, n in enumerate(shape.dims)))
+
+    def first(self, ctx, start) -> list:
+        """The index of the first element of the tile at index `start` of `starts(shape)`."""
+        return [ctx.builder.mul(v, ctx.i64(self.count)) if d == self.dim and self.count > 1 else v
+                for d, v in enumerate(start)]
+
+    def at(self, ctx, index, j: int) -> list:
+        """Element j of the tile whose first element is `index`."""
+        return [ctx.builder.add(v, ctx.i64(j)) if d == self.dim and j else v
+                for d, v in enumerate(index)]
+
+
 class ConvTerms:
     """The terms of a convolution's output elements: term (c, taps...) of output `index` is
     lhs[...] * rhs[...] for input feature c of the element's group and one window tap per
-    spatial dimension (zero where the tap falls on padding or between dilated elements)."""
+    spatial dimension (zero where the tap falls on padding or between dilated elements).
 
-    def __init__(self, ctx, instr: Instruction, gens):
+    With a `tile` (Tile) each `index` stands for that many neighbouring output elements
+    along the output's batch or feature dim, summed together: they share every term's
+    window taps, checks and one operand's load (add_tile)."""
+
+    def __init__(self, ctx, instr: Instruction, gens, tile: Tile | None = None):
         self.ctx = ctx
+        self.tile = tile or Tile(instr.attrs.conv_dnums.output_feature_dimension, 1)
         self.lhs_gen, self.rhs_gen = gens
         self.dn = instr.attrs.conv_dnums
         self.window = instr.attrs.window.dims
@@ -93,6 +134,13 @@ class ConvTerms:
         """acc + the term of `element` at reduction position `ivs` (one value per axis, in
         the order of `sizes`). Without `seqs` a spatial iv is the window tap; with them, a
         base-dilated dimension's iv is the position in its TapSequence (loops from `bounds`)."""
+        (out,) = self.add_tile(element, ivs, [acc], seqs)
+        return out
+
+    def add_tile(self, element: tuple, ivs, accs: list[ir.Value],
+                 seqs: list[TapSequence | None] | None = None) -> list[ir.Value]:
+        """`add` for each element of the tile starting at `element` (accs: one per element,
+        in tile order)."""
         ctx = self.ctx
         index = element[0]
         natural = [ivs[self.axes.index(a)] for a in range(len(self.axes))]
@@ -106,11 +154,13 @@ class ConvTerms:
                 continue
             ok, pos = window_tap(ctx, index[self.dn.output_spatial_dimensions[i]], iv, wd, size)
             taps.append((iv, ok, pos))
-        return self._term(element, natural[0], taps, acc)
+        return self._terms(element, natural[0], taps, accs)
 
-    def _term(self, element: tuple, c: ir.Value, taps: list, acc: ir.Value) -> ir.Value:
-        """acc + lhs * rhs at input feature c and one (tap, valid, input position) per
-        spatial dimension; acc where a tap is invalid (valid None: always valid)."""
+    def _terms(self, element: tuple, c: ir.Value, taps: list,
+               accs: list[ir.Value]) -> list[ir.Value]:
+        """accs + lhs * rhs at input feature c and one (tap, valid, input position) per
+        spatial dimension, for each element of the tile; accs where a tap is invalid (valid
+        None: always valid)."""
         ctx, b, dn, lhs, rhs = self.ctx, self.ctx.builder, self.dn, self.lhs, self.rhs
         _, o, g, in_batch = element
         li = [ctx.i64(0)] * lhs.rank
@@ -125,15 +175,38 @@ class ConvTerms:
             ri[dn.kernel_spatial_dimensions[i]] = (
                 b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
 
-        def product():
-            x = convert_value(ctx, self.l_et, self.cet, self.lhs_gen(li))
-            y = convert_value(ctx, self.r_et, self.cet, self.rhs_gen(ri))
-            return b.fadd(acc, b.fmul(x, y)) if self.cet.is_float else b.add(acc, b.mul(x, y))
+        def loads(gen, et, index, at: int, walked: bool) -> list[ir.Value]:
+            """The operand's values for each tile element: one load unless the tile walks
+            the output dim that is its dim `at` (then index[at] + j)."""
+            if not walked:
+                return [convert_value(ctx, et, self.cet, gen(index))] * len(accs)
+            return [convert_value(ctx, et, self.cet, gen(Tile(at, 1).at(ctx, index, j)))
+                    for j in range(len(accs))]
+
+        def products() -> list[ir.Value]:
+            tiled = self.tile.dim if len(accs) > 1 else -1
+            xs = loads(self.lhs_gen, self.l_et, li, dn.input_batch_dimension,
+                       tiled == dn.output_batch_dimension)
+            ys = loads(self.rhs_gen, self.r_et, ri, dn.kernel_output_feature_dimension,
+                       tiled == dn.output_feature_dimension)
+            mul, add = (b.fmul, b.fadd) if self.cet.is_float else (b.mul, b.add)
+            return [add(acc, mul(x, y)) for acc, x, y in zip(accs, xs, ys, strict=True)]
 
         if not checks:
-            return product()
+            return products()
         valid = functools.reduce(b.and_, checks, ir.Constant(I1, 1))
-        return ctx.select_branch(valid, product, lambda: acc)
+        with b.if_else(valid) as (then, otherwise):
+            with then:
+                done, bb_then = products(), b.block
+            with otherwise:
+                bb_else = b.block
+        merged = []
+        for acc, value in zip(accs, done, strict=True):
+            phi = b.phi(acc.type)
+            phi.add_incoming(value, bb_then)
+            phi.add_incoming(acc, bb_else)
+            merged.append(phi)
+        return merged
 
     def combine(self, a: ir.Value, c: ir.Value) -> ir.Value:
         b = self.ctx.builder
@@ -145,18 +218,26 @@ class ConvTerms:
 
 @emits(Opcode.CONVOLUTION, target="cuda")
 def convolution(ctx, instr: Instruction, gens):
-    terms = ConvTerms(ctx, instr, gens)
+    tiled = tile_generator(ctx, instr, gens, None)
+    return lambda index: tiled(index)[0]
 
-    def generate(index):
+
+def tile_generator(ctx, instr: Instruction, gens, tile: Tile | None):
+    """index -> the values of the `tile` of output elements starting at `index` (one element
+    without a tile), each summed serially over its terms."""
+    terms = ConvTerms(ctx, instr, gens, tile)
+    count = tile.count if tile is not None else 1
+
+    def generate(index) -> list[ir.Value]:
         if terms.count == 0:
-            return terms.finish(terms.zero())
+            return [terms.finish(terms.zero())] * count
         element = terms.element(index)
         # Base-dilated dimensions visit only the taps that can hit an input element (a
         # transposed convolution's window is mostly holes); conv_split's flattened loops,
         # with their fixed term count, keep visiting every tap.
         seqs = terms.tap_sequences(index)
-        (acc,) = accumulate_loops(ctx, terms.bounds(seqs), [terms.zero()],
-                                  lambda ivs, accs: [terms.add(element, ivs, accs[0], seqs)])
-        return terms.finish(acc)
+        accs = accumulate_loops(ctx, terms.bounds(seqs), [terms.zero()] * count,
+                                lambda ivs, accs: terms.add_tile(element, ivs, accs, seqs))
+        return [terms.finish(acc) for acc in accs]
 
     return generate

@@ -6,8 +6,9 @@ batch-norm scale and shift, a residual add, ReLU, an SGD update; epilogue.find_c
 cuDNN can express (conv_dnn.core_call: a convolution of parameters) runs as two kernels:
 
 - `conv.core`: the convolution alone, stored into the stream's scratch buffer (the kernel's
-  last argument): one thread per element, or for long sums (weight gradients) threads
-  sharing each element as conv.split does. Its thunk is a ConvLaunch whose cuDNN form writes
+  last argument): one thread per element (per tile of output features where the kernel's
+  output features are not its minor dim, as in a transposed convolution: feature_tile), or
+  for long sums (weight gradients) threads sharing each element as conv.split does. Its thunk is a ConvLaunch whose cuDNN form writes
   the same scratch bytes, so the runtime runs either;
 - `conv.epilogue`: the loop kernel over the fusion's output, with the convolution's value
   loaded from the scratch instead of recomputed.
@@ -35,6 +36,7 @@ from ...thunks.gpu import ConvLaunch, Launch
 from ...thunks.thunks import Sequential
 from ...util.record import dataclass
 from ..elemental.memory import load_element, store_element
+from .conv import Tile, tile_generator
 from .conv_bwd import scratch_form
 from .conv_dnn import core_call
 from .conv_split import emit_split, long_sums, split_part, sum_terms
@@ -45,6 +47,8 @@ from .parts import Part, PlanContext
 
 CORE, EPILOGUE = "conv.core", "conv.epilogue"
 SCRATCH_ALIGN = 256
+MAX_FEATURE_TILE = 8  # output features per thread of a tiled core (feature_tile), at most
+MIN_TILE_THREADS = 1 << 16  # a tile is halved until the core has this many threads, or is 1
 
 
 @dataclass(frozen=True)
@@ -98,14 +102,34 @@ def plan_split(pc: PlanContext, k: int) -> list[Part] | None:
         return None
     scratch = -(-scratch_of(conv, pc.instr).shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
     outputs, terms = max(1, conv.shape.num_elements), sum_terms(conv)
-    core = split_part(pc, k, CORE, outputs, terms) if long_sums(outputs, terms) else None
+    core = split_part(pc, k, CORE, conv) if long_sums(outputs, terms) else None
     if core is None:
-        launch = loop_launch(outputs, 1, pc.target)
-        core = Part(CORE, (k,), launch, (("unroll", 1),), block_threads=launch.block[0])
+        tile = feature_tile(conv)
+        count = 1 if tile is None else tile.count
+        launch = loop_launch(outputs // count, 1, pc.target)
+        params = (("unroll", 1),) + (() if tile is None else (("tile", count),
+                                                               ("tile_dim", tile.dim)))
+        core = Part(CORE, (k,), launch, params, block_threads=launch.block[0])
     epilogue = plan_loop(pc, (k,))
     return [replace(core, scratch_bytes=scratch),
             Part(EPILOGUE, (k,), epilogue.launch, epilogue.params, scratch_bytes=scratch,
                  block_threads=epilogue.block_threads)]
+
+
+def feature_tile(conv: Instruction) -> Tile | None:
+    """The output features each thread of a one-thread-per-element core sums (conv.Tile),
+    where neighbouring threads would otherwise read the kernel at neighbouring output
+    features, which are not its minor dim (a transposed convolution's kernel, as JAX's
+    gradient lays it out): then a thread reads each kernel element of its tile and each
+    input element once. MAX_FEATURE_TILE or fewer, halved until the tile divides the output
+    features and leaves MIN_TILE_THREADS threads; None for 1, for groups and elsewhere."""
+    dn, rhs = conv.attrs.conv_dnums, conv.operands[1].shape
+    if (conv.attrs.feature_group_count or 1) != 1 or (conv.attrs.batch_group_count or 1) != 1:
+        return None
+    if rhs.layout is None or rhs.layout.minor_to_major[0] == dn.kernel_output_feature_dimension:
+        return None
+    return Tile.fitting(conv.shape, dn.output_feature_dimension, MAX_FEATURE_TILE,
+                        MIN_TILE_THREADS)
 
 
 def _conv(kb: KernelBuild) -> Instruction:
@@ -129,10 +153,19 @@ def emit_core(kb: KernelBuild) -> None:
         emit_split(kb, conv, conv.shape, store)
         return
     b = kb.b
+    count = kb.recipe.param("tile", 1)
+    tile = Tile(kb.recipe.param("tile_dim"), count) if count > 1 else None
+    threads = conv.shape if tile is None else tile.starts(conv.shape)  # a thread per tile
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
-    with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, conv.shape.num_elements)))):
-        index = physical_index(kb, conv.shape, linear)
-        store(index, kb.gen(conv)(index))
+    with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, threads.num_elements)))):
+        index = physical_index(kb, threads, linear)
+        if tile is None:
+            store(index, kb.gen(conv)(index))
+        else:
+            index = tile.first(kb.ctx, index)
+            gens = [kb.gen(op) for op in conv.operands]
+            for j, value in enumerate(tile_generator(kb.ctx, conv, gens, tile)(index)):
+                store(tile.at(kb.ctx, index, j), value)
 
 
 @variant(EPILOGUE)

@@ -12,10 +12,15 @@ hundred threads would do all the work. Here `group` threads share each output el
   the warps through shared memory after a barrier; thread 0 applies the fusion's elementwise
   epilogue (epilogue.store_with_core) and stores.
 - `conv.split` with tiles (more outputs): a block holds 32 neighbouring output elements (in
-  memory order) by `slices` slices of the reduction: lane l of warp w sums terms w, w+slices,
-  ... of output l, so a warp's loads walk neighbouring outputs together (coalesced where the
-  output's minor dim is an operand's, as a weight gradient's output features are); warp 0
-  then adds the slices' partials from shared memory in a fixed order and stores.
+  memory order) by `slices` slices of the reduction: lane l of warp w sums slice w of the
+  terms of output l, so a warp's loads walk neighbouring outputs together (coalesced where
+  the output's minor dim is an operand's, as a weight gradient's output features are); warp
+  0 then adds the slices' partials from shared memory in a fixed order and stores. A slice
+  is every `slices`-th position of the reduction's major axes (the fewest whose positions
+  the slices share evenly) by every position of the others, in nested loops of constant
+  trip counts. Where the output's batch dim is not its minor dim (a weight gradient's input
+  features), each lane sums a tile of `tile` neighbouring elements along it (conv.Tile):
+  they share every term's taps, checks and rhs load.
 
 Sums are combined in a fixed tree, so results are deterministic, but not in the loop kernel's
 serial order: float results differ from it in the last bits, as any parallel sum does.
@@ -23,11 +28,14 @@ serial order: float results differ from it in the last bits, as any parallel sum
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 from llvmlite import ir
 
 from ...ir import Opcode
 from ..elemental.indexing import delinearize
-from .conv import ConvTerms
+from .conv import ConvTerms, Tile
 from .epilogue import find_core, store_with_core
 from .kernel import KernelBuild, dims, variant
 from .loop import physical_index
@@ -40,6 +48,8 @@ SPLIT_FROM = 512  # terms per output element from which threads share an output
 MAX_OUTPUTS = 1 << 14
 TILE_FROM = 2048  # outputs from which a block holds a tile of 32 outputs (else: a group each)
 MAX_SLICES = 32
+MAX_TILE = 4  # output elements per lane in tile mode (conv.Tile), at most
+MIN_TILE_BLOCKS = 128  # a tile is halved until the launch has this many blocks, or is 1
 # Aim: this many threads in flight; groups grow from a warp to a block until it is reached.
 TARGET_THREADS = 1 << 17
 BLOCK = 256
@@ -76,16 +86,38 @@ def long_sums(outputs: int, terms: int) -> bool:
     return terms >= SPLIT_FROM and 0 < outputs <= MAX_OUTPUTS and outputs * terms >= (1 << 20)
 
 
-def split_part(pc: PlanContext, k: int, variant: str, outputs: int, terms: int) -> Part | None:
-    """A `variant` launch whose threads share each of `outputs` elements (group or tile
-    mode), or None when the grid would be too large."""
+def lane_tile(core) -> Tile | None:
+    """The tile each lane of tile mode sums: neighbouring elements along the output's batch
+    dim (where that is not the output's minor dim, along which the lanes lie, and batch
+    groups leave the lhs batch index the output's), MAX_TILE or fewer: halved until it
+    divides the dim and leaves MIN_TILE_BLOCKS blocks of 32 lanes; None for 1."""
+    dn, shape = core.attrs.conv_dnums, core.shape
+    dim = dn.output_batch_dimension
+    if (core.attrs.batch_group_count or 1) != 1 or \
+            (shape.layout is not None and shape.layout.minor_to_major[0] == dim):
+        return None
+    return Tile.fitting(shape, dim, MAX_TILE, MIN_TILE_BLOCKS * WARP)
+
+
+def split_part(pc: PlanContext, k: int, variant: str, core) -> Part | None:
+    """A `variant` launch whose threads share each output element of convolution `core`
+    (group or tile mode), or None when the grid would be too large. A tile mode block's
+    shared memory holds a partial sum per lane, slice and tile element: slices are halved
+    until it fits the static limit."""
+    outputs, terms = max(1, core.shape.num_elements), sum_terms(core)
     if outputs >= TILE_FROM:
-        slices = tile_slices(outputs, terms)
-        blocks = -(-outputs // WARP)
+        tile = lane_tile(core)
+        count = tile.count if tile is not None else 1
+        slices = tile_slices(outputs // count, terms)
+        while slices > 1 and slices * WARP * 8 * count > pc.target.limits.max_static_shared_bytes:
+            slices //= 2
+        blocks = -(-outputs // (WARP * count))
         if blocks > pc.target.limits.max_grid_x:
             return None
-        return Part(variant, (k,), dims((blocks,), (WARP * slices,)), (("slices", slices),),
-                    shared_bytes=slices * WARP * 8)
+        params = (("slices", slices),) + (() if tile is None else (
+            ("tile", tile.count), ("tile_dim", tile.dim)))
+        return Part(variant, (k,), dims((blocks,), (WARP * slices,)), params,
+                    shared_bytes=slices * WARP * 8 * count)
     group = group_size(outputs, terms)
     blocks = -(-outputs // (BLOCK // group))
     shared = 0 if group == WARP else (BLOCK // WARP) * 8
@@ -113,7 +145,7 @@ def plan_conv_split(pc: PlanContext, k: int) -> list[Part] | None:
     outputs = pc.output_shapes[item.outputs[0]].num_elements
     if not long_sums(outputs, sum_terms(core)):
         return plan_split(pc, k)  # cuDNN's convolution, then the epilogue; or None
-    part = split_part(pc, k, "conv.split", outputs, sum_terms(core))
+    part = split_part(pc, k, "conv.split", core)
     return None if part is None else [part]
 
 
@@ -128,7 +160,9 @@ def emit_conv_split(kb: KernelBuild) -> None:
 def emit_split(kb: KernelBuild, core, out_shape, store) -> None:
     """Threads sharing the elements of `out_shape` (convolution `core`'s dims): each
     element's sum ends in one thread, which calls store(index, value)."""
-    terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands])
+    count = kb.recipe.param("tile", 1)
+    tile = Tile(kb.recipe.param("tile_dim"), count) if count > 1 else None
+    terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands], tile)
     if kb.recipe.param("slices", 0):
         _emit_tiles(kb, out_shape, terms, store)
         return
@@ -187,28 +221,61 @@ def _group_sum(kb: KernelBuild, terms: ConvTerms, value: ir.Value, tid, lane,
 
 
 def _emit_tiles(kb: KernelBuild, out_shape, terms: ConvTerms, store) -> None:
-    b, ctx = kb.b, kb.ctx
+    b = kb.b
     slices = kb.recipe.param("slices")
+    tile = terms.tile
+    lanes_shape = tile.starts(out_shape)  # the lanes walk the tiles' first elements
     tid = kb.tid()
     lane, part = b.and_(tid, kb.i64(WARP - 1)), b.lshr(tid, kb.i64(5))
     element = b.add(b.mul(kb.ctaid(), kb.i64(WARP)), lane)
-    live = b.icmp_unsigned("<", element, kb.i64(out_shape.num_elements))
+    live = b.icmp_unsigned("<", element, kb.i64(lanes_shape.num_elements))
     element = b.select(live, element, kb.i64(0))
-    index = physical_index(kb, out_shape, element)
-    shared_parts = terms.element(index)
-    first = b.select(live, part, kb.i64(terms.count))
-    slot = ctx.alloca(terms.zero().type)
-    b.store(terms.zero(), slot)
-    with ctx.loop(first, kb.i64(terms.count), "t", step=slices) as t:
-        ivs = delinearize(b, t, terms.sizes)
-        b.store(terms.add(shared_parts, ivs, b.load(slot)), slot)
+    index = tile.first(kb.ctx, physical_index(kb, lanes_shape, element))
+    partials = _slice_sums(kb, terms, terms.element(index), live, part, slices, tile.count)
     ty = terms.zero().type
-    array = kb.nvvm.shared(ty, slices * WARP, 8)
-    b.store(b.load(slot), b.gep(array, [tid], source_etype=ty))
+    array = kb.nvvm.shared(ty, slices * WARP * tile.count, 8)
+    for j, value in enumerate(partials):
+        b.store(value, b.gep(array, [b.add(tid, kb.i64(j * slices * WARP))], source_etype=ty))
     kb.nvvm.barrier()
     with b.if_then(b.and_(live, b.icmp_unsigned("==", part, kb.i64(0)))):
-        total = terms.zero()
-        for k in range(slices):  # a fixed order: the same sum every run
-            at = b.add(lane, kb.i64(k * WARP))
-            total = terms.combine(total, b.load(b.gep(array, [at], source_etype=ty), typ=ty))
-        store(index, terms.finish(total))
+        for j in range(tile.count):
+            total = terms.zero()
+            for k in range(slices):  # a fixed order: the same sum every run
+                at = b.add(lane, kb.i64((j * slices + k) * WARP))
+                total = terms.combine(total, b.load(b.gep(array, [at], source_etype=ty),
+                                                    typ=ty))
+            store(tile.at(kb.ctx, index, j), terms.finish(total))
+
+
+def outer_axes(sizes: list[int], slices: int) -> int:
+    """How many of the reduction's major axes the slices share out: the fewest whose
+    positions they share evenly, else all of them (one flattened loop)."""
+    product = 1
+    for m, size in enumerate(sizes, 1):
+        product *= size
+        if product % slices == 0:
+            return m
+    return len(sizes)
+
+
+def _slice_sums(kb: KernelBuild, terms: ConvTerms, element: tuple, live, part, slices: int,
+                count: int) -> list[ir.Value]:
+    """Slice `part`'s partial sums of the tile at `element` (nothing for a dead lane):
+    positions part, part + slices, ... of the outer axes (outer_axes), by every position of
+    the inner ones in nested loops."""
+    b, ctx = kb.b, kb.ctx
+    m = outer_axes(terms.sizes, slices)
+    outer, inner = terms.sizes[:m], terms.sizes[m:]
+    stop = kb.i64(math.prod(outer))
+    slots = []
+    for _ in range(count):
+        slots.append(ctx.alloca(terms.zero().type))
+        b.store(terms.zero(), slots[-1])
+    with ctx.loop(b.select(live, part, stop), stop, "t", step=slices) as t:
+        ivs = delinearize(b, t, outer)
+        with contextlib.ExitStack() as stack:
+            ivs += [stack.enter_context(ctx.loop(0, size, "r")) for size in inner]
+            accs = [b.load(slot) for slot in slots]
+            for slot, value in zip(slots, terms.add_tile(element, ivs, accs), strict=True):
+                b.store(value, slot)
+    return [b.load(slot) for slot in slots]

@@ -235,8 +235,12 @@ class CudaDevice:
     def launch(self, t) -> None:
         values = [ctypes.c_void_p(self.address(s)) for s in t.args]
         params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        # No dynamic shared memory: every kernel declares its shared arrays statically
+        # (codegen.cuda.nvvm), which t.shared_bytes records. Asking for it again as dynamic
+        # memory doubled each block's share (fewer blocks per SM) and failed the launches
+        # whose two shares passed 48 KiB.
         check(self.cu, self.cu.cuLaunchKernel(self.function(t.kernel), *t.grid, *t.block,
-                                              t.shared_bytes, self._s(), ctypes.addressof(params),
+                                              0, self._s(), ctypes.addressof(params),
                                               0), f"launching {t.kernel}")
 
     def synchronize(self) -> None:
