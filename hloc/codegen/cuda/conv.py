@@ -195,18 +195,7 @@ class ConvTerms:
         if not checks:
             return products()
         valid = functools.reduce(b.and_, checks, ir.Constant(I1, 1))
-        with b.if_else(valid) as (then, otherwise):
-            with then:
-                done, bb_then = products(), b.block
-            with otherwise:
-                bb_else = b.block
-        merged = []
-        for acc, value in zip(accs, done, strict=True):
-            phi = b.phi(acc.type)
-            phi.add_incoming(value, bb_then)
-            phi.add_incoming(acc, bb_else)
-            merged.append(phi)
-        return merged
+        return ctx.select_branches(valid, products, lambda: accs)
 
     def combine(self, a: ir.Value, c: ir.Value) -> ir.Value:
         b = self.ctx.builder

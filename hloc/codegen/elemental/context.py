@@ -134,15 +134,21 @@ class EmitContext:
 
     def select_branch(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:
         """if cond: then_fn() else: else_fn(), merged with a phi (both return one value)."""
+        (value,) = self.select_branches(cond, lambda: [then_fn()], lambda: [else_fn()])
+        return value
+
+    def select_branches(self, cond: ir.Value, then_fn, else_fn) -> list[ir.Value]:
+        """select_branch for sides that each return a sequence of values: a phi apiece."""
         b = self.builder
         with b.if_else(cond) as (then, otherwise):
             with then:
-                v_then = then_fn()
-                bb_then = b.block
+                then_values, then_block = then_fn(), b.block
             with otherwise:
-                v_else = else_fn()
-                bb_else = b.block
-        phi = b.phi(v_then.type)
-        phi.add_incoming(v_then, bb_then)
-        phi.add_incoming(v_else, bb_else)
-        return phi
+                else_values, else_block = else_fn(), b.block
+        merged = []
+        for a, c in zip(then_values, else_values, strict=True):
+            phi = b.phi(a.type)
+            phi.add_incoming(a, then_block)
+            phi.add_incoming(c, else_block)
+            merged.append(phi)
+        return merged

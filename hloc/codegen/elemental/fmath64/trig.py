@@ -151,32 +151,13 @@ def reduce_pio2_f64(ctx, x) -> Reduced:
     """x = n*pi/2 + r for any finite x (garbage for inf and NaN, which callers replace)."""
     m = DMath(ctx)
     small = m.lt(m.abs(x), m.c(_CW_LIMIT))
-    values = if_else(ctx, small, lambda: _flat(_cody_waite(m, x)),
-                     lambda: _flat(_payne_hanek(m, x)))
+    values = ctx.select_branches(small, lambda: _flat(_cody_waite(m, x)),
+                                 lambda: _flat(_payne_hanek(m, x)))
     return Reduced(values[0], DD(values[1], values[2]))
 
 
 def _flat(red: Reduced) -> tuple[ir.Value, ...]:
     return red.n, red.r.hi, red.r.lo
-
-
-def if_else(ctx, cond, then_fn, else_fn) -> list[ir.Value]:
-    """Branch on cond; each side returns a tuple of values, merged with one phi apiece."""
-    b = ctx.builder
-    with b.if_else(cond) as (then, otherwise):
-        with then:
-            then_values = then_fn()
-            then_block = b.block
-        with otherwise:
-            else_values = else_fn()
-            else_block = b.block
-    merged = []
-    for a, c in zip(then_values, else_values, strict=True):
-        phi = b.phi(a.type)
-        phi.add_incoming(a, then_block)
-        phi.add_incoming(c, else_block)
-        merged.append(phi)
-    return merged
 
 
 # ---- kernels on [-pi/4, pi/4] (fdlibm's coefficients) -------------------------------------------
