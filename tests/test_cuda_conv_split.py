@@ -215,3 +215,34 @@ def test_features_tile_only_where_the_kernel_reads_would_not_coalesce():
         "k = f32[3,3,16,32]", "k = f32[3,3,32,16]"))) is None
     # Too few output elements for a tile to leave the GPU enough threads.
     assert feature_tile(conv(_text(TRANSPOSED, n=1, h=4, h2=8, ci=8, co=16))) is None
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("params,fragment", [({"tile": 1 << 40}, "recipe parameter tile="),
+                                             ({"tile_dim": 1}, "neither the output's batch"),
+                                             ({"tile": 3}, "rebuilt IR differs")])
+def test_an_edited_tile_is_refused_in_one_line(tmp_path, params, fragment):
+    """A tampered bundle (digests recomputed) whose tiled core asks for an absurd or wrong
+    tile: one line, exit 2, no kernel emitted for hours."""
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+    from hloc.errors import InputError
+    from hloc.runtime import load
+
+    from .trust_support import compile_text, repack
+
+    text = _text(TRANSPOSED, n=32, h=16, h2=32, ci=32, co=16)
+    path = compile_text(tmp_path, text, "transposed", target="cuda", passes="")
+
+    def edit(doc):
+        (core,) = [k for k in doc["kernels"] if k["variant"] == "conv.core"]
+        assert core["params"]["tile"] == 8
+        core["params"].update(params)
+
+    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
+    with pytest.raises(InputError, match=fragment):
+        load(str(bad), "cuda-emulated")
+    result = CliRunner().invoke(cli, [str(bad), "--device", "cuda-emulated", "--zero-inputs"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "bad.bundle" in result.output

@@ -63,6 +63,19 @@ class Tile:
                 for d, v in enumerate(index)]
 
 
+def recipe_tile(recipe, conv: Instruction) -> Tile | None:
+    """The tile a kernel recipe's `tile` and `tile_dim` parameters give convolution `conv`
+    (None without one); ValueError for a dim no output dim is."""
+    count = recipe.param("tile", 1)
+    if count <= 1:
+        return None
+    dim = recipe.param("tile_dim")
+    dn = conv.attrs.conv_dnums
+    if dim not in (dn.output_batch_dimension, dn.output_feature_dimension):
+        raise ValueError(f"tile_dim {dim} is neither the output's batch nor feature dim")
+    return Tile(dim, count)
+
+
 class ConvTerms:
     """The terms of a convolution's output elements: term (c, taps...) of output `index` is
     lhs[...] * rhs[...] for input feature c of the element's group and one window tap per

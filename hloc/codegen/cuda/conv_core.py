@@ -36,7 +36,7 @@ from ...thunks.gpu import ConvLaunch, Launch
 from ...thunks.thunks import Sequential
 from ...util.record import dataclass
 from ..elemental.memory import load_element, store_element
-from .conv import Tile, tile_generator
+from .conv import Tile, recipe_tile, tile_generator
 from .conv_bwd import scratch_form
 from .conv_dnn import core_call
 from .conv_split import emit_split, long_sums, split_part, sum_terms
@@ -153,8 +153,7 @@ def emit_core(kb: KernelBuild) -> None:
         emit_split(kb, conv, conv.shape, store)
         return
     b = kb.b
-    count = kb.recipe.param("tile", 1)
-    tile = Tile(kb.recipe.param("tile_dim"), count) if count > 1 else None
+    tile = recipe_tile(kb.recipe, conv)
     threads = conv.shape if tile is None else tile.starts(conv.shape)  # a thread per tile
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
     with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, threads.num_elements)))):

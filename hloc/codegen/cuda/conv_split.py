@@ -35,7 +35,7 @@ from llvmlite import ir
 
 from ...ir import Opcode
 from ..elemental.indexing import delinearize
-from .conv import ConvTerms, Tile
+from .conv import ConvTerms, Tile, recipe_tile
 from .epilogue import find_core, store_with_core
 from .kernel import KernelBuild, dims, variant
 from .loop import physical_index
@@ -160,9 +160,8 @@ def emit_conv_split(kb: KernelBuild) -> None:
 def emit_split(kb: KernelBuild, core, out_shape, store) -> None:
     """Threads sharing the elements of `out_shape` (convolution `core`'s dims): each
     element's sum ends in one thread, which calls store(index, value)."""
-    count = kb.recipe.param("tile", 1)
-    tile = Tile(kb.recipe.param("tile_dim"), count) if count > 1 else None
-    terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands], tile)
+    terms = ConvTerms(kb.ctx, core, [kb.gen(op) for op in core.operands],
+                      recipe_tile(kb.recipe, core))
     if kb.recipe.param("slices", 0):
         _emit_tiles(kb, out_shape, terms, store)
         return

@@ -9,6 +9,9 @@ from ...cuda.build import emit_recipe, ir_digest
 from ...cuda.target import cuda_target
 from .host import EmulatedLibrary, build_host_ir, compile_for_host, link_host_texts
 
+# Above every parameter value a compile writes (the largest: bitonic sort sizes up to 2048).
+MAX_RECIPE_PARAM = 4096
+
 
 def load_kernels(program, module: Module, archs: tuple[str, ...], where: str | None = None):
     """Rebuild every kernel of GpuProgram `program` from its recipe and `module`, check it
@@ -22,6 +25,10 @@ def load_kernels(program, module: Module, archs: tuple[str, ...], where: str | N
         if instr is None:
             raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
                              f"%{recipe.instruction}", where)
+        wild = [f"{k}={v}" for k, v in recipe.params if not 0 <= v <= MAX_RECIPE_PARAM]
+        if wild:  # an edited recipe: emitting it could take hours (an unrolled loop, a tile)
+            raise InputError(f"kernel {recipe.name}: recipe parameter {wild[0]} is outside "
+                             f"0-{MAX_RECIPE_PARAM}", where)
         try:
             mod = emit_recipe(recipe, instr, target)
         except (LookupError, ValueError, ArithmeticError, TypeError, AttributeError,
