@@ -59,8 +59,12 @@ class Tile:
 
     def at(self, ctx, index, j: int) -> list:
         """Element j of the tile whose first element is `index`."""
-        return [ctx.builder.add(v, ctx.i64(j)) if d == self.dim and j else v
-                for d, v in enumerate(index)]
+        return shifted(ctx, index, self.dim, j)
+
+
+def shifted(ctx, index, dim: int, j: int) -> list:
+    """`index` with j added to its dim `dim`."""
+    return [ctx.builder.add(v, ctx.i64(j)) if d == dim and j else v for d, v in enumerate(index)]
 
 
 def recipe_tile(recipe, conv: Instruction) -> Tile | None:
@@ -193,7 +197,7 @@ class ConvTerms:
             the output dim that is its dim `at` (then index[at] + j)."""
             if not walked:
                 return [convert_value(ctx, et, self.cet, gen(index))] * len(accs)
-            return [convert_value(ctx, et, self.cet, gen(Tile(at, 1).at(ctx, index, j)))
+            return [convert_value(ctx, et, self.cet, gen(shifted(ctx, index, at, j)))
                     for j in range(len(accs))]
 
         def products() -> list[ir.Value]:
