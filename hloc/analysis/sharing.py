@@ -78,6 +78,17 @@ def _updated_parameter(instr: Instruction) -> Instruction | None:
     return target
 
 
+def update_source(update: Instruction) -> Instruction:
+    """The instruction whose elements `update` (a dynamic-update-slice's update operand) holds,
+    looking through reshapes and bitcasts that keep the element type; `update` itself when
+    there are none. Element k in row-major order of one is element k of the other (for
+    bitcasts, in layout order), so a kernel can compute both at once."""
+    while update.opcode in (Opcode.RESHAPE, Opcode.BITCAST) and \
+            update.operands[0].shape.element_type == update.shape.element_type:
+        update = update.operands[0]
+    return update
+
+
 # ---- shareable operands ---------------------------------------------------------------------
 
 def _same_array(a: Shape, b: Shape) -> bool:

@@ -6,6 +6,7 @@ is one instruction and the kernel output indices of its leaves).
 
 from __future__ import annotations
 
+from ..analysis.sharing import update_source
 from ..ir import Computation, Instruction, Opcode
 from ..util.record import dataclass
 
@@ -34,3 +35,32 @@ def root_items(comp: Computation) -> list[RootItem]:
 
     visit(comp.root)
     return items
+
+
+def copied_item(items: list[RootItem], k: int) -> int | None:
+    """The root item whose value item `k` (a dynamic-update-slice) writes into its operand
+    (through reshapes: `update_source`), or None. A kernel updating in place may compute that
+    item in the same pass over the update's elements (update-fusion makes such kernels), as
+    long as it does not read the operand being updated (a thread would read what another
+    already overwrote)."""
+    instr = items[k].instr
+    if instr.opcode != Opcode.DYNAMIC_UPDATE_SLICE:
+        return None
+    source = update_source(instr.operands[1])
+    for j, item in enumerate(items):
+        if j != k and item.instr is source and len(item.outputs) == 1:
+            return None if reads(source, instr.operands[0]) else j
+    return None
+
+
+def reads(instr: Instruction, target: Instruction) -> bool:
+    """Whether `instr` is `target` or reads it, directly or through other instructions."""
+    stack, seen = [instr], set()
+    while stack:
+        x = stack.pop()
+        if x is target:
+            return True
+        if id(x) not in seen:
+            seen.add(id(x))
+            stack.extend(x.operands)
+    return False

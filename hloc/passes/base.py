@@ -66,7 +66,7 @@ PASS_MODULES = tuple(f"hloc.passes.{name}" for name in (
     "simplifier.simplifier", "bitcast_reshapes", "call_inliner", "conditional_simplifier",
     "constant_folding", "conv_phases", "copy_insertion", "cse", "dce", "dot_canonicalizer",
     "expand_batch_norm", "expand_comparison", "expand_logistic", "expand_rng_bit_generator", "float_normalization",
-    "fusion.fusion", "fusion.multi_output", "layout_assignment", "tuple_simplifier",
+    "fusion.fusion", "fusion.multi_output", "fusion.update", "layout_assignment", "tuple_simplifier",
     "while_loop_simplifier"))
 PASSES: Registry[str, type[Pass]] = Registry("pass", modules=PASS_MODULES)
 # Short spec names: alias -> pass name.

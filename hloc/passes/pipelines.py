@@ -36,14 +36,15 @@ _NATIVE_O0 = ["call-inliner", *_EXPAND, *_LOWER, "dce", "layout-assignment"]
 # makes reshapes/transposes that move no element bitcasts (free: they share their buffer).
 _NATIVE_O1 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, "cse", "dot-canonicalizer", "dce",
               "layout-assignment", "bitcast-reshapes"]
-# -O2 adds loop/branch simplification and fusion (loop, reduction input, dot epilogue).
+# -O2 adds loop/branch simplification and fusion (loop, reduction input, dot epilogue, and
+# an in-place update with the producer of its update).
 _NATIVE_O2 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
-              "dot-canonicalizer", "dce", "layout-assignment", "fusion", "bitcast-reshapes",
-              "dce"]
+              "dot-canonicalizer", "dce", "layout-assignment", "fusion", "update-fusion",
+              "bitcast-reshapes", "dce"]
 # -O3 fuses bigger kernels and merges sibling fusions that read the same operand.
 _NATIVE_O3 = ["call-inliner", *_EXPAND, *_LOWER, _SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
               "dot-canonicalizer", "dce", "layout-assignment", "fusion{max-ops=1024,duplicate=8}",
-              "multi-output-fusion", "bitcast-reshapes", "dce"]
+              "multi-output-fusion", "update-fusion", "bitcast-reshapes", "dce"]
 
 
 def _cpu(pipeline: list[str]) -> list[str]:
@@ -55,15 +56,35 @@ def _cpu(pipeline: list[str]) -> list[str]:
     return [*pipeline[:at], "conv-phases", *pipeline[at:]]
 
 
+# Dots of at most this many multiply-adds read a dynamic-slice operand in their own kernel on
+# CUDA (fusion's `dot-slices`): a loop step's slice of its input then needs no launch.
+CUDA_DOT_SLICES = 1 << 21
+
+
+def _cuda(pipeline: list[str]) -> list[str]:
+    """A native pipeline whose fusion lets small dots read dynamic slices (XLA's GPU backend
+    feeds such a slice to cuBLAS by address; hloc's GEMM kernel reads it in place, and loop
+    bodies, where these slices live, run hloc's kernels anyway under conditional nodes)."""
+    out = []
+    for item in pipeline:
+        if item == "fusion":
+            item = f"fusion{{dot-slices={CUDA_DOT_SLICES}}}"
+        elif item.startswith("fusion{"):
+            item = f"{item[:-1]},dot-slices={CUDA_DOT_SLICES}}}"
+        out.append(item)
+    return out
+
+
 PIPELINES: dict[tuple[str, int], list[str]] = {
     # The interpreter executes HLO directly: optimizations only shrink the work, and fusion
     # (evaluated through the fused computation) checks that fused modules keep their values.
     ("interpreter", 0): _REQUIRED,
     ("interpreter", 1): _REQUIRED + [_SIMPLIFY, "cse", "dce"],
     ("interpreter", 2): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY, "fusion",
-                                     "dce"],
+                                     "update-fusion", "dce"],
     ("interpreter", 3): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
-                                     "fusion{max-ops=1024,duplicate=8}", "multi-output-fusion", "dce"],
+                                     "fusion{max-ops=1024,duplicate=8}", "multi-output-fusion",
+                                     "update-fusion", "dce"],
     ("cpu", 0): _NATIVE_O0,
     ("cpu", 1): _cpu(_NATIVE_O1),
     ("cpu", 2): _cpu(_NATIVE_O2),
@@ -73,8 +94,8 @@ PIPELINES: dict[tuple[str, int], list[str]] = {
     # kernels.
     ("cuda", 0): _NATIVE_O0,
     ("cuda", 1): _NATIVE_O1,
-    ("cuda", 2): _NATIVE_O2,
-    ("cuda", 3): _NATIVE_O3,
+    ("cuda", 2): _cuda(_NATIVE_O2),
+    ("cuda", 3): _cuda(_NATIVE_O3),
 }
 
 

@@ -2,7 +2,9 @@
 
 dynamic-update-slice whose output shares its buffer with operand 0 (KernelSpec.aliases)
 writes only the update window: its units are the update's rows. Without the alias it is an
-ordinary elemental loop. scatter runs serially (one unit): copy the operand into the output
+ordinary elemental loop. A fusion from update-fusion also outputs the value the update
+copies (through reshapes): the segment computes each element of it once, storing it to that
+output and into the updated buffer. scatter runs serially (one unit): copy the operand into the output
 unless they share a buffer, then apply every in-bounds update window in order with the
 update computation inlined; windows that do not fit entirely are skipped (XLA CPU).
 """
@@ -15,10 +17,11 @@ from llvmlite import ir
 
 from ...ir import Opcode
 from ..elemental.compose import emit_scalar_computation
-from ..elemental.indexing import clamped_starts, index_to_i64
+from ..elemental.indexing import clamped_starts, index_to_i64, source_index
 from ..elemental.memory import load_element, store_element
 from ..elemental.types import elem_type
-from .kernel import KernelBuild, RootItem, Segment, special_segment
+from ..roots import copied_item
+from .kernel import SPECIAL_SEGMENTS, KernelBuild, RootItem, Segment, root_items, special_segment
 from .kernel_spec import KernelSpec
 from .loops import Nest
 
@@ -42,6 +45,7 @@ class InPlaceUpdateSegment(Segment):
         self.spec, self.item = spec, item
         self.nest = Nest(item.instr.operands[1].shape)
         self.extent = self.nest.extent
+        self.also = _copied(spec, item)
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx = kb.ctx
@@ -56,9 +60,25 @@ class InPlaceUpdateSegment(Segment):
 
         def body(index):
             dest = [b.add(s, i, flags=["nsw"]) for s, i in zip(starts, index, strict=True)]
-            store_element(ctx, shape, kb.outputs[out], dest, update(index))
+            value = None
+            for other in self.also:  # the value the update copies: computed once
+                at = source_index(ctx, instr.operands[1], other.instr, index)
+                value = kb.gen(other.instr)(at)
+                (k,) = other.outputs
+                store_element(ctx, self.spec.output_shapes[k], kb.outputs[k], at, value)
+            store_element(ctx, shape, kb.outputs[out], dest,
+                          update(index) if value is None else value)
 
         self.nest.emit(ctx, lo, hi, body)
+
+
+def _copied(spec: KernelSpec, item: RootItem) -> tuple[RootItem, ...]:
+    """The item this update copies, when no special segment wants it (`copied_item`)."""
+    items = root_items(spec)
+    j = copied_item(items, items.index(item))
+    if j is None or SPECIAL_SEGMENTS.get(items[j].instr.opcode) is not None:
+        return ()
+    return (items[j],)
 
 
 @special_segment(Opcode.SCATTER)

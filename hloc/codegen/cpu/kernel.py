@@ -72,11 +72,19 @@ def plan_segments(spec: KernelSpec) -> list[Segment]:
 
     segments: list[Segment] = []
     loops: dict[tuple, LoopSegment] = {}
-    for item in root_items(spec):
+    items = root_items(spec)
+    plain: list[RootItem] = []
+    for item in items:
         planner = SPECIAL_SEGMENTS.get(item.instr.opcode)
         special = planner(spec, item) if planner is not None else None
         if special is not None:
             segments.append(special)
+        else:
+            plain.append(item)
+    # A special segment may compute other items too (an in-place update the value it copies).
+    taken = {i.outputs for seg in segments for i in getattr(seg, "also", ())}
+    for item in plain:
+        if item.outputs in taken:
             continue
         shapes = [spec.output_shapes[k] for k in item.outputs]
         key = tuple((s.dims, s.layout) for s in shapes[:1])

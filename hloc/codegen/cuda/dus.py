@@ -4,16 +4,21 @@ update window (one thread per update element) instead of the whole array.
 Only when the update and start indices do not read the operand being overwritten (else no
 thread may overwrite what another still reads; the loop kernel's whole-array form is used,
 and the buffer assignment never shares such buffers anyway).
+
+A fusion from update-fusion also outputs the value the update copies (through reshapes):
+each thread computes that element once, stores it to the value's output and into the
+updated buffer.
 """
 
 from __future__ import annotations
 
 from ...ir import Instruction, Opcode
-from ..elemental.indexing import clamped_starts
+from ..elemental.indexing import clamped_starts, source_index
 from ..elemental.memory import store_element
+from ..roots import copied_item, reads
 from .kernel import KernelBuild, variant
 from .loop import loop_launch, physical_index
-from .parts import Part, PlanContext, plans
+from .parts import ITEM_PLANNERS, Part, PlanContext, plans
 
 
 def _target_parameter(pc: PlanContext, instr: Instruction) -> int | None:
@@ -21,18 +26,6 @@ def _target_parameter(pc: PlanContext, instr: Instruction) -> int | None:
     if pc.instr.opcode != Opcode.FUSION:
         return 0
     return operand.attrs.parameter_number if operand.opcode == Opcode.PARAMETER else None
-
-
-def _reads(instr: Instruction, target: Instruction) -> bool:
-    stack, seen = list(instr.operands[1:]), set()
-    while stack:
-        x = stack.pop()
-        if x is target:
-            return True
-        if id(x) not in seen:
-            seen.add(id(x))
-            stack.extend(x.operands)
-    return False
 
 
 @plans(Opcode.DYNAMIC_UPDATE_SLICE)
@@ -46,14 +39,24 @@ def plan_dus(pc: PlanContext, k: int) -> list[Part] | None:
         return None
     update = instr.operands[1].shape
     launch = loop_launch(max(1, update.num_elements), 1, pc.target)
-    if pc.instr.opcode == Opcode.FUSION and _reads(instr, instr.operands[0]):
+    if pc.instr.opcode == Opcode.FUSION and any(reads(o, instr.operands[0])
+                                                for o in instr.operands[1:]):
         # Buffer assignment never aliases such a fusion (its parameter has other users).
         return None
-    return [Part("dus.inplace", (k,), launch, late=True)]
+    return [Part("dus.inplace", (k, *_copied(pc, k)), launch, late=True)]
+
+
+def _copied(pc: PlanContext, k: int) -> tuple[int, ...]:
+    """The item this update copies, when no special kernel wants it (`copied_item`)."""
+    j = copied_item(pc.items, k)
+    if j is None:
+        return ()
+    source = pc.items[j].instr
+    return () if ITEM_PLANNERS.get(source.opcode) is not None else (j,)
 
 
 def _each_update_element(kb: KernelBuild, body) -> None:
-    (item,) = kb.items()
+    item = kb.items()[0]
     update = item.instr.operands[1].shape
     b = kb.b
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
@@ -71,8 +74,17 @@ def _destination(kb: KernelBuild, item, index):
 
 @variant("dus.inplace")
 def emit_inplace(kb: KernelBuild) -> None:
+    copied = kb.items()[1:]
+
     def body(item, update, index):
-        value = kb.gen(item.instr.operands[1])(index)
+        value = None
+        for other in copied:  # the value the update copies: computed once, stored twice
+            at = source_index(kb.ctx, item.instr.operands[1], other.instr, index)
+            value = kb.gen(other.instr)(at)
+            (k,) = other.outputs
+            store_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], at, value)
+        if value is None:
+            value = kb.gen(item.instr.operands[1])(index)
         out = item.outputs[0]
         store_element(kb.ctx, kb.output_shapes[out], kb.outputs[out],
                       _destination(kb, item, index), value)

@@ -91,7 +91,7 @@ def plan_parts(pc: PlanContext) -> list[Part]:
     from .loop import plan_loop
 
     parts: list[Part] = []
-    groups: dict[tuple, list[int]] = {}
+    rest: list[int] = []
     for k, item in enumerate(pc.items):
         shapes = [pc.output_shapes[i] for i in item.outputs]
         if not shapes or all(s.num_elements == 0 for s in shapes):
@@ -104,7 +104,15 @@ def plan_parts(pc: PlanContext) -> list[Part]:
         special = planner(pc, k) if planner is not None else None
         if special is not None:
             parts.extend(special)
+        else:
+            rest.append(k)
+    # A special part may compute other items too (an in-place update the value it copies).
+    taken = {k for p in parts for k in p.items}
+    groups: dict[tuple, list[int]] = {}
+    for k in rest:
+        if k in taken:
             continue
+        shapes = [pc.output_shapes[i] for i in pc.items[k].outputs]
         key = tuple((s.dims, s.layout) for s in shapes[:1])
         groups.setdefault(key, []).append(k)
     loops = [plan_loop(pc, tuple(ks)) for ks in groups.values()]

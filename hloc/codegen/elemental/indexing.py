@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...ir import Opcode, PrimitiveType
+from ...ir import Instruction, Opcode, PrimitiveType
 from .compose import constant_generator
 from .convert import convert_value, from_bits, to_bits
 from .memory import literal_table, load_element, major_to_minor, row_major, split_of
@@ -135,22 +135,42 @@ def reshape(ctx, instr, gens):
     return lambda index: gen(reshape_index(ctx, src, dst, index))
 
 
+def bitcast_index(ctx, src_shape, dst_shape, dst_index: list[ir.Value]) -> list[ir.Value]:
+    """Map an index of a bitcast (shape dst_shape) to its operand's index: a reshape of the
+    physical (layout-ordered) element sequence."""
+    src_order, dst_order = major_to_minor(src_shape), major_to_minor(dst_shape)
+    src_phys = [src_shape.dims[d] for d in src_order]
+    dst_phys = [dst_shape.dims[d] for d in dst_order]
+    phys = reshape_index(ctx, src_phys, dst_phys, [dst_index[d] for d in dst_order])
+    operand: list[ir.Value] = [ctx.i64(0)] * len(src_order)
+    for k, d in enumerate(src_order):
+        operand[d] = phys[k]
+    return operand
+
+
+def source_index(ctx, value: Instruction, source: Instruction,
+                 index: list[ir.Value]) -> list[ir.Value]:
+    """The index of `source` holding element `index` of `value`, which reaches `source`
+    through reshapes and bitcasts (sharing.update_source)."""
+    while value is not source:
+        operand = value.operands[0]
+        if value.opcode == Opcode.RESHAPE:
+            index = reshape_index(ctx, operand.shape.dims, value.shape.dims, index)
+        else:
+            index = bitcast_index(ctx, operand.shape, value.shape, index)
+        value = operand
+    return index
+
+
 @emits(Opcode.BITCAST)
 def bitcast(ctx, instr, gens):
     """A reshape of the physical (layout-ordered) element sequence, maybe changing type."""
     src_shape, dst_shape = instr.operands[0].shape, instr.shape
-    src_order, dst_order = major_to_minor(src_shape), major_to_minor(dst_shape)
-    src_phys = [src_shape.dims[d] for d in src_order]
-    dst_phys = [dst_shape.dims[d] for d in dst_order]
     (gen,) = gens
     src_et, dst_et = elem_type(src_shape.element_type), elem_type(dst_shape.element_type)
 
     def generate(index):
-        phys = reshape_index(ctx, src_phys, dst_phys, [index[d] for d in dst_order])
-        operand = [None] * len(src_order)
-        for k, d in enumerate(src_order):
-            operand[d] = phys[k]
-        value = gen(operand)
+        value = gen(bitcast_index(ctx, src_shape, dst_shape, index))
         if src_et.ptype == dst_et.ptype:
             return value
         return from_bits(ctx, dst_et, to_bits(ctx, src_et, value))

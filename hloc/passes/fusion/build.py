@@ -166,6 +166,26 @@ def merge_fusions(comp: Computation, fusions: list[Instruction], kind: str) -> I
     return merged
 
 
+def merge_into_consumer(comp: Computation, producer: Instruction,
+                        consumer: Instruction) -> Instruction:
+    """One multi-output fusion computing `consumer`'s outputs and then `producer`'s (both
+    fusions; the producer has one output), the consumer reading the producer's value inside
+    instead of its buffer. Users of either read the merged fusion's tuple elements."""
+    builder = _FusedBuilder("fused_computation")
+    produced = _inline_outputs(builder, producer)
+    (builder.mapping[id(producer)],) = produced
+    consumed = _inline_outputs(builder, consumer)
+    outputs = consumed + produced
+    root = builder.comp.add(Instruction(Op.TUPLE, Shape.tuple_of(o.shape for o in outputs),
+                                        outputs))
+    merged = _new_fusion(comp, builder, root, "kLoop", consumer)
+    for old, offset in ((consumer, 0), (producer, len(consumed))):
+        _redirect(comp, old, merged, offset)
+        comp.remove(old)
+        comp.parent.remove_computation(old.fused_computation())
+    return merged
+
+
 # ---- orders ----------------------------------------------------------------------------------
 def restore_orders(module: Module, changed: list[Computation]) -> None:
     """Instruction lists back in def-before-use order; computations callees first."""

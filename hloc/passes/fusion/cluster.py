@@ -20,13 +20,21 @@ keep its operands alive next to its own buffer (an LSTM cell's gates next to its
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import field
 from typing import Protocol
 
 from ...ir import Instruction, Opcode
 from ...util.record import dataclass
-from .cost import can_root_fusion, identity_indexed, is_expensive, producer_class, reuses_operand
+from .cost import (
+    can_root_fusion,
+    identity_indexed,
+    is_expensive,
+    producer_class,
+    reuses_operand,
+    updated_in_place,
+)
 
 Op = Opcode
 
@@ -38,6 +46,7 @@ class FusionLimits(Protocol):
     output: bool
     reduce_epilogue: bool
     duplicate: int
+    dot_slices: int
 
 
 @dataclass
@@ -52,6 +61,7 @@ class Cluster:
     moved: dict[int, bool] = field(default_factory=dict)  # no copy stays outside the fusion
     readers: dict[int, list[tuple[Instruction, int]]] = field(default_factory=dict)
     barriers: set[int] = field(default_factory=set)  # members whose operands stay outside
+    buffers: set[int] = field(default_factory=set)  # never members: read from their buffers
     contractions: int = 0
 
     def __post_init__(self) -> None:
@@ -118,7 +128,7 @@ def duplicable(instr: Instruction, budget: int) -> bool:
 def copy_only_costs(instr: Instruction) -> bool:
     """Duplicating `instr` into a kernel would only cost: it gets a buffer anyway (it is its
     computation's root, or a user can never read it through a fused copy: a tuple, a dot or
-    convolution operand, a dynamic-update-slice, ...) and it reads more bytes than it writes,
+    convolution operand, ...) and it reads more bytes than it writes,
     so the copy reads more than the kernel reading its buffer would and keeps those operands
     alive longer. XLA's fusion likewise duplicates such a producer only when it can fuse into
     every user."""
@@ -166,18 +176,63 @@ RULES: dict[str, Rule] = {
 }
 
 
+def dot_macs(dot: Instruction) -> int:
+    """Multiply-adds of a dot: every output element sums over the contracting dims."""
+    lhs = dot.operands[0].shape
+    return dot.shape.num_elements * math.prod(
+        lhs.dims[d] for d in dot.attrs.dot_dnums.lhs_contracting_dimensions)
+
+
+def reads_slices(dot: Instruction, limit: int) -> bool:
+    """`dot` may read a dynamic-slice operand inside its kernel: a dot of at most `limit`
+    multiply-adds (the `dot-slices` option: small dots, whose launch costs more than a
+    library call saves, as in a loop step's matrix-vector products)."""
+    return limit > 0 and dot.opcode == Op.DOT and dot_macs(dot) <= limit
+
+
+def _slice_into_dot(c: Cluster, producer: Instruction, edges) -> list[Instruction] | None:
+    """A dynamic-slice (maybe under reshapes) read by nothing but a small dot of the cluster
+    joins it (XLA feeds such a slice to its GEMM by address): the kernel computes the
+    slice's start and reads the sliced operand directly, so a loop step launches one kernel
+    fewer. The chain from `producer` down to the slice, or None."""
+    if not all(reads_slices(u, c.limits.dot_slices) for u, _ in edges):
+        return None
+    chain = [producer]
+    while chain[-1].opcode in (Op.RESHAPE, Op.BITCAST):
+        chain.append(chain[-1].operands[0])
+    if chain[-1].opcode != Op.DYNAMIC_SLICE or \
+            any(x.parent is not c.root.parent or len(x.users) != 1 for x in chain):
+        return None
+    return chain if c.will_move(producer) else None
+
+
 # ---- growth -----------------------------------------------------------------------------------
 def _try_add(c: Cluster, producer: Instruction) -> bool:
     cls = producer_class(producer)
-    if cls is None or producer.parent is not c.root.parent or producer in c:
+    if cls is None or producer.parent is not c.root.parent or producer in c or \
+            id(producer) in c.buffers:
         return False
+    edges = c.readers.get(id(producer), ())
+    if any(updated_in_place(u, i) for u, i in edges):
+        return False
+    if edges and all(u.opcode == Op.DOT for u, _ in edges):
+        # Pushed by a dot that may read slices (its other operands stay buffers).
+        chain = _slice_into_dot(c, producer, edges)
+        if chain is None:
+            return False
+        # The chain's reshapes and the slice follow by the usual rules (each has one user, a
+        # member); the sliced array stays a buffer, the slice's start computation may join.
+        c.add(producer, reused=True, aligned=False)
+        c.buffers.add(id(chain[-1].operands[0]))
+        return True
     reused, aligned = access(c, producer)
     if not RULES[cls](c, producer, reused, aligned):
         return False
     c.add(producer, reused=reused, aligned=aligned)
     if cls == "contraction":
         c.contractions += 1
-        c.barriers.add(id(producer))  # a dot's operands stay buffers (the Gemm reads them)
+        if not reads_slices(producer, c.limits.dot_slices):
+            c.barriers.add(id(producer))  # a dot's operands stay buffers (the Gemm reads them)
     return True
 
 

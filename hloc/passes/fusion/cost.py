@@ -95,6 +95,9 @@ def can_root_fusion(instr: Instruction) -> bool:
         return True  # variadic reduces (argmax) give multi-output input fusions
     if instr.opcode == Op.REDUCE_WINDOW:
         return instr.shape.is_array
+    if instr.opcode == Op.DYNAMIC_UPDATE_SLICE:
+        # Its update's producers join; operand 0 stays the buffer updated in place.
+        return instr.shape.is_array and instr.operands[0].shape.layout == instr.shape.layout
     return producer_class(instr) in ("elementwise", "index") and instr.opcode != Op.IOTA
 
 
@@ -116,7 +119,16 @@ def reuses_operand(user: Instruction, operand_index: int) -> bool:
         return operand_index >= len(user.operands) // 2
     if op == Op.DYNAMIC_SLICE:
         return operand_index > 0 and user.shape.num_elements > 1
+    if op == Op.DYNAMIC_UPDATE_SLICE:
+        # Each update element is read once; every start index by every element.
+        return operand_index > 1 and user.operands[1].shape.num_elements > 1
     return False
+
+
+def updated_in_place(user: Instruction, operand_index: int) -> bool:
+    """Operand `operand_index` of `user` is the buffer `user` updates in place (a
+    dynamic-update-slice's operand 0): it stays a buffer, never fused into the user's kernel."""
+    return user.opcode == Op.DYNAMIC_UPDATE_SLICE and operand_index == 0
 
 
 def identity_indexed(user: Instruction) -> bool:

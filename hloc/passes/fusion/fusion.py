@@ -12,7 +12,7 @@ from ...ir import Computation, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
 from .build import fuse_cluster, restore_orders
-from .cluster import FusionLimits, grow
+from .cluster import FusionLimits, grow, reads_slices
 from .cost import can_root_fusion, program_computations
 
 
@@ -26,6 +26,10 @@ class FusionPass(Pass):
     reduce roots absorb their input chains (kInput); with `output`, a dot or convolution joins
     the elementwise epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce
     joins the elementwise op that alone reads it (XLA CPU style).
+
+    With `dot-slices` N > 0, a dot of at most N multiply-adds takes in a dynamic-slice operand
+    that only it reads (the CUDA pipelines: a loop step's slice of its input sequence then
+    costs no kernel of its own); the dot becomes a kOutput fusion if nothing else joins.
 
     Producers whose other users stay outside are duplicated only when cheap, when the copy
     drags at most `duplicate` instructions along (0: never duplicate), and not when the
@@ -44,6 +48,7 @@ class FusionPass(Pass):
     output: bool = True
     reduce_epilogue: bool = True
     duplicate: int = option(4, minimum=0)
+    dot_slices: int = option(0, minimum=0)
 
     def run(self, module: Module) -> bool:
         changed = [comp for comp in program_computations(module)
@@ -58,7 +63,9 @@ def _fuse_computation(comp: Computation, limits: FusionLimits) -> bool:
     order = comp.post_order()
     position = {id(instr): n for n, instr in enumerate(order)}
     for root in reversed(order):
-        if root.parent is not comp or root.opcode == Opcode.FUSION or not can_root_fusion(root):
+        if root.parent is not comp or root.opcode == Opcode.FUSION:
+            continue
+        if not can_root_fusion(root) and not reads_slices(root, limits.dot_slices):
             continue
         cluster = grow(root, limits, position)
         if cluster.real_members() == 0:

@@ -1,0 +1,158 @@
+"""Update fusion: an in-place dynamic-update-slice's kernel also computes its update.
+
+A loop step typically computes a value (an RNN's new hidden state) that it both carries to
+the next step and writes into a row of a sequence buffer (a dynamic-update-slice). The value
+has users besides the update, so the fusion pass cannot move it into the update's kernel,
+and being expensive it is not duplicated: the step launches one kernel to compute it and
+another to copy it into the row. XLA fuses the two into one multi-output fusion; so does
+this pass. The merged kernel walks the update's elements once: each element of the
+producer's value is computed, stored to the producer's own output and stored into the
+updated buffer (the backends map one index onto the other through the reshapes between).
+"""
+
+from __future__ import annotations
+
+from ...analysis.sharing import can_share_operand, update_source
+from ...ir import Computation, Instruction, Module, Opcode
+from ...util.record import dataclass
+from ..base import Pass, option, register_pass
+from .build import fuse_cluster, merge_into_consumer, restore_orders
+from .cost import can_root_fusion, producer_class, program_computations
+
+Op = Opcode
+_SEARCH_BUDGET = 2000
+
+
+@register_pass
+@dataclass
+class UpdateFusion(Pass):
+    """Merges the producer of an in-place dynamic-update-slice's update into the update's
+    kernel, which then also writes the producer's value (a multi-output fusion).
+
+    Assumes: a valid module, after `fusion` (whose dynamic-update-slice fusions hold their
+    update's reshapes). Guarantees: same values; only a loop fusion or elementwise op with one
+    output, read by the update alone (through reshapes), whose value other instructions also
+    use, merges; it must not read the buffer being updated, and no other operand of the
+    update may depend on it (no cycles); at most `max-ops` instructions per merged fusion.
+    """
+
+    name = "update-fusion"
+    max_ops: int = option(256, minimum=1)
+
+    def run(self, module: Module) -> bool:
+        changed = [comp for comp in program_computations(module)
+                   if _merge_updates(comp, self.max_ops)]
+        if changed:
+            restore_orders(module, changed)
+        return bool(changed)
+
+
+def _in_place_update(consumer: Instruction) -> Instruction | None:
+    """The dynamic-update-slice a kernel computes in place (a bare one, or a fusion's root on a
+    parameter read by nothing else), or None."""
+    if consumer.opcode == Op.DYNAMIC_UPDATE_SLICE:
+        return consumer
+    if consumer.opcode != Op.FUSION or consumer.attrs.fusion_kind != "kLoop":
+        return None
+    root = consumer.fused_computation().root
+    if root.opcode != Op.DYNAMIC_UPDATE_SLICE:
+        return None
+    target = root.operands[0]
+    if target.opcode != Op.PARAMETER or len(target.users) != 1 or target.shape != root.shape:
+        return None
+    return root
+
+
+def _outside(consumer: Instruction, inner: Instruction) -> Instruction | None:
+    """The operand of `consumer` that `inner` (its fused parameter, or itself) stands for."""
+    if consumer.opcode != Op.FUSION:
+        return inner
+    if inner.opcode != Op.PARAMETER or len(inner.users) != 1:
+        return None
+    return consumer.operands[inner.attrs.parameter_number]
+
+
+def _producer(consumer: Instruction) -> Instruction | None:
+    dus = _in_place_update(consumer)
+    if dus is None:
+        return None
+    producer = _outside(consumer, update_source(dus.operands[1]))
+    if producer is None or producer.parent is not consumer.parent:
+        return None
+    if producer.opcode == Op.FUSION:
+        if producer.attrs.fusion_kind != "kLoop" or not producer.shape.is_array:
+            return None
+    elif producer_class(producer) != "elementwise" or not can_root_fusion(producer):
+        return None
+    if producer.control_predecessors or producer.control_successors or \
+            consumer.control_predecessors or consumer.control_successors:
+        return None
+    return producer
+
+
+def _size(instr: Instruction) -> int:
+    if instr.opcode == Op.FUSION:
+        return sum(1 for i in instr.fused_computation().instructions
+                   if i.opcode != Op.PARAMETER)
+    return 1
+
+
+def _depends_on(value: Instruction, early: Instruction) -> bool:
+    """Whether `value` depends on `early` (conservatively True when the search gives up)."""
+    stack, seen = [value], set()
+    while stack:
+        cur = stack.pop()
+        if cur is early:
+            return True
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if len(seen) > _SEARCH_BUDGET:
+            return True
+        stack.extend(cur.operands)
+        stack.extend(cur.control_predecessors)
+    return False
+
+
+def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bool:
+    if consumer.operands.count(producer) != 1 or len(producer.users) < 2:
+        return False  # a producer read only by the update: the fusion pass's to move
+    if _size(consumer) + _size(producer) > max_ops:
+        return False
+    dus = _in_place_update(consumer)
+    target = _outside(consumer, dus.operands[0])
+    if target is None or target in producer.operands:
+        return False  # the merged kernel would read the buffer it overwrites
+    if _updates_state(producer):
+        return False
+    return not any(_depends_on(o, producer) for o in consumer.operands if o is not producer)
+
+
+def _updates_state(producer: Instruction) -> bool:
+    """`producer` computes a new loop-carried value elementwise from the old one, whose buffer
+    its kernel may then overwrite in place; a multi-output fusion's outputs share no
+    operand's buffer, so merged, the loop would need a copy back into the state's buffer
+    (a launch for a launch)."""
+    return any(o.opcode == Op.GET_TUPLE_ELEMENT and o.operands[0].opcode == Op.PARAMETER
+               and can_share_operand(producer, k) for k, o in enumerate(producer.operands))
+
+
+def _as_fusion(comp: Computation, instr: Instruction) -> Instruction:
+    if instr.opcode == Op.FUSION:
+        return instr
+    members = {id(o): o for o in instr.operands if producer_class(o) == "constant"}
+    members[id(instr)] = instr
+    return fuse_cluster(comp, instr, members, "kLoop")
+
+
+def _merge_updates(comp: Computation, max_ops: int) -> bool:
+    changed = False
+    for consumer in list(comp.instructions):
+        if consumer.parent is not comp:
+            continue  # merged away earlier in this sweep
+        producer = _producer(consumer)
+        if producer is None or not _mergeable(consumer, producer, max_ops):
+            continue
+        merge_into_consumer(comp, _as_fusion(comp, producer), _as_fusion(comp, consumer))
+        changed = True
+    return changed
