@@ -11,6 +11,7 @@ from __future__ import annotations
 from ...ir import Attrs, Computation, Instruction, Module, Opcode, Shape
 from ...ir.computation import dfs_post_order
 from ..rewrite import detach, drop_detached, update_schedule
+from .cost import producer_class
 
 Op = Opcode
 
@@ -93,6 +94,23 @@ def fuse_cluster(comp: Computation, root: Instruction, members: dict[int, Instru
     root.replace_all_uses_with(fusion)
     detach_dead(comp, list(reversed(order)))
     return fusion
+
+
+def as_fusion(comp: Computation, instr: Instruction) -> Instruction:
+    """`instr` itself if a fusion, else a new fusion of it and its scalar constants."""
+    if instr.opcode == Op.FUSION:
+        return instr
+    members = {id(o): o for o in instr.operands if producer_class(o) == "constant"}
+    members[id(instr)] = instr
+    return fuse_cluster(comp, instr, members)
+
+
+def fusion_size(instr: Instruction) -> int:
+    """Instructions a kernel computing `instr` holds (a fusion's, parameters left out)."""
+    if instr.opcode == Op.FUSION:
+        return sum(1 for i in instr.fused_computation().instructions
+                   if i.opcode != Op.PARAMETER)
+    return 1
 
 
 # ---- multi-output fusions -----------------------------------------------------------------

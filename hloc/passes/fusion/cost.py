@@ -137,6 +137,28 @@ def identity_indexed(user: Instruction) -> bool:
                                               for o in user.operands)
 
 
+SEARCH_BUDGET = 2000
+
+
+def depends_on(value: Instruction, early: Instruction, skip=None) -> bool:
+    """Whether `value` depends on `early` through operands or control edges (conservatively
+    True once the search passes SEARCH_BUDGET instructions). `skip(instr)`, when given, prunes
+    instructions known not to reach `early`."""
+    stack, seen = [value], set()
+    while stack:
+        cur = stack.pop()
+        if cur is early:
+            return True
+        if id(cur) in seen or (skip is not None and skip(cur)):
+            continue
+        seen.add(id(cur))
+        if len(seen) > SEARCH_BUDGET:
+            return True
+        stack.extend(cur.operands)
+        stack.extend(cur.control_predecessors)
+    return False
+
+
 # ---- where fusion runs, and what counts as a kernel -------------------------------------------
 def program_computations(module: Module) -> list[Computation]:
     """The entry and every computation reached through control flow (while, conditional, call):

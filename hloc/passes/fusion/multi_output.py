@@ -16,11 +16,10 @@ from __future__ import annotations
 from ...ir import Computation, Instruction, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
-from .build import fuse_cluster, merge_fusions, restore_orders
-from .cost import can_root_fusion, producer_class, program_computations
+from .build import as_fusion, fusion_size, merge_fusions, restore_orders
+from .cost import can_root_fusion, depends_on, producer_class, program_computations
 
 Op = Opcode
-_SEARCH_BUDGET = 2000
 _MAX_GROUP = 16  # siblings tried per operand and shape: keeps a sweep linear
 
 
@@ -78,13 +77,6 @@ def iteration_key(instr: Instruction):
     return None
 
 
-def _size(instr: Instruction) -> int:
-    if instr.opcode == Op.FUSION:
-        return sum(1 for i in instr.fused_computation().instructions
-                   if i.opcode != Op.PARAMETER)
-    return 1
-
-
 def _worth_sharing(operand: Instruction) -> bool:
     """Reading the operand once instead of twice matters: a real array, not a scalar."""
     return operand.shape.is_array and operand.shape.num_elements > 1 \
@@ -107,23 +99,11 @@ class _Sweep:
     def reaches(self, early: Instruction, late: Instruction) -> bool:
         """Whether `late` depends on `early` (conservatively True when the search gives up)."""
         floor = self.pos[id(early)]
-        stack, seen = [late], set()
-        while stack:
-            cur = stack.pop()
-            if cur is early:
-                return True
-            # Instructions made by this sweep have no position: never prune them.
-            if id(cur) in seen or self.pos.get(id(cur), floor) < floor:
-                continue
-            seen.add(id(cur))
-            if len(seen) > _SEARCH_BUDGET:
-                return True
-            stack.extend(cur.operands)
-            stack.extend(cur.control_predecessors)
-        return False
+        # Instructions made by this sweep have no position: never prune them.
+        return depends_on(late, early, lambda i: self.pos.get(id(i), floor) < floor)
 
     def mergeable(self, a: Instruction, b: Instruction) -> bool:
-        if id(a) in self.dirty or id(b) in self.dirty or _size(a) + _size(b) > self.max_ops:
+        if id(a) in self.dirty or id(b) in self.dirty or fusion_size(a) + fusion_size(b) > self.max_ops:
             return False
         pa, pb = sorted((self.pos[id(a)], self.pos[id(b)]))
         if self.overlaps(pa, pb):
@@ -134,19 +114,11 @@ class _Sweep:
     def merge(self, a: Instruction, b: Instruction) -> None:
         lo, hi = sorted((self.pos[id(a)], self.pos[id(b)]))
         self.windows.append((lo, hi))
-        fusions = [self.as_fusion(x) for x in (a, b)]
+        fusions = [as_fusion(self.comp, x) for x in (a, b)]
         kind = "kInput" if iteration_key(a)[0] == "reduce" else "kLoop"
         merged = merge_fusions(self.comp, fusions, kind)
         self.dirty.add(id(merged))
         self.pos[id(merged)] = hi
-
-    def as_fusion(self, instr: Instruction) -> Instruction:
-        """`instr` itself if a fusion, else a new fusion of it and its scalar constants."""
-        if instr.opcode == Op.FUSION:
-            return instr
-        members = {id(o): o for o in instr.operands if producer_class(o) == "constant"}
-        members[id(instr)] = instr
-        return fuse_cluster(self.comp, instr, members)
 
     def candidates(self, operand: Instruction) -> list[Instruction]:
         out = [u for u in dict.fromkeys(operand.users)

@@ -16,11 +16,10 @@ from ...analysis.sharing import can_share_operand, update_source
 from ...ir import Computation, Instruction, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
-from .build import fuse_cluster, merge_into_consumer, restore_orders
-from .cost import can_root_fusion, producer_class, program_computations
+from .build import as_fusion, fusion_size, merge_into_consumer, restore_orders
+from .cost import can_root_fusion, depends_on, producer_class, program_computations
 
 Op = Opcode
-_SEARCH_BUDGET = 2000
 
 
 @register_pass
@@ -90,34 +89,10 @@ def _producer(consumer: Instruction) -> Instruction | None:
     return producer
 
 
-def _size(instr: Instruction) -> int:
-    if instr.opcode == Op.FUSION:
-        return sum(1 for i in instr.fused_computation().instructions
-                   if i.opcode != Op.PARAMETER)
-    return 1
-
-
-def _depends_on(value: Instruction, early: Instruction) -> bool:
-    """Whether `value` depends on `early` (conservatively True when the search gives up)."""
-    stack, seen = [value], set()
-    while stack:
-        cur = stack.pop()
-        if cur is early:
-            return True
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        if len(seen) > _SEARCH_BUDGET:
-            return True
-        stack.extend(cur.operands)
-        stack.extend(cur.control_predecessors)
-    return False
-
-
 def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bool:
     if consumer.operands.count(producer) != 1 or len(producer.users) < 2:
         return False  # a producer read only by the update: the fusion pass's to move
-    if _size(consumer) + _size(producer) > max_ops:
+    if fusion_size(consumer) + fusion_size(producer) > max_ops:
         return False
     dus = _in_place_update(consumer)
     target = _outside(consumer, dus.operands[0])
@@ -125,7 +100,7 @@ def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bo
         return False  # the merged kernel would read the buffer it overwrites
     if _updates_state(producer):
         return False
-    return not any(_depends_on(o, producer) for o in consumer.operands if o is not producer)
+    return not any(depends_on(o, producer) for o in consumer.operands if o is not producer)
 
 
 def _updates_state(producer: Instruction) -> bool:
@@ -137,14 +112,6 @@ def _updates_state(producer: Instruction) -> bool:
                and can_share_operand(producer, k) for k, o in enumerate(producer.operands))
 
 
-def _as_fusion(comp: Computation, instr: Instruction) -> Instruction:
-    if instr.opcode == Op.FUSION:
-        return instr
-    members = {id(o): o for o in instr.operands if producer_class(o) == "constant"}
-    members[id(instr)] = instr
-    return fuse_cluster(comp, instr, members, "kLoop")
-
-
 def _merge_updates(comp: Computation, max_ops: int) -> bool:
     changed = False
     for consumer in list(comp.instructions):
@@ -153,6 +120,6 @@ def _merge_updates(comp: Computation, max_ops: int) -> bool:
         producer = _producer(consumer)
         if producer is None or not _mergeable(consumer, producer, max_ops):
             continue
-        merge_into_consumer(comp, _as_fusion(comp, producer), _as_fusion(comp, consumer))
+        merge_into_consumer(comp, as_fusion(comp, producer), as_fusion(comp, consumer))
         changed = True
     return changed
