@@ -4,8 +4,9 @@ A loop step typically computes a value (an RNN's new hidden state) that it both 
 the next step and writes into a row of a sequence buffer (a dynamic-update-slice). The value
 has users besides the update, so the fusion pass cannot move it into the update's kernel,
 and being expensive it is not duplicated: the step launches one kernel to compute it and
-another to copy it into the row. XLA fuses the two into one multi-output fusion; so does
-this pass. The merged kernel walks the update's elements once: each element of the
+another to copy it into the row. This pass makes the two one multi-output fusion (XLA's
+in-place update kernels write dynamic-update-slices only). The merged kernel walks the
+update's elements once: each element of the
 producer's value is computed, stored to the producer's own output and stored into the
 updated buffer (the backends map one index onto the other through the reshapes between).
 """
