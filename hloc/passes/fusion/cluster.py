@@ -215,6 +215,10 @@ def _try_add(c: Cluster, producer: Instruction) -> bool:
     edges = c.readers.get(id(producer), ())
     if any(updated_in_place(u, i) for u, i in edges):
         return False
+    if c.root.opcode == Op.DYNAMIC_UPDATE_SLICE and c.root.operands[0] in producer.operands:
+        # It reads the buffer the root updates: fused, that buffer would have two readers in
+        # the kernel and could no longer be updated in place (a whole copy per update).
+        return False
     if edges and all(u.opcode == Op.DOT for u, _ in edges):
         # Pushed by a dot that may read slices (its other operands stay buffers).
         chain = _slice_into_dot(c, producer, edges)
