@@ -16,6 +16,7 @@ from ...ir import Instruction, Opcode
 from ..elemental.indexing import clamped_starts, source_index
 from ..elemental.memory import store_element
 from ..roots import copied_item, reads
+from .epilogue import find_core
 from .kernel import KernelBuild, variant
 from .loop import loop_launch, physical_index
 from .parts import ITEM_PLANNERS, Part, PlanContext, plans
@@ -52,7 +53,8 @@ def _copied(pc: PlanContext, k: int) -> tuple[int, ...]:
     if j is None:
         return ()
     source = pc.items[j].instr
-    return () if ITEM_PLANNERS.get(source.opcode) is not None else (j,)
+    core = find_core(source) or source  # as plan_parts picks the item's planner
+    return () if ITEM_PLANNERS.get(core.opcode) is not None else (j,)
 
 
 def _each_update_element(kb: KernelBuild, body) -> None:
