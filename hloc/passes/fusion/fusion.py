@@ -23,7 +23,8 @@ class FusionPass(Pass):
 
     Fuses elementwise ops, index-remapping ops (broadcast, reshape, transpose, slice, pad,
     concatenate, iota, reverse, dynamic-slice, gather) and scalar constants into consumers;
-    reduce roots absorb their input chains (kInput); with `output`, a dot or convolution joins
+    reduce roots absorb their input chains (kInput); a dynamic-update-slice root absorbs its
+    update's and start indices' producers, never the buffer it updates in place; with `output`, a dot or convolution joins
     the elementwise epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce
     joins the elementwise op that alone reads it (XLA CPU style).
 
