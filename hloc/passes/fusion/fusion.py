@@ -23,10 +23,11 @@ class FusionPass(Pass):
 
     Fuses elementwise ops, index-remapping ops (broadcast, reshape, transpose, slice, pad,
     concatenate, iota, reverse, dynamic-slice, gather) and scalar constants into consumers;
-    reduce roots absorb their input chains (kInput); a dynamic-update-slice root absorbs its
-    update's and start indices' producers, never the buffer it updates in place; with `output`, a dot or convolution joins
-    the elementwise epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce
-    joins the elementwise op that alone reads it (XLA CPU style).
+    reduce roots absorb their input chains (kInput); a dynamic-update-slice root absorbs the
+    producers of its update and start indices, never the buffer it updates in place nor
+    what reads that buffer; with `output`, a dot or convolution joins the elementwise
+    epilogue that alone reads it (kOutput); with `reduce-epilogue`, a reduce joins the
+    elementwise op that alone reads it (XLA CPU style).
 
     With `dot-slices` N > 0, a dot of at most N multiply-adds takes in a dynamic-slice operand
     that only it reads (the CUDA pipelines: a loop step's slice of its input sequence then
