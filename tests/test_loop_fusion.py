@@ -135,3 +135,33 @@ def test_cpu_update_segment_computes_the_state(tmp_path):
     assert [k["segments"] for k in merged] == [["in-place-update"]]
     assert merged[0]["num_outputs"] == 2
     assert len(separate["kernels"]) == len(fused["kernels"]) + 1
+
+
+@pytest.mark.parametrize("items,fragment", [([0, -1], "not distinct indices"),
+                                            ([0, 0], "not distinct indices"),
+                                            ([0, 9], "out of range"),
+                                            ([1, 0], "cannot be rebuilt")])
+def test_edited_update_items_are_refused_in_one_line(tmp_path, items, fragment):
+    """A tampered bundle (digests recomputed) whose update kernel names other root items:
+    one line naming the bundle, exit 2, before anything runs."""
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+    from hloc.errors import InputError
+    from hloc.runtime import load
+
+    from .trust_support import repack
+
+    path = compile_bundle(CASES["rows"][0], tmp_path / "rnn.bundle", target="cuda")
+
+    def edit(doc):
+        (update,) = [k for k in doc["kernels"] if k["variant"] == "dus.inplace"]
+        assert update["items"] == [0, 1]
+        update["items"] = items
+
+    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
+    with pytest.raises(InputError, match=fragment):
+        load(str(bad), "cuda-emulated")
+    result = CliRunner().invoke(cli, [str(bad), "--device", "cuda-emulated", "--zero-inputs"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "bad.bundle" in result.output

@@ -97,6 +97,9 @@ class KernelBuild:
 
     def items(self) -> list[RootItem]:
         every = root_items(self.comp)
+        if any(not 0 <= i < len(every) for i in self.recipe.items):
+            raise ValueError(f"root items {list(self.recipe.items)} out of range: "
+                             f"{self.comp.name} has {len(every)}")
         return [every[i] for i in self.recipe.items]
 
     def i64(self, v: int) -> ir.Value:

@@ -25,6 +25,10 @@ def load_kernels(program, module: Module, archs: tuple[str, ...], where: str | N
         if instr is None:
             raise InputError(f"kernel {recipe.name}: the bundle's module has no instruction "
                              f"%{recipe.instruction}", where)
+        items = recipe.items
+        if not items or len(set(items)) != len(items) or min(items) < 0:
+            raise InputError(f"kernel {recipe.name}: recipe root items {list(items)} are not "
+                             "distinct indices", where)
         wild = [f"{k}={v}" for k, v in recipe.params if not 0 <= v <= MAX_RECIPE_PARAM]
         if wild:  # an edited recipe: emitting it could take hours (an unrolled loop, a tile)
             raise InputError(f"kernel {recipe.name}: recipe parameter {wild[0]} is outside "
