@@ -64,13 +64,17 @@ CUDA_DOT_SLICES = 1 << 21
 def _cuda(pipeline: list[str]) -> list[str]:
     """A native pipeline whose fusion lets small dots read dynamic slices (XLA's GPU backend
     feeds such a slice to cuBLAS by address; hloc's GEMM kernel reads it in place, and loop
-    bodies, where these slices live, run hloc's kernels anyway under conditional nodes)."""
+    bodies, where these slices live, run hloc's kernels anyway under conditional nodes), and
+    whose update-fusion lets a small dot's GEMM kernel write its value into an in-place
+    update too (a scan's stacked outputs)."""
     out = []
     for item in pipeline:
         if item == "fusion":
             item = f"fusion{{dot-slices={CUDA_DOT_SLICES}}}"
         elif item.startswith("fusion{"):
             item = f"{item[:-1]},dot-slices={CUDA_DOT_SLICES}}}"
+        elif item == "update-fusion":
+            item = f"update-fusion{{dot-epilogues={CUDA_DOT_SLICES}}}"
         out.append(item)
     return out
 

@@ -16,10 +16,9 @@ from ...ir import Instruction, Opcode
 from ..elemental.indexing import clamped_starts, source_index
 from ..elemental.memory import store_element
 from ..roots import copied_item, reads
-from .epilogue import find_core
 from .kernel import KernelBuild, variant
 from .loop import loop_launch, physical_index
-from .parts import ITEM_PLANNERS, Part, PlanContext, plans
+from .parts import Part, PlanContext, plans, special_parts
 
 
 def _target_parameter(pc: PlanContext, instr: Instruction) -> int | None:
@@ -29,32 +28,45 @@ def _target_parameter(pc: PlanContext, instr: Instruction) -> int | None:
     return operand.attrs.parameter_number if operand.opcode == Opcode.PARAMETER else None
 
 
+def in_place(pc: PlanContext, k: int) -> bool:
+    """Item `k` is a dynamic-update-slice whose output is its operand's very buffer, and whose
+    update and starts do not read that operand: its kernel writes only the update window."""
+    instr = pc.items[k].instr
+    if instr.opcode != Opcode.DYNAMIC_UPDATE_SLICE:
+        return False
+    param = _target_parameter(pc, instr)
+    if param is None or not pc.aliased(pc.items[k].outputs[0], param):
+        return False
+    # Buffer assignment never aliases a fusion whose update reads the target (its parameter
+    # has other users).
+    return pc.instr.opcode != Opcode.FUSION or not any(reads(o, instr.operands[0])
+                                                      for o in instr.operands[1:])
+
+
+def update_of(pc: PlanContext, k: int) -> int | None:
+    """The in-place update item that copies item `k`'s value, for `k`'s own kernel to write
+    too (the GEMM's store does), or None."""
+    for j in range(len(pc.items)):
+        if copied_item(pc.items, j) == k and in_place(pc, j):
+            return j
+    return None
+
+
 @plans(Opcode.DYNAMIC_UPDATE_SLICE)
 def plan_dus(pc: PlanContext, k: int) -> list[Part] | None:
-    item = pc.items[k]
-    instr = item.instr
-    if instr.opcode != Opcode.DYNAMIC_UPDATE_SLICE:
+    if not in_place(pc, k):
         return None
-    param = _target_parameter(pc, instr)
-    if param is None or not pc.aliased(item.outputs[0], param):
-        return None
-    update = instr.operands[1].shape
-    launch = loop_launch(max(1, update.num_elements), 1, pc.target)
-    if pc.instr.opcode == Opcode.FUSION and any(reads(o, instr.operands[0])
-                                                for o in instr.operands[1:]):
-        # Buffer assignment never aliases such a fusion (its parameter has other users).
-        return None
-    return [Part("dus.inplace", (k, *_copied(pc, k)), launch, late=True)]
-
-
-def _copied(pc: PlanContext, k: int) -> tuple[int, ...]:
-    """The item this update copies, when no special kernel wants it (`copied_item`)."""
+    copied: tuple[int, ...] = ()
     j = copied_item(pc.items, k)
-    if j is None:
-        return ()
-    source = pc.items[j].instr
-    core = find_core(source) or source  # as plan_parts picks the item's planner
-    return () if ITEM_PLANNERS.get(core.opcode) is not None else (j,)
+    if j is not None:
+        other = special_parts(pc, j)
+        if other is None:
+            copied = (j,)  # a loop item: this kernel computes it, once
+        elif any(k in p.items for p in other):
+            return []  # the copied item's kernel writes the update too
+    update = pc.items[k].instr.operands[1].shape
+    launch = loop_launch(max(1, update.num_elements), 1, pc.target)
+    return [Part("dus.inplace", (k, *copied), launch, late=True)]
 
 
 def _each_update_element(kb: KernelBuild, body) -> None:

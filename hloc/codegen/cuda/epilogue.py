@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llvmlite import ir
+
 from ...ir import Instruction, Opcode
 from ...ir.opcodes import ELEMENTWISE
 from ..elemental.compose import flatten
@@ -77,8 +79,10 @@ def generators_with(kb: KernelBuild, overrides: dict[int, Callable]) -> dict[int
     return gens
 
 
-def store_with_core(kb: KernelBuild, item: RootItem, core: Instruction, index, values) -> None:
-    """Store the item's outputs at `index`, given the core's (finished) values there."""
+def store_with_core(kb: KernelBuild, item: RootItem, core: Instruction, index,
+                    values) -> list[ir.Value]:
+    """Store the item's outputs at `index`, given the core's (finished) values there; the
+    values stored."""
     if item.instr is core:
         results = list(values)
     else:
@@ -87,3 +91,4 @@ def store_with_core(kb: KernelBuild, item: RootItem, core: Instruction, index, v
         results = flatten(gens[id(item.instr)](list(index)))
     for k, v in zip(item.outputs, results, strict=True):
         store_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], list(index), v)
+    return results

@@ -22,11 +22,13 @@ from ...ir import Instruction, Opcode, PrimitiveType
 from ...thunks.gpu import BlasCall
 from ...util.record import dataclass
 from ..elemental.convert import convert_value
+from ..elemental.indexing import clamped_starts, target_index
 from ..elemental.memory import store_element, strides
 from ..elemental.scalar import const
 from ..elemental.types import ElemType, elem_type
+from .dus import update_of
 from .epilogue import find_core, store_with_core
-from .kernel import KernelBuild, dims, kernel_computation, variant
+from .kernel import KernelBuild, RootItem, dims, kernel_computation, variant
 from .parts import Part, PlanContext, plans
 from .reduce_common import split_index
 
@@ -97,7 +99,9 @@ def plan_gemm(pc: PlanContext, k: int) -> list[Part] | None:
     size = 8 if cet.bits == 64 else 4
     launch = dims((-(-ds.n // TILE), -(-ds.m // TILE), ds.b), (T, T))
     split = splits_epilogue(pc, k, dot)
-    gemm = Part("gemm.tiled", (k,), launch, (("core_only", 1),) if split else (),
+    update = update_of(pc, k)  # an in-place update of this value: the store writes it too
+    items = (k,) if update is None else (k, update)
+    gemm = Part("gemm.tiled", items, launch, (("core_only", 1),) if split else (),
                 shared_bytes=2 * TK * TILE * size, block_threads=T * T,
                 gemm=(ds.b, ds.m, ds.n, ds.k))
     if not split:
@@ -209,6 +213,7 @@ class GemmEmitter:
         b = kb.b
         out_et = elem_type(self.dot.shape.element_type)
         batch = split_index(kb, bidx, self.dot.operands[0].shape, self.ds.batch)
+        updates = [UpdateStore(kb, u, self.item) for u in kb.items()[1:]]
         for i in range(R):
             for j in range(R):
                 m = b.add(m0, b.add(ty, kb.i64(T * i)))
@@ -226,7 +231,28 @@ class GemmEmitter:
                         (k,) = self.item.outputs
                         store_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], index, value)
                     else:
-                        store_with_core(kb, self.item, self.dot, index, [value])
+                        stored = store_with_core(kb, self.item, self.dot, index, [value])
+                        for u in updates:
+                            u.store(index, stored[0])
+
+
+class UpdateStore:
+    """An in-place dynamic-update-slice of the GEMM's value (update-fusion): each element the
+    GEMM stores also goes to its place in the updated buffer."""
+
+    def __init__(self, kb: KernelBuild, update: RootItem, item: RootItem):
+        self.kb, self.dus, self.item = kb, update.instr, item.instr
+        (self.out,) = update.outputs
+        shape = kb.output_shapes[self.out]
+        self.starts = clamped_starts(kb.ctx, self.dus, [kb.gen(o) for o in self.dus.operands[2:]],
+                                     shape.dims, self.dus.operands[1].shape.dims)
+
+    def store(self, index, value) -> None:
+        b = self.kb.b
+        at = target_index(self.kb.ctx, self.dus.operands[1], self.item, list(index))
+        dest = [b.add(s, i) for s, i in zip(self.starts, at, strict=True)]
+        store_element(self.kb.ctx, self.kb.output_shapes[self.out], self.kb.outputs[self.out],
+                      dest, value)
 
 
 @variant("gemm.tiled")

@@ -85,9 +85,22 @@ def plan_context(instr: Instruction, target, operand_slices=(), output_slices=()
                        leaf_shapes(instr.shape))
 
 
+def special_parts(pc: PlanContext, k: int) -> list[Part] | None:
+    """The parts item `k`'s own planner (by its core's opcode) gives, or None for the plain
+    loop kernel. An empty list: another item's kernel computes it."""
+    from .epilogue import find_core
+
+    item = pc.items[k]
+    core = find_core(item.instr) or item.instr
+    planner = ITEM_PLANNERS.get(core.opcode)
+    if planner is None or (core.opcode not in COMPLEX_PLANNERS and (
+            involves_complex(core) or involves_complex(item.instr))):
+        return None
+    return planner(pc, k)
+
+
 def plan_parts(pc: PlanContext) -> list[Part]:
     """Every kernel part an instruction needs (empty when it writes nothing)."""
-    from .epilogue import find_core
     from .loop import plan_loop
 
     parts: list[Part] = []
@@ -96,12 +109,7 @@ def plan_parts(pc: PlanContext) -> list[Part]:
         shapes = [pc.output_shapes[i] for i in item.outputs]
         if not shapes or all(s.num_elements == 0 for s in shapes):
             continue
-        core = find_core(item.instr) or item.instr
-        planner = ITEM_PLANNERS.get(core.opcode)
-        if planner is not None and core.opcode not in COMPLEX_PLANNERS and \
-                (involves_complex(core) or involves_complex(item.instr)):
-            planner = None
-        special = planner(pc, k) if planner is not None else None
+        special = special_parts(pc, k)
         if special is not None:
             parts.extend(special)
         else:

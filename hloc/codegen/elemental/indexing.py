@@ -162,6 +162,23 @@ def source_index(ctx, value: Instruction, source: Instruction,
     return index
 
 
+def target_index(ctx, value: Instruction, source: Instruction,
+                 index: list[ir.Value]) -> list[ir.Value]:
+    """The index of `value` holding element `index` of `source` (source_index's inverse: a
+    reshape or bitcast keeps the element sequence, so each maps both ways)."""
+    chain = []
+    while value is not source:
+        chain.append(value)
+        value = value.operands[0]
+    for instr in reversed(chain):
+        operand = instr.operands[0]
+        if instr.opcode == Opcode.RESHAPE:
+            index = reshape_index(ctx, instr.shape.dims, operand.shape.dims, index)
+        else:
+            index = bitcast_index(ctx, instr.shape, operand.shape, index)
+    return index
+
+
 @emits(Opcode.BITCAST)
 def bitcast(ctx, instr, gens):
     """A reshape of the physical (layout-ordered) element sequence, maybe changing type."""

@@ -196,7 +196,8 @@ def merge_into_consumer(comp: Computation, producer: Instruction,
     outputs = consumed + produced
     root = builder.comp.add(Instruction(Op.TUPLE, Shape.tuple_of(o.shape for o in outputs),
                                         outputs))
-    merged = _new_fusion(comp, builder, root, "kLoop", consumer)
+    kind = "kOutput" if producer.attrs.fusion_kind == "kOutput" else "kLoop"
+    merged = _new_fusion(comp, builder, root, kind, consumer)
     for old, offset in ((consumer, 0), (producer, len(consumed))):
         _redirect(comp, old, merged, offset)
         comp.remove(old)

@@ -18,6 +18,7 @@ from ...ir import Computation, Instruction, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
 from .build import as_fusion, fusion_size, merge_into_consumer, restore_orders
+from .cluster import reads_slices
 from .cost import can_root_fusion, depends_on, producer_class, program_computations
 
 Op = Opcode
@@ -29,19 +30,25 @@ class UpdateFusion(Pass):
     """Merges the producer of an in-place dynamic-update-slice's update into the update's
     kernel, which then also writes the producer's value (a multi-output fusion).
 
+    With `dot-epilogues` N > 0, a dot's epilogue (a kOutput fusion whose dot has at most N
+    multiply-adds) merges too: the CUDA pipelines, whose GEMM kernel then stores each
+    element of its value into the updated buffer as well (the CPU's dot kernels would
+    compute the update's elements again).
+
     Assumes: a valid module, after `fusion` (whose dynamic-update-slice fusions hold their
-    update's reshapes). Guarantees: same values; only a loop fusion or elementwise op with one
-    output, read by the update alone (through reshapes), whose value other instructions also
-    use, merges; it must not read the buffer being updated, and no other operand of the
+    update's reshapes). Guarantees: same values; only a loop fusion (or, with `dot-epilogues`,
+    a small dot's output fusion) or elementwise op with one output, read by the update alone
+    (through reshapes), whose value other instructions also use, merges; it must not read the buffer being updated, and no other operand of the
     update may depend on it (no cycles); at most `max-ops` instructions per merged fusion.
     """
 
     name = "update-fusion"
     max_ops: int = option(256, minimum=1)
+    dot_epilogues: int = option(0, minimum=0)
 
     def run(self, module: Module) -> bool:
         changed = [comp for comp in program_computations(module)
-                   if _merge_updates(comp, self.max_ops)]
+                   if _merge_updates(comp, self)]
         if changed:
             restore_orders(module, changed)
         return bool(changed)
@@ -72,7 +79,15 @@ def _outside(consumer: Instruction, inner: Instruction) -> Instruction | None:
     return consumer.operands[inner.attrs.parameter_number]
 
 
-def _producer(consumer: Instruction) -> Instruction | None:
+def _small_dot_epilogue(fusion: Instruction, limit: int) -> bool:
+    """A kOutput fusion of one dot of at most `limit` multiply-adds under its epilogue."""
+    dots = [i for i in fusion.fused_computation().instructions if i.opcode == Op.DOT]
+    return fusion.attrs.fusion_kind == "kOutput" and len(dots) == 1 and \
+        reads_slices(dots[0], limit) and \
+        not any(i.opcode == Op.CONVOLUTION for i in fusion.fused_computation().instructions)
+
+
+def _producer(consumer: Instruction, dot_epilogues: int) -> Instruction | None:
     dus = _in_place_update(consumer)
     if dus is None:
         return None
@@ -80,7 +95,9 @@ def _producer(consumer: Instruction) -> Instruction | None:
     if producer is None or producer.parent is not consumer.parent:
         return None
     if producer.opcode == Op.FUSION:
-        if producer.attrs.fusion_kind != "kLoop" or not producer.shape.is_array:
+        if not producer.shape.is_array or not (
+                producer.attrs.fusion_kind == "kLoop"
+                or _small_dot_epilogue(producer, dot_epilogues)):
             return None
     elif producer_class(producer) != "elementwise" or not can_root_fusion(producer):
         return None
@@ -113,13 +130,13 @@ def _updates_state(producer: Instruction) -> bool:
                and can_share_operand(producer, k) for k, o in enumerate(producer.operands))
 
 
-def _merge_updates(comp: Computation, max_ops: int) -> bool:
+def _merge_updates(comp: Computation, options: UpdateFusion) -> bool:
     changed = False
     for consumer in list(comp.instructions):
         if consumer.parent is not comp:
             continue  # merged away earlier in this sweep
-        producer = _producer(consumer)
-        if producer is None or not _mergeable(consumer, producer, max_ops):
+        producer = _producer(consumer, options.dot_epilogues)
+        if producer is None or not _mergeable(consumer, producer, options.max_ops):
             continue
         merge_into_consumer(comp, as_fusion(comp, producer), as_fusion(comp, consumer))
         changed = True
