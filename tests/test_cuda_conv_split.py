@@ -224,13 +224,7 @@ def test_features_tile_only_where_the_kernel_reads_would_not_coalesce():
 def test_an_edited_tile_is_refused_in_one_line(tmp_path, params, fragment):
     """A tampered bundle (digests recomputed) whose tiled core asks for an absurd or wrong
     tile: one line, exit 2, no kernel emitted for hours."""
-    from click.testing import CliRunner
-
-    from hloc.cli.run import cli
-    from hloc.errors import InputError
-    from hloc.runtime import load
-
-    from .trust_support import compile_text, repack
+    from .trust_support import assert_refused_in_one_line, compile_text, repack
 
     text = _text(TRANSPOSED, n=32, h=16, h2=32, ci=32, co=16)
     path = compile_text(tmp_path, text, "transposed", target="cuda", passes="")
@@ -240,9 +234,5 @@ def test_an_edited_tile_is_refused_in_one_line(tmp_path, params, fragment):
         assert core["params"]["tile"] == 8
         core["params"].update(params)
 
-    bad = repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
-    with pytest.raises(InputError, match=fragment):
-        load(str(bad), "cuda-emulated")
-    result = CliRunner().invoke(cli, [str(bad), "--device", "cuda-emulated", "--zero-inputs"])
-    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
-    assert "bad.bundle" in result.output
+    assert_refused_in_one_line(
+        repack(path, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit}), fragment)

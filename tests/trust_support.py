@@ -55,6 +55,24 @@ def compile_text(tmp: Path, text: str, name: str, **options) -> Path:
     return out
 
 
+def assert_refused_in_one_line(bad: Path, fragment: str, device: str = "cuda-emulated") -> str:
+    """Loading bundle `bad` on `device` raises InputError matching `fragment`, and `hlo-run`
+    on it prints one line naming the bundle and exits 2; the line."""
+    import pytest
+    from click.testing import CliRunner
+
+    from hloc.cli.run import cli
+    from hloc.errors import InputError
+    from hloc.runtime import load
+
+    with pytest.raises(InputError, match=fragment):
+        load(str(bad), device)
+    result = CliRunner().invoke(cli, [str(bad), "--device", device, "--zero-inputs"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert bad.name in result.output
+    return result.output
+
+
 def members_of(path: Path) -> tuple[dict, dict[str, bytes]]:
     b = read_bundle(path)
     manifest = {k: v for k, v in b.manifest.items() if k not in ("members", "format_version")}
