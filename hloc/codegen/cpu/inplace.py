@@ -4,9 +4,11 @@ dynamic-update-slice whose output shares its buffer with operand 0 (KernelSpec.a
 writes only the update window: its units are the update's rows. Without the alias it is an
 ordinary elemental loop. A fusion from update-fusion also outputs the value the update
 copies (through reshapes): the segment computes each element of it once, storing it to that
-output and into the updated buffer. scatter runs serially (one unit): copy the operand into the output
-unless they share a buffer, then apply every in-bounds update window in order with the
-update computation inlined; windows that do not fit entirely are skipped (XLA CPU).
+output and into the updated buffer.
+
+scatter runs serially (one unit): copy the operand into the output unless they share a
+buffer, then apply every in-bounds update window in order with the update computation
+inlined; windows that do not fit entirely are skipped (XLA CPU).
 """
 
 from __future__ import annotations
