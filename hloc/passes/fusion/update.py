@@ -13,7 +13,7 @@ updated buffer (the backends map one index onto the other through the reshapes b
 
 from __future__ import annotations
 
-from ...analysis.sharing import can_share_operand, update_source
+from ...analysis.sharing import can_share_operand, in_place_pairs, update_source
 from ...ir import Computation, Instruction, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
@@ -38,8 +38,9 @@ class UpdateFusion(Pass):
     Assumes: a valid module, after `fusion` (whose dynamic-update-slice fusions hold their
     update's reshapes). Guarantees: same values; only a loop fusion (or, with `dot-epilogues`,
     a small dot's output fusion) or elementwise op with one output, read by the update alone
-    (through reshapes), whose value other instructions also use, merges; it must not read the buffer being updated, and no other operand of the
-    update may depend on it (no cycles); at most `max-ops` instructions per merged fusion.
+    (through reshapes), whose value other instructions also use, merges; it must not read
+    the buffer being updated, and no other operand of the update may depend on it (no
+    cycles); at most `max-ops` instructions per merged fusion.
     """
 
     name = "update-fusion"
@@ -62,11 +63,8 @@ def _in_place_update(consumer: Instruction) -> Instruction | None:
     if consumer.opcode != Op.FUSION or consumer.attrs.fusion_kind != "kLoop":
         return None
     root = consumer.fused_computation().root
-    if root.opcode != Op.DYNAMIC_UPDATE_SLICE:
-        return None
-    target = root.operands[0]
-    if target.opcode != Op.PARAMETER or len(target.users) != 1 or target.shape != root.shape:
-        return None
+    if root.opcode != Op.DYNAMIC_UPDATE_SLICE or not in_place_pairs(consumer):
+        return None  # the sharing analysis's rule: its target a parameter nothing else reads
     return root
 
 
@@ -81,10 +79,10 @@ def _outside(consumer: Instruction, inner: Instruction) -> Instruction | None:
 
 def _small_dot_epilogue(fusion: Instruction, limit: int) -> bool:
     """A kOutput fusion of one dot of at most `limit` multiply-adds under its epilogue."""
-    dots = [i for i in fusion.fused_computation().instructions if i.opcode == Op.DOT]
-    return fusion.attrs.fusion_kind == "kOutput" and len(dots) == 1 and \
-        reads_slices(dots[0], limit) and \
-        not any(i.opcode == Op.CONVOLUTION for i in fusion.fused_computation().instructions)
+    cores = [i for i in fusion.fused_computation().instructions
+             if i.opcode in (Op.DOT, Op.CONVOLUTION)]
+    return fusion.attrs.fusion_kind == "kOutput" and len(cores) == 1 and \
+        reads_slices(cores[0], limit)
 
 
 def _producer(consumer: Instruction, dot_epilogues: int) -> Instruction | None:
