@@ -87,6 +87,21 @@ def test_object_code_is_deterministic():
     assert a.object_code[:4] == b"\x7fELF"
 
 
+def test_reused_target_machines_give_the_objects_of_new_ones():
+    """compile_in_context borrows its target machines from a pool: one borrower at a time,
+    and an object compiled on a reused machine is the one a new machine gives."""
+    target = host_target()
+    text = emit_kernels([entry_spec(parse_module(CHAIN), name="k")], target, 2).llvm_ir
+    pool = llvm._MachinePool()
+    with pool.borrow(target, 2) as first, pool.borrow(target, 2) as second:
+        assert first is not second
+    with pool.borrow(target, 2) as again, pool.borrow(target, 1) as light:
+        assert again in (first, second) and light not in (first, second)
+    fresh = llvm.compile_ir(text, target, 2).object_code  # new machines, no pool
+    reused = [llvm.compile_in_context(text, target, 2).object_code for _ in range(2)]
+    assert reused == [fresh, fresh]
+
+
 @pytest.mark.parametrize("opt", [0, 1, 2, 3])
 def test_every_opt_level_gives_the_same_results(opt):
     small = parse_module(CHAIN.replace("4096,1024", "5,40"))

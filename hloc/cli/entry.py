@@ -4,12 +4,16 @@ else, and a compile without a server, runs hloc.cli.main in this process."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
 
 def main() -> None:
     if sys.argv[1:2] == ["compile"]:
+        # A compile runs with the cyclic collector off (cli.main.without_gc); turning it off
+        # here already spares the imports' 20-odd collections (15-20 ms of a cold compile).
+        gc.disable()
         from ..server.client import ModeError, run_compile
 
         try:

@@ -7,6 +7,7 @@ object code into an MCJIT engine for the runtime and tests.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -106,6 +107,34 @@ def target_machine(target, opt_level: int = 2):
     return _target_machine(target.triple, target.cpu, target.features, opt_level)
 
 
+class _MachinePool:
+    """Target machines kept for reuse, one borrower at a time each (a TargetMachine caches
+    its subtargets without a lock). Creating one and its first subtarget (the X86 lowering
+    tables) cost 2-3 ms of every partition's optimization and as much again of its object
+    emission: a third of LLVM's time on a small module's dozen partitions."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple, list] = {}
+
+    @contextlib.contextmanager
+    def borrow(self, target, opt_level: int):
+        key = (target.triple, target.cpu, target.features, min(opt_level, 3))
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            tm = free.pop() if free else None
+        if tm is None:
+            tm = target_machine(target, opt_level)
+        try:
+            yield tm
+        finally:
+            with self._lock:
+                self._free[key].append(tm)
+
+
+_MACHINES = _MachinePool()
+
+
 # ---- IR → optimized IR → object --------------------------------------------------------------
 
 def parse(ir_text: str):
@@ -141,15 +170,17 @@ def _tuning(opt_level: int, vectorize: bool = True):
     return pto
 
 
-def optimize_concurrently(module, target, opt_level: int = 2, *, vectorize: bool = True) -> None:
+def optimize_concurrently(module, target, opt_level: int = 2, *, vectorize: bool = True,
+                          tm=None) -> None:
     """`optimize`, but able to run on several threads at once, each on a module of its own
     LLVM context: llvmlite serializes every call into LLVM with one global lock, which the
-    (long) pass-manager run skips here. LLVM itself is thread-safe across contexts."""
+    (long) pass-manager run skips here. LLVM itself is thread-safe across contexts. `tm`: a
+    target machine for `target` at `opt_level` this thread holds alone (default: a new one)."""
     run = _unlocked("LLVMPY_RunNewModulePassManager")
     if run is None:  # another llvmlite: stay correct, just serial
         optimize(module, target, opt_level, vectorize=vectorize)
         return
-    tm = target_machine(target, opt_level)
+    tm = tm or target_machine(target, opt_level)
     module.triple = target.triple
     module.data_layout = target.data_layout
     pass_builder = llvm.create_pass_builder(tm, _tuning(opt_level, vectorize))
@@ -162,11 +193,11 @@ def _unlocked(name: str):
     return getattr(getattr(llvm.ffi.lib, name, None), "_cfn", None)
 
 
-def emit_concurrently(module, target, opt_level: int = 2, *, assembly: bool = False):
+def emit_concurrently(module, target, opt_level: int = 2, *, assembly: bool = False, tm=None):
     """Object code (or assembly text) like emit_object / emit_assembly, able to overlap with
-    other LLVM work on another thread (see optimize_concurrently)."""
+    other LLVM work on another thread (see optimize_concurrently, `tm` as there)."""
     emit = _unlocked("LLVMPY_TargetMachineEmitToMemory")
-    tm = target_machine(target, opt_level)
+    tm = tm or target_machine(target, opt_level)
     if emit is None:
         return tm.emit_assembly(module) if assembly else tm.emit_object(module)
     ffi = llvm.ffi
@@ -191,10 +222,10 @@ SMALL_KERNEL_PASSES = ("always_inliner", "sroa", "instruction_combine", "simplif
                        "dead_code_elimination")
 
 
-def optimize_light(module, target) -> None:
+def optimize_light(module, target, tm=None) -> None:
     """SMALL_KERNEL_PASSES on `module`, in place, outside llvmlite's lock (as
-    optimize_concurrently)."""
-    tm = target_machine(target, 1)
+    optimize_concurrently; `tm` at -O1)."""
+    tm = tm or target_machine(target, 1)
     module.triple = target.triple
     module.data_layout = target.data_layout
     pass_builder = llvm.create_pass_builder(tm, _tuning(1, False))
@@ -215,17 +246,20 @@ def compile_in_context(ir_text: str, target, opt_level: int = 2, *, vectorize: b
     one per partition of a module (llvm_split). `vectorize`: see `optimize`. `light` (from
     -O1): SMALL_KERNEL_PASSES in place of the -O pipeline."""
     initialize()
-    try:
-        module = llvm.parse_assembly(ir_text, context=llvm.create_context())
-        if light and opt_level >= 1:
-            optimize_light(module, target)
-        else:
-            optimize_concurrently(module, target, opt_level, vectorize=vectorize)
-        module.verify()
-    except RuntimeError as e:
-        raise CheckFailed(f"invalid LLVM IR: {e}") from None
-    obj = emit_concurrently(module, target, opt_level)
-    asm = emit_concurrently(module, target, opt_level, assembly=True) if assembly else None
+    with _MACHINES.borrow(target, opt_level) as tm:
+        try:
+            module = llvm.parse_assembly(ir_text, context=llvm.create_context())
+            if light and opt_level >= 1:
+                with _MACHINES.borrow(target, 1) as light_tm:
+                    optimize_light(module, target, light_tm)
+            else:
+                optimize_concurrently(module, target, opt_level, vectorize=vectorize, tm=tm)
+            module.verify()
+        except RuntimeError as e:
+            raise CheckFailed(f"invalid LLVM IR: {e}") from None
+        obj = emit_concurrently(module, target, opt_level, tm=tm)
+        asm = (emit_concurrently(module, target, opt_level, assembly=True, tm=tm)
+               if assembly else None)
     return CompiledCode(ir_text, str(module), obj, asm)
 
 
