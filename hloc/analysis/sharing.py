@@ -89,6 +89,74 @@ def update_source(update: Instruction) -> Instruction:
     return update
 
 
+def in_place_update(fused: Computation) -> Instruction | None:
+    """The one dynamic-update-slice among a fusion's root values that updates a parameter read
+    by nothing else (in place: `in_place_pairs`), or None."""
+    root = fused.root
+    values = root.operands if root.opcode == Opcode.TUPLE else [root]
+    updates = [v for v in values if v.opcode == Opcode.DYNAMIC_UPDATE_SLICE]
+    if len(updates) != 1:
+        return None
+    param = _updated_parameter(updates[0])
+    return updates[0] if param is not None and len(param.users) == 1 else None
+
+
+def in_update_pass(value: Instruction, update: Instruction) -> bool:
+    """Whether a kernel updating `update` (in_place_update) in place computes root value
+    `value` in the same pass over the update's elements, as the back ends do (codegen/roots
+    pass_items): an elementwise value with the update's source's dims (update_source). Each
+    thread then computes every such value at one index before storing any."""
+    source = update_source(update.operands[1])
+    return value is source or (value.opcode in ELEMENTWISE and value.opcode != Opcode.MAP
+                               and same_indexing(value.shape, source.shape))
+
+
+def aligned_uses(start: Instruction, shape: Shape, update: Instruction | None = None) -> bool:
+    """Whether every instruction using `start`, transitively, reads it at the element of the
+    same index only: elementwise ops (not map) of `shape`'s dims, and then a computation's root
+    tuple, or `update`'s update operand (through the reshapes to it from its source)."""
+    chain: set[int] = set()
+    if update is not None:
+        link = update.operands[1]
+        while link is not update_source(link):
+            chain.add(id(link))
+            link = link.operands[0]
+    closure = _forward_closure(start)
+    reached = {id(i) for i in closure}
+    for instr in closure[1:]:
+        if instr is update:
+            if any(id(o) in reached for o in (update.operands[0], *update.operands[2:])):
+                return False
+        elif instr.opcode == Opcode.TUPLE:
+            if instr is not instr.parent.root:
+                return False
+        elif id(instr) not in chain and (instr.opcode not in ELEMENTWISE
+                                         or instr.opcode == Opcode.MAP
+                                         or not same_indexing(instr.shape, shape)):
+            return False
+    return True
+
+
+def _shares_in_update_pass(user: Instruction, number: int, k: int) -> bool:
+    """Output `k` of a loop fusion that updates a buffer in place (in_place_update) may
+    overwrite operand `number` if the kernel's pass over the update's elements computes it
+    (in_update_pass) and reads that operand only at the same index, for that output, other
+    values of the pass and the update. An LSTM step's new cell state: computed from the old
+    one in the kernel that also writes the new hidden state into the sequence."""
+    fused = user.called[0]
+    root = fused.root
+    if user.attrs.fusion_kind not in (None, "kLoop") or root.opcode != Opcode.TUPLE or \
+            any(i.opcode in (Opcode.DOT, Opcode.CONVOLUTION) for i in fused.instructions):
+        return False
+    update = in_place_update(fused)
+    value = root.operands[k]
+    if update is None or value is update or not in_update_pass(value, update):
+        return False
+    params = [p for p in fused.instructions
+              if p.opcode == Opcode.PARAMETER and p.attrs.parameter_number == number]
+    return len(params) == 1 and aligned_uses(params[0], value.shape, update)
+
+
 # ---- shareable operands ---------------------------------------------------------------------
 
 def _same_array(a: Shape, b: Shape) -> bool:
@@ -96,7 +164,7 @@ def _same_array(a: Shape, b: Shape) -> bool:
             and a.byte_size == b.byte_size)
 
 
-def _same_indexing(a: Shape, b: Shape) -> bool:
+def same_indexing(a: Shape, b: Shape) -> bool:
     """Element i of one is at the same position as element i of the other (types may differ)."""
     return a.is_array and b.is_array and a.dims == b.dims and (
         a.rank < 2 or a.layout is None or b.layout is None or a.layout == b.layout)
@@ -118,6 +186,8 @@ def can_share_operand(user: Instruction, operand_number: int, output_index: Shap
     if user.opcode == Opcode.SORT:
         # A sort permutes each operand into the output of the same position.
         return output_index == ((operand_number,) if user.shape.is_tuple else ())
+    if user.shape.is_tuple and user.opcode == Opcode.FUSION and len(output_index) == 1:
+        return _shares_in_update_pass(user, operand_number, output_index[0])
     if output_index != () or user.shape.is_tuple:
         return False
     if user.opcode in ELEMENTWISE:
@@ -164,7 +234,7 @@ def _elementwise_in_parameter(fused: Computation, number: int) -> bool:
         return False
     if any(i.opcode == Opcode.MAP for i in inner):
         return False
-    if all(i.opcode in ELEMENTWISE and _same_indexing(i.shape, root.shape) for i in inner):
+    if all(i.opcode in ELEMENTWISE and same_indexing(i.shape, root.shape) for i in inner):
         return True
     return all(_same_linear(i.shape, root.shape) for i in path)
 

@@ -6,7 +6,7 @@ is one instruction and the kernel output indices of its leaves).
 
 from __future__ import annotations
 
-from ..analysis.sharing import update_source
+from ..analysis.sharing import in_update_pass, update_source
 from ..ir import Computation, Instruction, Opcode
 from ..util.record import dataclass
 
@@ -51,6 +51,26 @@ def copied_item(items: list[RootItem], k: int) -> int | None:
         if j != k and item.instr is source and len(item.outputs) == 1:
             return None if reads(source, instr.operands[0]) else j
     return None
+
+
+def pass_items(items: list[RootItem], k: int) -> list[int]:
+    """The root items a kernel updating item `k` (a dynamic-update-slice) in place computes in
+    its pass over the update's elements: the value the update copies (`copied_item`), then
+    every other one-output elementwise item of that value's dims (`sharing.in_update_pass`),
+    each at the update element's index. A thread computes all of them at one index before it
+    stores any: the buffer assignment may let such an item overwrite an operand the others
+    read at that index (an LSTM's cell state; sharing.can_share_operand)."""
+    update = items[k].instr
+    copied = copied_item(items, k)
+    out = [] if copied is None else [copied]
+    if sum(i.instr.opcode == Opcode.DYNAMIC_UPDATE_SLICE for i in items) > 1:
+        return out  # sharing.in_place_update: never with two updates
+    for j, item in enumerate(items):
+        if j not in (k, copied) and len(item.outputs) == 1 and \
+                item.instr.opcode != Opcode.DYNAMIC_UPDATE_SLICE and \
+                in_update_pass(item.instr, update) and not reads(item.instr, update.operands[0]):
+            out.append(j)
+    return out
 
 
 def reads(instr: Instruction, target: Instruction) -> bool:

@@ -4,7 +4,9 @@ dynamic-update-slice whose output shares its buffer with operand 0 (KernelSpec.a
 writes only the update window: its units are the update's rows. Without the alias it is an
 ordinary elemental loop. A fusion from update-fusion also outputs the value the update
 copies (through reshapes): the segment computes each element of it once, storing it to that
-output and into the updated buffer.
+output and into the updated buffer; it computes the fusion's other elementwise outputs of
+that value's shape in the same pass (roots.pass_items), each index's values before its
+stores.
 
 scatter runs serially (one unit): copy the operand into the output unless they share a
 buffer, then apply every in-bounds update window in order with the update computation
@@ -17,12 +19,13 @@ import contextlib
 
 from llvmlite import ir
 
+from ...analysis.sharing import update_source
 from ...ir import Opcode
 from ..elemental.compose import emit_scalar_computation
 from ..elemental.indexing import clamped_starts, index_to_i64, source_index
 from ..elemental.memory import load_element, store_element
 from ..elemental.types import elem_type
-from ..roots import copied_item
+from ..roots import copied_item, pass_items
 from .kernel import SPECIAL_SEGMENTS, KernelBuild, RootItem, Segment, root_items, special_segment
 from .kernel_spec import KernelSpec
 from .loops import Nest
@@ -47,7 +50,7 @@ class InPlaceUpdateSegment(Segment):
         self.spec, self.item = spec, item
         self.nest = Nest(item.instr.operands[1].shape)
         self.extent = self.nest.extent
-        self.also = _copied(spec, item)
+        self.also, self.copies = _pass_items(spec, item)
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx = kb.ctx
@@ -62,25 +65,29 @@ class InPlaceUpdateSegment(Segment):
 
         def body(index):
             dest = [b.add(s, i, flags=["nsw"]) for s, i in zip(starts, index, strict=True)]
-            value = None
-            for other in self.also:  # the value the update copies: computed once
-                at = source_index(ctx, instr.operands[1], other.instr, index)
-                value = kb.gen(other.instr)(at)
+            # Every value first, then every store: an item may overwrite what another reads
+            # at this index (roots.pass_items).
+            stores = []
+            at = source_index(ctx, instr.operands[1], update_source(instr.operands[1]), index)
+            for other in self.also:  # each of the update source's dims
                 (k,) = other.outputs
-                store_element(ctx, self.spec.output_shapes[k], kb.outputs[k], at, value)
-            store_element(ctx, shape, kb.outputs[out], dest,
-                          update(index) if value is None else value)
+                stores.append((self.spec.output_shapes[k], kb.outputs[k], at,
+                               kb.gen(other.instr)(at)))
+            value = stores[0][3] if self.copies else update(index)  # the copy: computed once
+            for out_shape, buffer, at, v in stores:
+                store_element(ctx, out_shape, buffer, at, v)
+            store_element(ctx, shape, kb.outputs[out], dest, value)
 
         self.nest.emit(ctx, lo, hi, body)
 
 
-def _copied(spec: KernelSpec, item: RootItem) -> tuple[RootItem, ...]:
-    """The item this update copies, when no special segment wants it (`copied_item`)."""
+def _pass_items(spec: KernelSpec, item: RootItem) -> tuple[tuple[RootItem, ...], bool]:
+    """The items this segment computes in its pass (`pass_items`) that no special segment
+    wants, and whether the first is the value the update copies (`copied_item`)."""
     items = root_items(spec)
-    j = copied_item(items, items.index(item))
-    if j is None or SPECIAL_SEGMENTS.get(items[j].instr.opcode) is not None:
-        return ()
-    return (items[j],)
+    k = items.index(item)
+    also = [j for j in pass_items(items, k) if SPECIAL_SEGMENTS.get(items[j].instr.opcode) is None]
+    return tuple(items[j] for j in also), bool(also) and also[0] == copied_item(items, k)
 
 
 @special_segment(Opcode.SCATTER)

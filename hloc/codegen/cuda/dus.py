@@ -7,15 +7,17 @@ and the buffer assignment never shares such buffers anyway).
 
 A fusion from update-fusion also outputs the value the update copies (through reshapes):
 each thread computes that element once, stores it to the value's output and into the
-updated buffer.
+updated buffer. It computes the fusion's other elementwise outputs of that value's shape at
+the same index (roots.pass_items), all values before any store.
 """
 
 from __future__ import annotations
 
+from ...analysis.sharing import update_source
 from ...ir import Instruction, Opcode
 from ..elemental.indexing import clamped_starts, source_index
 from ..elemental.memory import store_element
-from ..roots import copied_item, reads
+from ..roots import copied_item, pass_items, reads, root_items
 from .kernel import KernelBuild, variant
 from .loop import loop_launch, physical_index
 from .parts import Part, PlanContext, plans, special_parts
@@ -56,17 +58,16 @@ def update_of(pc: PlanContext, k: int) -> int | None:
 def plan_dus(pc: PlanContext, k: int) -> list[Part] | None:
     if not in_place(pc, k):
         return None
-    copied: tuple[int, ...] = ()
     j = copied_item(pc.items, k)
     if j is not None:
         other = special_parts(pc, j)
-        if other is None:
-            copied = (j,)  # a loop item: this kernel computes it, once
-        elif any(k in p.items for p in other):
+        if other is not None and any(k in p.items for p in other):
             return []  # the copied item's kernel writes the update too
+    # Loop items only: this kernel computes each once (the copy first, when it is one).
+    computed = tuple(i for i in pass_items(pc.items, k) if special_parts(pc, i) is None)
     update = pc.items[k].instr.operands[1].shape
     launch = loop_launch(max(1, update.num_elements), 1, pc.target)
-    return [Part("dus.inplace", (k, *copied), launch, late=True)]
+    return [Part("dus.inplace", (k, *computed), launch, late=True)]
 
 
 def _each_update_element(kb: KernelBuild, body) -> None:
@@ -88,17 +89,23 @@ def _destination(kb: KernelBuild, item, index):
 
 @variant("dus.inplace")
 def emit_inplace(kb: KernelBuild) -> None:
-    copied = kb.items()[1:]
+    items = kb.items()
+    chosen = kb.recipe.items
+    copies = len(chosen) > 1 and chosen[1] == copied_item(root_items(kb.comp), chosen[0])
 
     def body(item, update, index):
-        value = None
-        for other in copied:  # the value the update copies: computed once, stored twice
-            at = source_index(kb.ctx, item.instr.operands[1], other.instr, index)
-            value = kb.gen(other.instr)(at)
+        # Every value first, then every store: an item may overwrite what another reads at
+        # this index (roots.pass_items).
+        stores = []
+        update_operand = item.instr.operands[1]
+        at = source_index(kb.ctx, update_operand, update_source(update_operand), index)
+        for other in items[1:]:  # each of the update source's dims
             (k,) = other.outputs
-            store_element(kb.ctx, kb.output_shapes[k], kb.outputs[k], at, value)
-        if value is None:
-            value = kb.gen(item.instr.operands[1])(index)
+            stores.append((kb.output_shapes[k], kb.outputs[k], at, kb.gen(other.instr)(at)))
+        # The value the update copies: computed once, stored twice.
+        value = stores[0][3] if copies else kb.gen(item.instr.operands[1])(index)
+        for shape, buffer, at, v in stores:
+            store_element(kb.ctx, shape, buffer, at, v)
         out = item.outputs[0]
         store_element(kb.ctx, kb.output_shapes[out], kb.outputs[out],
                       _destination(kb, item, index), value)

@@ -9,12 +9,24 @@ in-place update kernels write dynamic-update-slices only). The merged kernel wal
 update's elements once: each element of the
 producer's value is computed, stored to the producer's own output and stored into the
 updated buffer (the backends map one index onto the other through the reshapes between).
+
+The kernel's other operands of that value's shape merge the same way when it reads them at
+the update's index only (an LSTM's new cell state, from which the new hidden state is
+computed): the pass computes them too (sharing.in_update_pass), and a new loop state among
+them still overwrites the old one (sharing.can_share_operand).
 """
 
 from __future__ import annotations
 
-from ...analysis.sharing import can_share_operand, in_place_pairs, update_source
-from ...ir import Computation, Instruction, Module, Opcode
+from ...analysis.sharing import (
+    aligned_uses,
+    can_share_operand,
+    in_place_update,
+    same_indexing,
+    update_source,
+)
+from ...ir import Computation, Instruction, Module, Opcode, Shape
+from ...ir.opcodes import ELEMENTWISE
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
 from .build import as_fusion, fusion_size, merge_into_consumer, restore_orders
@@ -37,10 +49,12 @@ class UpdateFusion(Pass):
 
     Assumes: a valid module, after `fusion` (whose dynamic-update-slice fusions hold their
     update's reshapes). Guarantees: same values; only a loop fusion (or, with `dot-epilogues`,
-    a small dot's output fusion) or elementwise op with one output, read by the update alone
-    (through reshapes), whose value other instructions also use, merges; it must not read
-    the buffer being updated, and no other operand of the update may depend on it (no
-    cycles); at most `max-ops` instructions per merged fusion.
+    a small dot's output fusion) or elementwise op with one output merges, whose value other
+    instructions also use, and which the update reads alone (through reshapes) or the
+    update's kernel reads at the update's index only (a loop fusion or elementwise op of the
+    update's source's dims); it must not read the buffer being updated, no other operand of
+    the update's kernel may depend on it (no cycles), and a loop state it may overwrite in
+    place stays so; at most `max-ops` instructions per merged fusion.
     """
 
     name = "update-fusion"
@@ -56,16 +70,13 @@ class UpdateFusion(Pass):
 
 
 def _in_place_update(consumer: Instruction) -> Instruction | None:
-    """The dynamic-update-slice a kernel computes in place (a bare one, or a fusion's root on a
-    parameter read by nothing else), or None."""
+    """The dynamic-update-slice a kernel computes in place (a bare one, or a fusion's root
+    value on a parameter read by nothing else: the sharing analysis's rule), or None."""
     if consumer.opcode == Op.DYNAMIC_UPDATE_SLICE:
         return consumer
     if consumer.opcode != Op.FUSION or consumer.attrs.fusion_kind != "kLoop":
         return None
-    root = consumer.fused_computation().root
-    if root.opcode != Op.DYNAMIC_UPDATE_SLICE or not in_place_pairs(consumer):
-        return None  # the sharing analysis's rule: its target a parameter nothing else reads
-    return root
+    return in_place_update(consumer.fused_computation())
 
 
 def _outside(consumer: Instruction, inner: Instruction) -> Instruction | None:
@@ -85,24 +96,45 @@ def _small_dot_epilogue(fusion: Instruction, limit: int) -> bool:
         reads_slices(cores[0], limit)
 
 
-def _producer(consumer: Instruction, dot_epilogues: int) -> Instruction | None:
+def _producers(consumer: Instruction, dot_epilogues: int) -> list[Instruction]:
+    """What may merge into `consumer`, an in-place update's kernel: the producer of the value
+    the update copies, then the consumer's operands that the merged kernel would compute in
+    its pass over the update's elements (`sharing.in_update_pass`: elementwise values of the
+    update source's dims, read in the consumer at that index only)."""
     dus = _in_place_update(consumer)
-    if dus is None:
-        return None
-    producer = _outside(consumer, update_source(dus.operands[1]))
-    if producer is None or producer.parent is not consumer.parent:
-        return None
+    if dus is None or consumer.control_predecessors or consumer.control_successors:
+        return []
+    source = update_source(dus.operands[1])
+    out = []
+    copied = _outside(consumer, source)
+    if copied is not None and _fusible(copied, dot_epilogues):
+        out.append(copied)
+    if consumer.opcode == Op.FUSION:
+        for param in consumer.fused_computation().parameters:
+            producer = consumer.operands[param.attrs.parameter_number]
+            if producer is not copied and _fusible(producer, 0) and \
+                    _computed_in_pass(producer, source.shape) and \
+                    aligned_uses(param, source.shape, dus):
+                out.append(producer)
+    return [p for p in out if p.parent is consumer.parent]
+
+
+def _fusible(producer: Instruction, dot_epilogues: int) -> bool:
+    """A loop fusion with one output (or, with `dot-epilogues`, a small dot's output fusion),
+    or an elementwise op that can root a fusion; no control edges."""
+    if producer.control_predecessors or producer.control_successors:
+        return False
     if producer.opcode == Op.FUSION:
-        if not producer.shape.is_array or not (
-                producer.attrs.fusion_kind == "kLoop"
-                or _small_dot_epilogue(producer, dot_epilogues)):
-            return None
-    elif producer_class(producer) != "elementwise" or not can_root_fusion(producer):
-        return None
-    if producer.control_predecessors or producer.control_successors or \
-            consumer.control_predecessors or consumer.control_successors:
-        return None
-    return producer
+        return producer.shape.is_array and (producer.attrs.fusion_kind == "kLoop"
+                                            or _small_dot_epilogue(producer, dot_epilogues))
+    return producer_class(producer) == "elementwise" and can_root_fusion(producer)
+
+
+def _computed_in_pass(producer: Instruction, shape: Shape) -> bool:
+    """`producer`'s value, merged, is elementwise of `shape`'s dims (in_update_pass)."""
+    value = producer.fused_computation().root if producer.opcode == Op.FUSION else producer
+    return value.opcode in ELEMENTWISE and value.opcode != Op.MAP and \
+        same_indexing(value.shape, shape)
 
 
 def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bool:
@@ -114,18 +146,26 @@ def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bo
     target = _outside(consumer, dus.operands[0])
     if target is None or target in producer.operands:
         return False  # the merged kernel would read the buffer it overwrites
-    if _updates_state(producer):
+    if not _keeps_state(consumer, producer, update_source(dus.operands[1]).shape):
         return False
     return not any(depends_on(o, producer) for o in consumer.operands if o is not producer)
 
 
-def _updates_state(producer: Instruction) -> bool:
-    """`producer` computes a new loop-carried value elementwise from the old one, whose buffer
-    its kernel may then overwrite in place; a multi-output fusion's outputs share no
-    operand's buffer, so merged, the loop would need a copy back into the state's buffer
-    (a launch for a launch)."""
-    return any(o.opcode == Op.GET_TUPLE_ELEMENT and o.operands[0].opcode == Op.PARAMETER
-               and can_share_operand(producer, k) for k, o in enumerate(producer.operands))
+def _keeps_state(consumer: Instruction, producer: Instruction, shape: Shape) -> bool:
+    """Merged, every loop-carried value `producer` may overwrite in place (its kernel computes
+    the new value elementwise from the old) stays so: the merged kernel reads the old value
+    at each index of its pass over the update only (sharing's update-pass rule). Else the
+    loop would need a copy back into the state's buffer: a launch for a launch."""
+    for k, o in enumerate(producer.operands):
+        if o.opcode != Op.GET_TUPLE_ELEMENT or o.operands[0].opcode != Op.PARAMETER or \
+                not can_share_operand(producer, k):
+            continue
+        if o in consumer.operands or not _computed_in_pass(producer, shape):
+            return False
+        if producer.opcode == Op.FUSION:
+            if not aligned_uses(producer.fused_computation().parameter(k), shape):
+                return False
+    return True
 
 
 def _merge_updates(comp: Computation, options: UpdateFusion) -> bool:
@@ -133,9 +173,12 @@ def _merge_updates(comp: Computation, options: UpdateFusion) -> bool:
     for consumer in list(comp.instructions):
         if consumer.parent is not comp:
             continue  # merged away earlier in this sweep
-        producer = _producer(consumer, options.dot_epilogues)
-        if producer is None or not _mergeable(consumer, producer, options.max_ops):
-            continue
-        merge_into_consumer(comp, as_fusion(comp, producer), as_fusion(comp, consumer))
-        changed = True
+        while True:  # the merged kernel may take the next producer too
+            producer = next((p for p in _producers(consumer, options.dot_epilogues)
+                             if _mergeable(consumer, p, options.max_ops)), None)
+            if producer is None:
+                break
+            consumer = merge_into_consumer(comp, as_fusion(comp, producer),
+                                           as_fusion(comp, consumer))
+            changed = True
     return changed
