@@ -107,8 +107,14 @@ def in_update_pass(value: Instruction, update: Instruction) -> bool:
     pass_items): an elementwise value with the update's source's dims (update_source). Each
     thread then computes every such value at one index before storing any."""
     source = update_source(update.operands[1])
-    return value is source or (value.opcode in ELEMENTWISE and value.opcode != Opcode.MAP
-                               and same_indexing(value.shape, source.shape))
+    return value is source or elementwise_of(value, source.shape)
+
+
+def elementwise_of(instr: Instruction, shape: Shape) -> bool:
+    """An elementwise op (not map) of `shape`'s dims: element i of it reads element i of each
+    operand only."""
+    return instr.opcode in ELEMENTWISE and instr.opcode != Opcode.MAP and \
+        _same_indexing(instr.shape, shape)
 
 
 def aligned_uses(start: Instruction, shape: Shape, update: Instruction | None = None) -> bool:
@@ -130,9 +136,7 @@ def aligned_uses(start: Instruction, shape: Shape, update: Instruction | None = 
         elif instr.opcode == Opcode.TUPLE:
             if instr is not instr.parent.root:
                 return False
-        elif id(instr) not in chain and (instr.opcode not in ELEMENTWISE
-                                         or instr.opcode == Opcode.MAP
-                                         or not same_indexing(instr.shape, shape)):
+        elif id(instr) not in chain and not elementwise_of(instr, shape):
             return False
     return True
 
@@ -164,7 +168,7 @@ def _same_array(a: Shape, b: Shape) -> bool:
             and a.byte_size == b.byte_size)
 
 
-def same_indexing(a: Shape, b: Shape) -> bool:
+def _same_indexing(a: Shape, b: Shape) -> bool:
     """Element i of one is at the same position as element i of the other (types may differ)."""
     return a.is_array and b.is_array and a.dims == b.dims and (
         a.rank < 2 or a.layout is None or b.layout is None or a.layout == b.layout)
@@ -234,7 +238,7 @@ def _elementwise_in_parameter(fused: Computation, number: int) -> bool:
         return False
     if any(i.opcode == Opcode.MAP for i in inner):
         return False
-    if all(i.opcode in ELEMENTWISE and same_indexing(i.shape, root.shape) for i in inner):
+    if all(i.opcode in ELEMENTWISE and _same_indexing(i.shape, root.shape) for i in inner):
         return True
     return all(_same_linear(i.shape, root.shape) for i in path)
 

@@ -8,10 +8,12 @@ that other instructions still use stay in the caller (they were duplicated, not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...ir import Attrs, Computation, Instruction, Module, Opcode, Shape
 from ...ir.computation import dfs_post_order
 from ..rewrite import detach, drop_detached, update_schedule
-from .cost import producer_class
+from .cost import producer_class, program_computations
 
 Op = Opcode
 
@@ -206,6 +208,15 @@ def merge_into_consumer(comp: Computation, producer: Instruction,
 
 
 # ---- orders ----------------------------------------------------------------------------------
+def fuse_each(module: Module, fuse: Callable[[Computation], bool]) -> bool:
+    """`fuse` on every program computation (cost.program_computations), then the changed ones'
+    instruction lists and the module's computations back in order; whether any changed."""
+    changed = [comp for comp in program_computations(module) if fuse(comp)]
+    if changed:
+        restore_orders(module, changed)
+    return bool(changed)
+
+
 def restore_orders(module: Module, changed: list[Computation]) -> None:
     """Instruction lists back in def-before-use order; computations callees first."""
     for comp in changed:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from ...ir import Computation, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
-from .build import fuse_cluster, restore_orders
+from .build import fuse_cluster, fuse_each
 from .cluster import FusionLimits, grow, reads_slices
-from .cost import can_root_fusion, program_computations
+from .cost import can_root_fusion
 
 
 @register_pass(aliases=("instruction-fusion",))
@@ -53,11 +53,7 @@ class FusionPass(Pass):
     dot_slices: int = option(0, minimum=0)
 
     def run(self, module: Module) -> bool:
-        changed = [comp for comp in program_computations(module)
-                   if _fuse_computation(comp, self)]
-        if changed:
-            restore_orders(module, changed)
-        return bool(changed)
+        return fuse_each(module, lambda comp: _fuse_computation(comp, self))
 
 
 def _fuse_computation(comp: Computation, limits: FusionLimits) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from ...ir import Computation, Instruction, Module, Opcode
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
-from .build import as_fusion, fusion_size, merge_fusions, restore_orders
-from .cost import can_root_fusion, depends_on, producer_class, program_computations
+from .build import as_fusion, fuse_each, fusion_size, merge_fusions
+from .cost import can_root_fusion, depends_on, producer_class
 
 Op = Opcode
 _MAX_GROUP = 16  # siblings tried per operand and shape: keeps a sweep linear
@@ -40,18 +40,15 @@ class MultiOutputFusion(Pass):
     max_sweeps: int = option(8, minimum=1)
 
     def run(self, module: Module) -> bool:
-        changed = []
-        for comp in program_computations(module):
-            merged = False
-            for _ in range(self.max_sweeps):
-                if not _sweep(comp, self.max_ops):
-                    break
-                merged = True
-            if merged:
-                changed.append(comp)
-        if changed:
-            restore_orders(module, changed)
-        return bool(changed)
+        return fuse_each(module, self._sweeps)
+
+    def _sweeps(self, comp: Computation) -> bool:
+        merged = False
+        for _ in range(self.max_sweeps):
+            if not _sweep(comp, self.max_ops):
+                break
+            merged = True
+        return merged
 
 
 # ---- candidates ------------------------------------------------------------------------------

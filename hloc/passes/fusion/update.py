@@ -21,17 +21,16 @@ from __future__ import annotations
 from ...analysis.sharing import (
     aligned_uses,
     can_share_operand,
+    elementwise_of,
     in_place_update,
-    same_indexing,
     update_source,
 )
 from ...ir import Computation, Instruction, Module, Opcode, Shape
-from ...ir.opcodes import ELEMENTWISE
 from ...util.record import dataclass
 from ..base import Pass, option, register_pass
-from .build import as_fusion, fusion_size, merge_into_consumer, restore_orders
+from .build import as_fusion, fuse_each, fusion_size, merge_into_consumer
 from .cluster import reads_slices
-from .cost import can_root_fusion, depends_on, producer_class, program_computations
+from .cost import can_root_fusion, depends_on, producer_class
 
 Op = Opcode
 
@@ -62,11 +61,7 @@ class UpdateFusion(Pass):
     dot_epilogues: int = option(0, minimum=0)
 
     def run(self, module: Module) -> bool:
-        changed = [comp for comp in program_computations(module)
-                   if _merge_updates(comp, self)]
-        if changed:
-            restore_orders(module, changed)
-        return bool(changed)
+        return fuse_each(module, lambda comp: _merge_updates(comp, self))
 
 
 def _in_place_update(consumer: Instruction) -> Instruction | None:
@@ -133,8 +128,7 @@ def _fusible(producer: Instruction, dot_epilogues: int) -> bool:
 def _computed_in_pass(producer: Instruction, shape: Shape) -> bool:
     """`producer`'s value, merged, is elementwise of `shape`'s dims (in_update_pass)."""
     value = producer.fused_computation().root if producer.opcode == Op.FUSION else producer
-    return value.opcode in ELEMENTWISE and value.opcode != Op.MAP and \
-        same_indexing(value.shape, shape)
+    return elementwise_of(value, shape)
 
 
 def _mergeable(consumer: Instruction, producer: Instruction, max_ops: int) -> bool:
