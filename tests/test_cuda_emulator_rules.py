@@ -157,15 +157,20 @@ def test_sample_ptx_has_no_nan_canonicalizing_sign_ops(name, tmp_path):
 
 @pytest.mark.parametrize("dtype,ty", [(np.float32, "f32"), (np.float64, "f64")])
 def test_cuda_remainder_is_exact_fmod(dtype, ty):
-    """The emitter's integer fmod (elemental/fmod.py) against libm's, bit for bit: large
-    quotients (where x - trunc(x/y)*y rounds), signed zeros, subnormals, inf and NaN."""
+    """The emitter's integer fmod (elemental/fmod.py) against libm's, bit for bit, with the
+    divisor flushed as XLA CPU's denormals-are-zero does (a subnormal divisor gives NaN; a
+    subnormal dividend or result is kept): large quotients (where x - trunc(x/y)*y rounds),
+    signed zeros, subnormals, inf and NaN."""
+    from hloc.runtime.interpreter.numeric import flush_denormals
+
     from .support.run import emulate_hlo
 
     tiny = np.finfo(dtype).smallest_subnormal
+    normal = np.finfo(dtype).tiny
     x = np.array([1e30, -1e30, -0.0, 5.5, -5.5, 3 * tiny, 7.0, np.inf, 1.0, np.nan, 1e-30,
-                  123456.789, -0.0, 2.5], dtype)
+                  123456.789, -0.0, 2.5, 3 * tiny, -1.0, 0.0, 1.02 * normal, 3 * tiny], dtype)
     y = np.array([3.3, 0.7, 2.0, 0.0, 2.0, 2 * tiny, np.inf, 1.0, np.nan, 3.0, 3e-31,
-                  0.001, -1.0, -2.5], dtype)
+                  0.001, -1.0, -2.5, 1.0, 7 * tiny, -5 * tiny, normal, -normal], dtype)
     n = len(x)
     text = f"""HloModule m
 ENTRY e {{
@@ -175,7 +180,8 @@ ENTRY e {{
 }}"""
     got = np.asarray(emulate_hlo(text, [x, y])[0][0])
     with np.errstate(invalid="ignore"):
-        want = np.fmod(x, y)
+        want = np.fmod(x, flush_denormals(y))
+    assert np.isnan(want[[5, 15, 16]]).all() and want[17] != 0 and want[14] == 3 * tiny
     nan = np.isnan(want)
     assert (np.isnan(got) == nan).all()
     assert got[~nan].tobytes() == want[~nan].tobytes()

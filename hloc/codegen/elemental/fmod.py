@@ -8,7 +8,9 @@ x = mx * 2**ex and y = my * 2**ey (ex >= ey), r = mx * 2**(ex - ey) mod my, take
 of the exponent difference at a time so the shifted remainder fits in 64 bits; then
 r * 2**ey is packed back, subnormal if it must be, with x's sign. NaN results follow x86
 (nanbits.x86_nan): fmod(x, 0) and fmod(inf, y) are the default NaN, a NaN operand comes
-back quiet.
+back quiet. XLA CPU runs with denormals-are-zero, which its fmod applies to the divisor only
+(a subnormal y gives NaN; a subnormal x, or a subnormal result, stays as it is), and so
+does this one, for f32 and f64 alike.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .types import F64, I64
 
 
 def exact_fmod(ctx, x: ir.Value, y: ir.Value) -> ir.Value:
-    """fmod(x, y) bit for bit as glibc computes it (subnormals included)."""
+    """fmod(x, y) bit for bit as XLA CPU computes it (glibc's fmod, the divisor under DAZ)."""
     b = ctx.builder
     ity = nanbits.int_type(x)
     man = 52 if x.type == F64 else 23
@@ -37,7 +39,9 @@ def exact_fmod(ctx, x: ir.Value, y: ir.Value) -> ir.Value:
     inf = ir.Constant(ity, ((1 << (ity.width - 1 - man)) - 1) << man)
     small = b.or_(b.icmp_unsigned("<", ax, ay), b.icmp_unsigned("==", ay, inf))
     result = b.select(small, x, exact)
-    invalid = b.or_(b.icmp_unsigned(">=", ax, inf), b.icmp_unsigned("==", ay, ir.Constant(ity, 0)))
+    # A subnormal divisor counts as zero, as in XLA CPU's fmod under DAZ (x is not flushed).
+    smallest_normal = ir.Constant(ity, 1 << man)
+    invalid = b.or_(b.icmp_unsigned(">=", ax, inf), b.icmp_unsigned("<", ay, smallest_normal))
     invalid = b.or_(invalid, b.icmp_unsigned(">", ay, inf))
     nan = nanbits.x86_nan(ctx, nanbits.default_nan(x), x, y)
     return b.select(invalid, nan, result)
