@@ -1895,6 +1895,37 @@ def _bitwise(rng):
     return f, (a, b, a8, b8, a16, b16, p, q)
 
 
+@op_case("narrow_contraction_converts", "bf16 / f8 / f16 dots and convolutions whose result is "
+         "converted to a wider type: XLA CPU reads a bf16 contraction converted to f32, and an f8 "
+         "one converted to f16, unrounded (its float normalization's convert folding); an f16 "
+         "contraction, or an f8 one converted to f32, rounds to its own type first. The tolerance admits an f8 rounding "
+         "(the sums run in another order than XLA's, and the unoptimized module, which the "
+         "interpreter also checks, rounds every narrow result); tests/test_pass_float_norm.py "
+         "checks the folding itself against these outputs closely.", rtol=0.13, atol=1e-3)
+def _narrow_contraction_converts(rng):
+    import jax.numpy as jnp
+    from jax import lax
+
+    a = normal(rng, (16, 24), scale=4.0)
+    b = normal(rng, (24, 12))
+    x = normal(rng, (2, 9, 9, 3), scale=2.0)
+    w = normal(rng, (3, 3, 3, 4))
+
+    def conv(x, w, t):
+        return lax.conv_general_dilated(x.astype(t), w.astype(t), (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def f(a, b, x, w):
+        bf, f8, h = jnp.bfloat16, jnp.float8_e4m3fn, jnp.float16
+        dot = lambda t: a.astype(t) @ b.astype(t)  # noqa: E731
+        return ((dot(bf)).astype(jnp.float32), dot(bf).astype(h), dot(bf),
+                dot(f8).astype(h), dot(f8).astype(jnp.float32), dot(h).astype(jnp.float32),
+                conv(x, w, bf).astype(jnp.float32), conv(x, w, f8).astype(h),
+                conv(x, w, h).astype(jnp.float32))
+
+    return f, (a, b, x, w)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

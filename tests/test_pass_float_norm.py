@@ -120,3 +120,25 @@ def test_narrow_float_outputs_stay_bit_exact_with_xla(name):
     narrow = [i for i, o in enumerate(sample_meta(name)["outputs"]) if o["dtype"] in _NARROW]
     exact_before = [i for i in narrow if bits_equal(before[i], expected[i])]
     assert [i for i in exact_before if not bits_equal(after[i], expected[i])] == []
+
+
+def test_narrow_contractions_converted_wide_are_read_like_xla():
+    """XLA CPU's convert folding covers dots too: a bf16 dot converted to f32 (output 0) and
+    an f8 dot converted to f16 (output 3) come out unrounded, the latter rounded to f16 only,
+    where an f16 dot (5), or an f8 dot converted to f32 (4), round to their own type first.
+    The sums run in another order than XLA's, so the check is the error: far below the
+    narrow type's rounding with folding, at that rounding without it."""
+    name = "ops/narrow_contraction_converts"
+    args, expected = sample_arrays(name, "inputs"), sample_arrays(name, "expected")
+
+    def errors(spec):
+        module = load(SAMPLES / f"{name}.pb").module
+        run_passes(module, spec)
+        got = evaluate(module, args).flatten()
+        return [float(np.max(np.abs(got[i].astype(np.float64) - expected[i])
+                             / np.abs(expected[i].astype(np.float64)))) for i in (0, 3)]
+
+    bf16_dot, f8_dot = errors("float-normalization")
+    assert bf16_dot < 1e-5 and f8_dot <= 2 ** -11
+    bf16_dot, f8_dot = errors("float-normalization{xla-convert-folding=false}")
+    assert bf16_dot > 2 ** -10 and f8_dot > 2 ** -6

@@ -105,22 +105,25 @@ class _Normalizer:
         instr.shape = narrow.with_type(target)
         back = self.comp.add(Instruction(Op.CONVERT, narrow, [instr]))
         for user in users:
-            if self.skips_rounding(instr, user, narrow.element_type):
+            if not self.skips_rounding(user, narrow.element_type):
+                user.replace_operand_with(instr, back)
+            elif user.shape.element_type == target:
                 user.replace_all_uses_with(instr)
                 self.comp.remove(user)
-                continue
-            user.replace_operand_with(instr, back)
+            # else the convert reads the wide value as it is: an f8 contraction, which XLA
+            # runs as an f16 one (in f32 here), read as f16
         if was_root:
             self.comp.root = back
         elif not back.users:
             self.comp.remove(back)
 
-    def skips_rounding(self, wide: Instruction, user: Instruction, narrow: PrimitiveType) -> bool:
+    def skips_rounding(self, user: Instruction, narrow: PrimitiveType) -> bool:
         """XLA CPU quirk, reproduced for equal values: an explicit convert of a normalized bf16
-        (f8) result to f32 (f16), the very compute type, reads the wide value unrounded."""
+        (f8) result to f32 (f16), the very type XLA's normalization computes it in, reads the
+        wide value unrounded; dots and convolutions included (an f8 one, which XLA computes
+        as an f16 one in f32, then reads it rounded to f16 only)."""
         return (self.fold and narrow in _FOLDABLE and user.opcode == Op.CONVERT
-                and user.shape.element_type == wide.shape.element_type
-                and wide.opcode not in (Op.DOT, Op.CONVOLUTION)
+                and user.shape.element_type == self.table[narrow]
                 and not user.control_predecessors and not user.control_successors)
 
     def run(self) -> bool:
