@@ -1926,6 +1926,36 @@ def _narrow_contraction_converts(rng):
     return f, (a, b, x, w)
 
 
+@op_case("linalg_svd_eig_tridiagonal", "jax's other LAPACK calls on CPU: gesdd (singular "
+         "values alone, thin and full vectors, batched, f32 and a rank-deficient matrix), geev "
+         "(eigenvalues and right eigenvectors of a non-symmetric matrix with a complex pair) and "
+         "gtsv (batched tridiagonal solve with a row interchange).", rtol=2e-4, atol=2e-5)
+def _linalg_svd_eig_tridiagonal(rng):
+    import jax.numpy as jnp
+    from jax import lax
+
+    a = normal(rng, (3, 7, 4))
+    low_rank = (normal(rng, (6, 2)) @ normal(rng, (2, 5))).astype(np.float32)
+    g = np.array([[2.0, -1.0, 0.5, 0.0], [1.0, 2.0, 0.0, 0.3], [0.0, 0.4, 3.0, 1.0],
+                  [0.2, 0.0, -1.0, 1.5]], np.float32)
+    d = normal(rng, (2, 8)) + 3.0
+    d[0, 2] = 0.01  # smaller than its subdiagonal neighbour: gtsv swaps the rows
+    dl, du = normal(rng, (2, 8)), normal(rng, (2, 8))
+    dl[:, 0] = 0.0
+    du[:, -1] = 0.0
+    b = normal(rng, (2, 8, 3))
+
+    def f(a, low_rank, g, dl, d, du, b):
+        u, s, vt = jnp.linalg.svd(a, full_matrices=False)
+        uf, sf, vtf = jnp.linalg.svd(low_rank, full_matrices=True)
+        w, v = jnp.linalg.eig(g)
+        return (s, jnp.abs(u), jnp.abs(vt), (u * s[..., None, :]) @ vt,
+                sf, jnp.abs(uf[:, :2]), jnp.abs(vtf[:2]), jnp.linalg.svd(a, compute_uv=False),
+                w, v, lax.linalg.tridiagonal_solve(dl, d, du, b))
+
+    return f, (a, low_rank, g, dl, d, du, b)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""jax's LAPACK custom calls on LAPACK itself (hloc/runtime/cpu/lapack.py) against the
+"""jax's LAPACK custom calls on LAPACK itself (hloc/runtime/lapack.py) against the
 reference interpreter's versions, call by call, options and batches included, and in a
 compiled bundle of the `linalg` sample against XLA's outputs."""
 
@@ -9,10 +9,11 @@ import itertools
 import numpy as np
 import pytest
 
+from hloc.errors import UnsupportedError
 from hloc.ir import Attrs, Computation, Opcode, Shape
-from hloc.runtime.cpu import lapack
-from hloc.runtime.cpu.openblas import fortran
+from hloc.runtime import lapack
 from hloc.runtime.interpreter import evaluate_computation
+from hloc.runtime.openblas import fortran
 from tests.conftest import SAMPLES, sample_arrays
 from tests.test_interp_structural import arr
 
@@ -165,3 +166,81 @@ def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch
     assert_close(exe.run(args), expected, rtol=1e-4, atol=1e-4)
     native = [m for m in made if m is not None]
     assert len(native) == 7, made  # 3 trsm, getrf, geqrf, potrf, syevd
+
+
+def _custom_call(target, out_shape, operands, config="{}"):
+    comp = Computation("entry")
+    params = [comp.create(Opcode.PARAMETER, arr(a.shape, a.dtype),
+                          attrs=Attrs(parameter_number=i)) for i, a in enumerate(operands)]
+    comp.root = comp.create(Opcode.CUSTOM_CALL, out_shape, params,
+                            attrs=Attrs(custom_call_target=target, backend_config=config))
+    return comp
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+@pytest.mark.parametrize("mode", ["A", "S", "N"])
+@pytest.mark.parametrize("rows,cols", [(7, 4), (3, 5)])
+def test_gesdd(p, dtype, mode, rows, cols):
+    """LAPACK's SVD (the interpreter calls the same routine): singular values as NumPy's,
+    vectors orthonormal and reconstructing the matrix; a NaN matrix fails with status 1."""
+    a = RNG.standard_normal((2, rows, cols)).astype(dtype)
+    a[1, 0, 0] = np.nan
+    k = min(rows, cols)
+    ucols, vrows = {"A": (rows, cols), "S": (k, k), "N": (rows, cols)}[mode]
+    out = Shape.tuple_of([arr((2, rows, cols), dtype), arr((2, k), dtype),
+                       arr((2, rows, ucols), dtype), arr((2, vrows, cols), dtype),
+                       Shape.array("s32", (2,))])
+    comp = _custom_call(f"lapack_{p}gesdd_ffi", out, [a], config(mode=mode))
+    _, s, u, vt, info = lapack.native_impl(comp.root)(None, comp.root, [a])
+    assert list(info) == [0, 1] and np.isnan(s[1]).all()
+    assert_close(s[0], np.linalg.svd(a[0].astype(np.float64), compute_uv=False).astype(dtype),
+                 **tol(dtype))
+    if mode != "N":
+        assert_close((u[0][:, :k] * s[0]) @ vt[0][:k], a[0], **tol(dtype))
+        assert_close(u[0].T @ u[0], np.eye(ucols, dtype=dtype), **tol(dtype))
+    got = evaluate_computation(comp, [a])
+    assert all(np.array_equal(g, w, equal_nan=True) for g, w in zip(got[1:], (s, u, vt, info), strict=True))
+
+
+@pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
+def test_geev_right_vectors_and_complex_pairs(p, dtype):
+    """Eigenvalues (a complex pair included) and unpacked right eigenvectors: A v = w v; an
+    inf in the matrix gives status -4 and NaN, as jax's kernel."""
+    g = np.array([[[2.0, -1.0, 0.5], [1.0, 2.0, 0.0], [0.0, 0.4, 3.0]]] * 2, dtype)
+    g[1, 2, 2] = np.inf
+    c = np.complex64 if dtype == np.float32 else np.complex128
+    out = Shape.tuple_of([arr((2, 3), dtype), arr((2, 3), dtype), arr((2, 3, 3), c),
+                       arr((2, 3, 3), c), Shape.array("s32", (2,))])
+    comp = _custom_call(f"lapack_{p}geev_ffi", out, [g],
+                        config(compute_left="N", compute_right="V"))
+    wr, wi, _, vr, info = lapack.native_impl(comp.root)(None, comp.root, [g])
+    assert list(info) == [0, -4] and np.isnan(wr[1]).all()
+    w = wr[0] + 1j * wi[0]
+    assert sorted(np.round(wi[0], 3)) != [0, 0, 0]  # a complex pair
+    np.testing.assert_allclose(g[0] @ vr[0], vr[0] * w, **tol(dtype))
+    assert_close(np.linalg.norm(vr[0], axis=0), np.ones(3, dtype), **tol(dtype))
+    left = _custom_call(f"lapack_{p}geev_ffi", out, [g], config(compute_left="V", compute_right="N"))
+    assert lapack.native_impl(left.root) is None
+    with pytest.raises(UnsupportedError, match="left eigenvectors"):
+        evaluate_computation(left, [g])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gtsv_solves_with_row_interchanges_and_reports_a_zero_pivot(dtype):
+    """The interpreter's gtsv (LAPACK's steps) against a dense solve, with a diagonal entry
+    smaller than the one below it (a row interchange); a singular system gives the row of
+    its zero pivot, as LAPACK's status."""
+    n, k = 7, 3
+    dl, d, du = (RNG.standard_normal((2, n)).astype(dtype) for _ in range(3))
+    d += 3
+    d[:, 2] = 0.01
+    dl[:, 0] = du[:, -1] = 0
+    b = RNG.standard_normal((2, n, k)).astype(dtype)
+    d[1], dl[1], du[1] = 0, 0, 0  # singular: the first pivot is zero
+    out = Shape.tuple_of([arr(x.shape, dtype) for x in (dl, d, du, b)] + [Shape.array("s32", (2,))])
+    comp = _custom_call("lapack_{}gtsv_ffi".format("s" if dtype == np.float32 else "d"), out,
+                        [dl, d, du, b])
+    *_, x, info = evaluate_computation(comp, [dl, d, du, b])
+    assert list(info) == [0, 1]
+    dense = np.diag(d[0]) + np.diag(dl[0, 1:], -1) + np.diag(du[0, :-1], 1)
+    assert_close(x[0], np.linalg.solve(dense.astype(np.float64), b[0]).astype(dtype), **tol(dtype))

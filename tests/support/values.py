@@ -75,6 +75,10 @@ def assert_matches(got, ref, *, rtol: float = 0.0, atol: float = 0.0, what: str 
     """Exact (NaN == NaN, -0 != +0 when exact) unless tolerances are given."""
     g, r = as_comparable(got), as_comparable(ref)
     assert g.shape == r.shape, f"{what}: shape {g.shape} != {r.shape}"
+    if g.dtype.kind == "c" and r.dtype.kind == "c":  # each part as a float (NaN == NaN)
+        assert_matches(g.real, r.real, rtol=rtol, atol=atol, what=f"{what} (real part)")
+        assert_matches(g.imag, r.imag, rtol=rtol, atol=atol, what=f"{what} (imaginary part)")
+        return
     if g.dtype.kind != "f":
         bad = g != r
         assert not bad.any(), f"{what}: {bad.sum()} mismatches, first at {np.argwhere(bad)[0]}: " \

@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
+from ..openblas import openblas
 from . import gemm, native_pool, parallel
-from .openblas import openblas
 
 # Products below this many flops use one BLAS thread.
 SINGLE_THREAD_FLOPS = 2000000

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...thunks.base import ThunkKind
 from ..interpreter import evaluate_computation, registry
-from .lapack import native_impl
+from ..lapack import native_impl
 from .program import LoadContext, Step, builds, op_names
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import dtypes
 from ...thunks.gpu import BlasCall
-from ..cpu.openblas import fortran
+from ..openblas import fortran
 from .cublas import check_call
 
 _ROUTINES = {"f32": "sgemm", "f64": "dgemm"}

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from ...errors import UnsupportedError
 from ...ir import Opcode, TriangularSolveOptions, Window, WindowDimension
 from .control import custom_call_target
 from .reduce import dilate_and_pad
@@ -325,3 +326,137 @@ def lapack_syevd(ctx, instr, ops):
     w, v = np.linalg.eigh(a.astype(_wide(a.dtype)), UPLO=o.get("uplo", "L"))
     vectors = v.astype(a.dtype) if o.get("mode", "V") == "V" else a
     return vectors, w.astype(val_shape.np_dtype), np.zeros(info_shape.dims, np.int32)
+
+
+def _matrices(batch: tuple[int, ...]):
+    return list(np.ndindex(*batch))
+
+
+def _on_lapack(ctx, instr, ops):
+    """The call on LAPACK itself (numpy's bundled OpenBLAS, as the CPU runtime runs it), or
+    None. Singular vectors and eigenvectors are unique only up to sign (phase), which the
+    routine picks in the call's own precision: NumPy's versions, in f64, pick others."""
+    from ..lapack import native_impl
+
+    run = native_impl(instr)
+    return None if run is None else run(ctx, instr, ops)
+
+
+@custom_call_target(*_lapack_targets("gesdd", "s", "d", "c", "z"))
+def lapack_gesdd(ctx, instr, ops):
+    """Singular values (and vectors: mode 'A' all of U and V^T, 'S' the first min(m, n), 'N'
+    none): LAPACK's gesdd where it is there (_on_lapack), else NumPy's in f64. A matrix that fails (no convergence, a NaN) gets NaN and status 1;
+    the overwritten input and the vectors of mode 'N' are unspecified in LAPACK: here the input
+    and zeros. The signs of singular vectors are LAPACK's convention, not unique."""
+    native = _on_lapack(ctx, instr, ops)
+    if native is not None:
+        return native
+    (a,) = ops
+    mode = lapack_options(instr).get("mode", "A")
+    if mode not in "ASN":
+        raise UnsupportedError(f"{instr.attrs.custom_call_target}: mode '{mode}'")
+    _, s_shape, u_shape, vt_shape, info_shape = instr.shape.tuple_shapes
+    wide = a.astype(_wide(a.dtype))
+    s = np.zeros(s_shape.dims, _wide(s_shape.np_dtype))
+    u, vt = np.zeros(u_shape.dims, wide.dtype), np.zeros(vt_shape.dims, wide.dtype)
+    info = np.zeros(a.shape[:-2], np.int32)
+    for idx in _matrices(a.shape[:-2]):
+        try:
+            if mode == "N":
+                s[idx] = np.linalg.svd(wide[idx], compute_uv=False)
+            else:
+                u[idx], s[idx], vt[idx] = np.linalg.svd(wide[idx], full_matrices=mode == "A")
+        except np.linalg.LinAlgError:
+            s[idx], u[idx], vt[idx], info[idx] = np.nan, np.nan, np.nan, 1
+    return (a, s.astype(s_shape.np_dtype), u.astype(u_shape.np_dtype),
+            vt.astype(vt_shape.np_dtype), info.reshape(info_shape.dims))
+
+
+@custom_call_target(*_lapack_targets("geev", "s", "d", "c", "z"))
+def lapack_geev(ctx, instr, ops):
+    """Eigenvalues and right eigenvectors of a general matrix: LAPACK's geev where it is there
+    (_on_lapack), else NumPy's in f64 (unit norm,
+    largest component real; a real matrix's complex pairs as conjugate columns, as jax
+    unpacks them). A matrix with an inf or NaN gets status -4 and NaN, as jax's kernel skips
+    it. Left eigenvectors are not implemented."""
+    native = _on_lapack(ctx, instr, ops)
+    if native is not None:
+        return native
+    (a,) = ops
+    o = lapack_options(instr)
+    target = instr.attrs.custom_call_target
+    if o.get("compute_left", "N") == "V":
+        raise UnsupportedError(f"{target}: left eigenvectors (compute_left='V')")
+    shapes = instr.shape.tuple_shapes
+    real = len(shapes) == 5
+    n = a.shape[-1]
+    w = np.zeros(a.shape[:-1], np.complex128)
+    vr = np.zeros(a.shape, np.complex128)
+    info = np.zeros(a.shape[:-2], np.int32)
+    wide = a.astype(_wide(a.dtype))
+    for idx in _matrices(a.shape[:-2]):
+        if not np.isfinite(wide[idx]).all():
+            w[idx], vr[idx], info[idx] = np.nan, np.nan, -4
+            continue
+        try:
+            w[idx], vr[idx] = np.linalg.eig(wide[idx]) if n else (w[idx], vr[idx])
+        except np.linalg.LinAlgError:
+            w[idx], vr[idx], info[idx] = np.nan, np.nan, 1
+    vl_shape, vr_shape, info_shape = shapes[-3:]
+    vectors = (np.zeros(vl_shape.dims, vl_shape.np_dtype), vr.astype(vr_shape.np_dtype),
+               info.reshape(info_shape.dims))
+    if real:
+        values = (w.real.astype(shapes[0].np_dtype), w.imag.astype(shapes[1].np_dtype))
+    else:
+        values = (w.astype(shapes[0].np_dtype),)
+    return (*values, *vectors)
+
+
+def _gtsv(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> int:
+    """LAPACK gtsv in place (jax's operands: dl[0] and du[-1] unused): Gaussian elimination
+    with partial pivoting, row by row, then back substitution. Afterwards d and du hold U's
+    diagonal and first superdiagonal, dl[1:] its second; the status is the 1-based row of a
+    zero pivot (0: solved)."""
+    n = len(d)
+    low = dl[1:]  # LAPACK's DL(1..n-1)
+    for i in range(n - 1):
+        if abs(d[i]) >= abs(low[i]):
+            if d[i] == 0:
+                return i + 1
+            fact = low[i] / d[i]
+            d[i + 1] -= fact * du[i]
+            b[i + 1] -= fact * b[i]
+            if i < n - 2:
+                low[i] = 0
+        else:
+            fact = d[i] / low[i]
+            d[i] = low[i]
+            temp = d[i + 1]
+            d[i + 1] = du[i] - fact * temp
+            if i < n - 2:
+                low[i] = du[i + 1]
+                du[i + 1] = -fact * low[i]
+            du[i] = temp
+            b[i], b[i + 1] = b[i + 1].copy(), b[i] - fact * b[i + 1]
+    if n and d[n - 1] == 0:
+        return n
+    if n:
+        b[n - 1] /= d[n - 1]
+    if n > 1:
+        b[n - 2] = (b[n - 2] - du[n - 2] * b[n - 1]) / d[n - 2]
+    for i in range(n - 3, -1, -1):
+        b[i] = (b[i] - du[i] * b[i + 1] - low[i] * b[i + 2]) / d[i]
+    return 0
+
+
+@custom_call_target(*_lapack_targets("gtsv", "s", "d", "c", "z"))
+def lapack_gtsv(ctx, instr, ops):
+    """A tridiagonal system per matrix of the batch (dl, d, du: [..., n]; b: [..., n, k]) by
+    LAPACK's gtsv steps in the call's precision; results (dl, d, du, x, status) as LAPACK
+    leaves them."""
+    dl, d, du, b = (np.array(x) for x in ops)
+    info = np.zeros(d.shape[:-1], np.int32)
+    with np.errstate(all="ignore"):
+        for idx in _matrices(d.shape[:-1]):
+            info[idx] = _gtsv(dl[idx], d[idx], du[idx], b[idx])
+    return dl, d, du, b, info.reshape(instr.shape.tuple_shapes[4].dims)

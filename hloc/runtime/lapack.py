@@ -6,9 +6,11 @@ are written for clarity: in f64, with Python loops over rows (an LU of order n t
 NumPy steps, a triangular solve one per row), so a CPU bundle running them took 20 x XLA's
 time on 6 x 6 matrices and far more on big ones. Here the CPU runtime calls the same
 routines XLA does, from the LAPACK in numpy's bundled OpenBLAS (openblas.fortran), in the
-call's own precision, one call per matrix of a batch: potrf, getrf, geqrf, orgqr, syevd and
-trsm, single and double precision. Where the library or a routine is missing, or for the
-complex variants, the runtime keeps the interpreter's versions.
+call's own precision, one call per matrix of a batch: potrf, getrf, geqrf, orgqr, syevd,
+trsm, gesdd and geev (right eigenvectors), single and double precision. Where the library or a
+routine is missing, or for the complex variants, the runtime keeps the interpreter's versions.
+The interpreter itself takes gesdd and geev from here: the signs of singular vectors and
+eigenvectors are the routine's choice in the call's precision, which NumPy's (in f64) is not.
 
 Results are LAPACK's, as XLA's are, with two choices kept from the interpreter so that the
 two paths agree: a Cholesky factorization that fails leaves NaN in the factor's triangle and
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..interpreter.contract import lapack_options
+from .interpreter.contract import lapack_options
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
@@ -231,8 +233,110 @@ def _trsm(routine, dtype, instr):
     return run
 
 
+def _gesdd(routine, dtype, instr):
+    fn, it = routine
+    mode = lapack_options(instr).get("mode", "A")
+    if mode not in "ASN":
+        return None
+    _, s_shape, u_shape, vt_shape, info_shape = instr.shape.tuple_shapes
+    shape = instr.operands[0].shape.dims
+    rows, cols = shape[-2:]
+    ucols = u_shape.dims[-1] if mode != "N" else 1
+    vrows = vt_shape.dims[-2] if mode != "N" else 1
+    jobz, m_, n_, lda, info = _char(mode), it(rows), it(cols), it(max(1, rows)), it(0)
+    ldu, ldvt = it(max(1, rows)), it(max(1, vrows))
+    s = np.zeros(max(1, min(rows, cols)), dtype)
+    u = np.zeros((max(1, rows), ucols), dtype, order="F")
+    vt = np.zeros((max(1, vrows), max(1, cols)), dtype, order="F")
+    iwork = np.zeros(max(1, 8 * min(rows, cols)), np.dtype(it))
+
+    def call(m, work, lwork):
+        fn(_byref(jobz), _byref(m_), _byref(n_), _p(m), _byref(lda), _p(s), _p(u),
+           _byref(ldu), _p(vt), _byref(ldvt), _p(work), _byref(it(lwork)), _p(iwork),
+           _byref(info), _ONE)
+
+    probe = np.zeros((max(1, rows), max(1, cols)), dtype, order="F")
+    work = np.zeros(_workspace(lambda w: call(probe, w, -1), dtype), dtype)
+    batches = _batches(shape[:-2])
+    k = min(rows, cols)
+
+    def run(ops):
+        (a,) = ops
+        sv = np.zeros(s_shape.dims, dtype)
+        us, vts = np.zeros(u_shape.dims, dtype), np.zeros(vt_shape.dims, dtype)
+        infos = np.zeros(shape[:-2], np.int32)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            if not np.isfinite(m).all():  # LAPACK may not return on NaN: as a failure
+                sv[idx], us[idx], vts[idx], infos[idx] = np.nan, np.nan, np.nan, 1
+                continue
+            call(m, work, len(work))
+            sv[idx], infos[idx] = s[:k], info.value
+            if mode != "N":
+                us[idx], vts[idx] = u[:rows, :ucols], vt[:vrows, :cols]
+        return a, sv, us, vts, infos.reshape(info_shape.dims)
+    return run
+
+
+def _geev(routine, dtype, instr):
+    fn, it = routine
+    o = lapack_options(instr)
+    if o.get("compute_left", "N") == "V":
+        return None
+    right = o.get("compute_right", "N") == "V"
+    wr_shape, wi_shape, vl_shape, vr_shape, info_shape = instr.shape.tuple_shapes
+    shape = instr.operands[0].shape.dims
+    n = shape[-1]
+    jobvl, jobvr = _char("N"), _char("V" if right else "N")
+    n_, lda, info = it(n), it(max(1, n)), it(0)
+    wr, wi = np.zeros(max(1, n), dtype), np.zeros(max(1, n), dtype)
+    vl = np.zeros((1, 1), dtype, order="F")
+    vr = np.zeros((max(1, n), max(1, n)), dtype, order="F")
+
+    def call(m, work, lwork):
+        fn(_byref(jobvl), _byref(jobvr), _byref(n_), _p(m), _byref(lda), _p(wr), _p(wi),
+           _p(vl), _byref(it(1)), _p(vr), _byref(it(max(1, n))), _p(work),
+           _byref(it(lwork)), _byref(info), _ONE, _ONE)
+
+    probe = np.zeros((max(1, n), max(1, n)), dtype, order="F")
+    work = np.zeros(_workspace(lambda w: call(probe, w, -1), dtype), dtype)
+    batches = _batches(shape[:-2])
+
+    def run(ops):
+        (a,) = ops
+        wrs, wis = np.zeros(wr_shape.dims, dtype), np.zeros(wi_shape.dims, dtype)
+        vls, vrs = np.zeros(vl_shape.dims, vl_shape.np_dtype), np.zeros(vr_shape.dims, vr_shape.np_dtype)
+        infos = np.zeros(shape[:-2], np.int32)
+        for idx in batches:
+            m = _f(a[idx], dtype)
+            if not np.isfinite(m).all():  # jax's kernel skips the call: status -4
+                wrs[idx], wis[idx], vrs[idx], infos[idx] = np.nan, np.nan, np.nan, -4
+                continue
+            call(m, work, len(work))
+            wrs[idx], wis[idx], infos[idx] = wr[:n], wi[:n], info.value
+            if right and info.value == 0:
+                vrs[idx] = _unpack_pairs(vr[:n, :n], wi[:n])
+        return wrs, wis, vls, vrs, infos.reshape(info_shape.dims)
+    return run
+
+
+def _unpack_pairs(packed: np.ndarray, imag: np.ndarray) -> np.ndarray:
+    """LAPACK's real eigenvectors as complex columns: a complex pair's vectors are stored as
+    its real and imaginary parts in two columns (jax unpacks them so)."""
+    out = packed.astype(np.complex128)
+    j = 0
+    while j < len(imag):
+        if imag[j] == 0 or np.isnan(imag[j]) or j + 1 == len(imag):
+            j += 1
+            continue
+        out[:, j] = packed[:, j] + 1j * packed[:, j + 1]
+        out[:, j + 1] = packed[:, j] - 1j * packed[:, j + 1]
+        j += 2
+    return out
+
+
 _IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,
-          "syevd": _syevd, "trsm": _trsm}
+          "syevd": _syevd, "trsm": _trsm, "gesdd": _gesdd, "geev": _geev}
 
 
 def native_impl(instr):
@@ -253,6 +357,8 @@ def native_impl(instr):
         return None
 
     run = kind(routine, dtype, instr)
+    if run is None:  # an option this path does not take
+        return None
 
     def impl(_ctx, _instr, ops):
         return run(ops)
