@@ -27,13 +27,19 @@ RNG = np.random.default_rng(7)
 S32 = Shape.scalar("s32")
 
 
-def both(target, out_shape, operands, config="{}"):
-    """(the native result, the interpreter's) of custom call `target` on `operands`."""
+def _custom_call(target, out_shape, operands, config="{}"):
+    """A computation of one custom call `target` on parameters shaped like `operands`."""
     comp = Computation("entry")
     params = [comp.create(Opcode.PARAMETER, arr(a.shape, a.dtype),
                           attrs=Attrs(parameter_number=i)) for i, a in enumerate(operands)]
     comp.root = comp.create(Opcode.CUSTOM_CALL, out_shape, params,
                             attrs=Attrs(custom_call_target=target, backend_config=config))
+    return comp
+
+
+def both(target, out_shape, operands, config="{}"):
+    """(the native result, the interpreter's) of custom call `target` on `operands`."""
+    comp = _custom_call(target, out_shape, operands, config)
     impl = lapack.native_impl(comp.root)
     assert impl is not None, target
     return impl(None, comp.root, operands), evaluate_computation(comp, list(operands))
@@ -167,14 +173,6 @@ def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch
     native = [m for m in made if m is not None]
     assert len(native) == 7, made  # 3 trsm, getrf, geqrf, potrf, syevd
 
-
-def _custom_call(target, out_shape, operands, config="{}"):
-    comp = Computation("entry")
-    params = [comp.create(Opcode.PARAMETER, arr(a.shape, a.dtype),
-                          attrs=Attrs(parameter_number=i)) for i, a in enumerate(operands)]
-    comp.root = comp.create(Opcode.CUSTOM_CALL, out_shape, params,
-                            attrs=Attrs(custom_call_target=target, backend_config=config))
-    return comp
 
 
 @pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
