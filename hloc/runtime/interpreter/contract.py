@@ -345,9 +345,9 @@ def _on_lapack(ctx, instr, ops):
 @custom_call_target(*_lapack_targets("gesdd", "s", "d", "c", "z"))
 def lapack_gesdd(ctx, instr, ops):
     """Singular values (and vectors: mode 'A' all of U and V^T, 'S' the first min(m, n), 'N'
-    none): LAPACK's gesdd where it is there (_on_lapack), else NumPy's in f64. A matrix that fails (no convergence, a NaN) gets NaN and status 1;
-    the overwritten input and the vectors of mode 'N' are unspecified in LAPACK: here the input
-    and zeros. The signs of singular vectors are LAPACK's convention, not unique."""
+    none): LAPACK's gesdd where it is there (_on_lapack), else NumPy's in f64. A matrix that
+    fails (no convergence, a NaN) gets NaN and status 1; the overwritten input and the vectors
+    of mode 'N' are unspecified in LAPACK: here the input and zeros."""
     native = _on_lapack(ctx, instr, ops)
     if native is not None:
         return native
@@ -375,10 +375,9 @@ def lapack_gesdd(ctx, instr, ops):
 @custom_call_target(*_lapack_targets("geev", "s", "d", "c", "z"))
 def lapack_geev(ctx, instr, ops):
     """Eigenvalues and right eigenvectors of a general matrix: LAPACK's geev where it is there
-    (_on_lapack), else NumPy's in f64 (unit norm,
-    largest component real; a real matrix's complex pairs as conjugate columns, as jax
-    unpacks them). A matrix with an inf or NaN gets status -4 and NaN, as jax's kernel skips
-    it. Left eigenvectors are not implemented."""
+    (_on_lapack), else NumPy's in f64 (unit norm, largest component real; a real matrix's
+    complex pairs as conjugate columns, as jax unpacks them). A matrix with an inf or NaN gets
+    status -4 and NaN, as jax's kernel skips it. Left eigenvectors are not implemented."""
     native = _on_lapack(ctx, instr, ops)
     if native is not None:
         return native
@@ -416,11 +415,12 @@ def _gtsv(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> int:
     """LAPACK gtsv in place (jax's operands: dl[0] and du[-1] unused): Gaussian elimination
     with partial pivoting, row by row, then back substitution. Afterwards d and du hold U's
     diagonal and first superdiagonal, dl[1:] its second; the status is the 1-based row of a
-    zero pivot (0: solved)."""
+    zero pivot (0: solved). Complex pivots compare |re| + |im|, as LAPACK's CABS1."""
     n = len(d)
     low = dl[1:]  # LAPACK's DL(1..n-1)
+    size = (lambda z: abs(z.real) + abs(z.imag)) if d.dtype.kind == "c" else abs
     for i in range(n - 1):
-        if abs(d[i]) >= abs(low[i]):
+        if size(d[i]) >= size(low[i]):
             if d[i] == 0:
                 return i + 1
             fact = low[i] / d[i]
