@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from hloc.errors import UnsupportedError
+from hloc.errors import InputError, UnsupportedError
 from hloc.ir import Attrs, Computation, Opcode, Shape
 from hloc.runtime import lapack
 from hloc.runtime.interpreter import evaluate_computation
@@ -242,3 +242,23 @@ def test_gtsv_solves_with_row_interchanges_and_reports_a_zero_pivot(dtype):
     assert list(info) == [0, 1]
     dense = np.diag(d[0]) + np.diag(dl[0, 1:], -1) + np.diag(du[0, :-1], 1)
     assert_close(x[0], np.linalg.solve(dense.astype(np.float64), b[0]).astype(dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize("target,opts,results", [
+    ("lapack_sgesdd_ffi", dict(mode="A"), [(4, 3), (3,), (4, 3), (3, 3), ()]),  # U must be 4x4
+    ("lapack_sgesdd_ffi", dict(mode="S"), [(4, 3), (3,), (4, 3), (3, 9), ()]),
+    ("lapack_sgeev_ffi", dict(compute_left="N", compute_right="V"),
+     [(4,), (4,), (4, 4), (4, 2), ()]),
+])
+def test_result_shapes_that_do_not_fit_the_call_are_refused(target, opts, results):
+    """LAPACK writes its results through raw pointers: a module whose result shapes are not
+    the ones the operands and options imply is refused before any call, on both paths."""
+    a = RNG.standard_normal((4, 4 if "geev" in target else 3)).astype(np.float32)
+    types = ["f32", "f32", "c64" if "geev" in target else "f32",
+             "c64" if "geev" in target else "f32", "s32"]
+    out = Shape.tuple_of([Shape.array(t, d) for t, d in zip(types, results, strict=True)])
+    comp = _custom_call(target, out, [a], config(**opts))
+    with pytest.raises(InputError, match="cannot have results"):
+        lapack.native_impl(comp.root)
+    with pytest.raises(InputError, match="cannot have results"):
+        evaluate_computation(comp, [a])

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .interpreter.contract import lapack_options
+from .interpreter.contract import check_dims, lapack_options
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
@@ -355,6 +355,8 @@ def native_impl(instr):
         return None
     if any(op.shape.is_array and op.shape.np_dtype != dtype for op in instr.operands[:2]):
         return None
+    if kind in (_gesdd, _geev):
+        check_dims(instr)
 
     run = kind(routine, dtype, instr)
     if run is None:  # an option this path does not take

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from ...errors import UnsupportedError
+from ...errors import InputError, UnsupportedError
 from ...ir import Opcode, TriangularSolveOptions, Window, WindowDimension
 from .control import custom_call_target
 from .reduce import dilate_and_pad
@@ -332,6 +332,41 @@ def _matrices(batch: tuple[int, ...]):
     return list(np.ndindex(*batch))
 
 
+def expected_dims(instr) -> list[tuple[int, ...] | None]:
+    """The result dims of gesdd, geev or gtsv that its operands and options imply (None: not
+    written, any dims), for check_dims."""
+    name = (instr.attrs.custom_call_target or "")[len("lapack_") + 1:-len("_ffi")]
+    dims = [tuple(op.shape.dims) for op in instr.operands]
+    if name == "gtsv":
+        return dims + [dims[1][:-1]]
+    batch: tuple[int, ...] = dims[0][:-2]
+    m, n = dims[0][-2:]
+    if name == "gesdd":
+        mode, k = lapack_options(instr).get("mode", "A"), min(m, n)
+        u, vt = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, (None, None))
+        return [dims[0], batch + (k,), u and batch + u, vt and batch + vt, batch]
+    o = lapack_options(instr)  # geev
+    vl = batch + (n, n) if o.get("compute_left", "N") == "V" else None
+    vr = batch + (n, n) if o.get("compute_right", "N") == "V" else None
+    values = [batch + (n,)] * (2 if len(instr.shape.tuple_shapes) == 5 else 1)
+    return values + [vl, vr, batch]
+
+
+def check_dims(instr) -> None:
+    """InputError unless the call's results have the dims its operands imply: LAPACK writes
+    them through raw pointers, so a module that says otherwise must not reach it."""
+    target = instr.attrs.custom_call_target
+    got = [tuple(s.dims) for s in instr.shape.tuple_shapes] if instr.shape.is_tuple else []
+    want = expected_dims(instr)
+    square = "geev" not in target or instr.operands[0].shape.dims[-1:] == \
+        instr.operands[0].shape.dims[-2:-1]
+    if len(got) != len(want) or not square or any(
+            w is not None and g != w for g, w in zip(got, want, strict=False)):
+        raise InputError(f"%{instr.name}: {target} with operands "
+                         f"{[list(op.shape.dims) for op in instr.operands]} cannot have results "
+                         f"{[list(g) for g in got]}")
+
+
 def _on_lapack(ctx, instr, ops):
     """The call on LAPACK itself (numpy's bundled OpenBLAS, as the CPU runtime runs it), or
     None. Singular vectors and eigenvectors are unique only up to sign (phase), which the
@@ -348,6 +383,7 @@ def lapack_gesdd(ctx, instr, ops):
     none): LAPACK's gesdd where it is there (_on_lapack), else NumPy's in f64. A matrix that
     fails (no convergence, a NaN) gets NaN and status 1; the overwritten input and the vectors
     of mode 'N' are unspecified in LAPACK: here the input and zeros."""
+    check_dims(instr)
     native = _on_lapack(ctx, instr, ops)
     if native is not None:
         return native
@@ -378,6 +414,7 @@ def lapack_geev(ctx, instr, ops):
     (_on_lapack), else NumPy's in f64 (unit norm, largest component real; a real matrix's
     complex pairs as conjugate columns, as jax unpacks them). A matrix with an inf or NaN gets
     status -4 and NaN, as jax's kernel skips it. Left eigenvectors are not implemented."""
+    check_dims(instr)
     native = _on_lapack(ctx, instr, ops)
     if native is not None:
         return native
@@ -454,6 +491,7 @@ def lapack_gtsv(ctx, instr, ops):
     """A tridiagonal system per matrix of the batch (dl, d, du: [..., n]; b: [..., n, k]) by
     LAPACK's gtsv steps in the call's precision; results (dl, d, du, x, status) as LAPACK
     leaves them."""
+    check_dims(instr)
     dl, d, du, b = (np.array(x) for x in ops)
     info = np.zeros(d.shape[:-1], np.int32)
     with np.errstate(all="ignore"):
