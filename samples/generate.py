@@ -1956,6 +1956,75 @@ def _linalg_svd_eig_tridiagonal(rng):
     return f, (a, low_rank, g, dl, d, du, b)
 
 
+@op_case("long_scans", "scans longer than XLA CPU's reduce-window base length (16), which XLA "
+         "evaluates as scans of 16 plus a scan of their totals: cumsum of 5141 f32 (the order "
+         "shows in the rounding), a reverse cumsum down the columns, an exclusive scan "
+         "(lax.reduce_window with a padding of n), cumprod near 1, cummax/cummin with NaN, "
+         "cumlogsumexp (a reducer that is not one op) and an s32 cumsum. The tolerance admits "
+         "a left-to-right sum (the unoptimized module); tests/test_xla_numerics.py checks that "
+         "compiled modules match these outputs bit for bit.", rtol=2e-4, atol=2e-4)
+def _long_scans(rng):
+    import jax.numpy as jnp
+    from jax import lax
+
+    x = normal(rng, (5141,))
+    cols = normal(rng, (300, 5))
+    near_one = (1.0 + normal(rng, (3, 700), scale=1e-3)).astype(np.float32)
+    extremes = normal(rng, (2, 100))
+    extremes[0, 40] = np.nan
+    small = normal(rng, (4, 257))
+    xi = ints(rng, (1000,), -(1 << 20), 1 << 20)
+
+    def exclusive_sum(v):
+        n = v.shape[0]
+        return lax.reduce_window(v, np.float32(0), lax.add, (n,), (1,), [(n, 0)])
+
+    def f(x, cols, near_one, extremes, small, xi):
+        return (jnp.cumsum(x), lax.cumsum(cols, 0, reverse=True), exclusive_sum(x[:999]),
+                jnp.cumprod(near_one, axis=1), lax.cummax(extremes, 1),
+                lax.cummin(extremes, 1, reverse=True), lax.cumlogsumexp(small, 1),
+                jnp.cumsum(xi))
+
+    return f, (x, cols, near_one, extremes, small, xi)
+
+
+@op_case("sum_order", "float sums whose rounding shows XLA CPU's order: f16 and bf16 scans, "
+         "pooling windows and reductions (every step rounds to the narrow type; reductions "
+         "longer than 32 sum windows of 32 first), f32 sums of fewer than 4096 elements (XLA's "
+         "tree of 32s; larger ones go to its reduction library), products, and means (XLA "
+         "multiplies by 1/n; the product's factors need no rounding, so XLA's fused multiply-add "
+         "gives the same ones). The tolerance admits the unoptimized module's left-to-right "
+         "order (bf16 partial sums of 300 drift by several of their ulps); tests/test_xla_numerics.py "
+         "checks that compiled modules match bit for bit.", rtol=0.1, atol=0.1)
+def _sum_order(rng):
+    import jax.numpy as jnp
+    from jax import lax
+    from ml_dtypes import bfloat16
+
+    h = normal(rng, (300,), np.float16)
+    b = normal(rng, (300,), bfloat16)
+    h2 = normal(rng, (8, 300), np.float16)
+    b2 = normal(rng, (8, 300), bfloat16)
+    x = normal(rng, (8, 300))
+    c = normal(rng, (10, 20, 15))
+    v = normal(rng, (1000,))
+
+    def f(h, b, h2, b2, x, c, v):
+        def pool(a):
+            return lax.reduce_window(a, np.array(0, a.dtype), lax.add, (8,), (1,), "VALID")
+
+        def total(a, axes):
+            return lax.reduce(a, np.array(0, a.dtype), lax.add, axes)
+
+        return (jnp.cumsum(h), jnp.cumsum(b[:64]), pool(h), pool(b), total(h[:40], (0,)),
+                total(b, (0,)), total(h2, (1,)), total(h2, (0,)), total(b2, (1,)),
+                lax.reduce_window(h2, np.float16(0), lax.add, (3, 3), (1, 1), "VALID"),
+                x.sum(1), x.sum(0), v.sum(), c.sum((0, 2)), c.mean(1), x.mean(),
+                jnp.prod(1.0 + v / 1024), v.max())
+
+    return f, (h, b, h2, b2, x, c, v)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

@@ -51,8 +51,11 @@ CASES = [
     ("add", "f32", (5, 6, 7), (0, 2), 0, 1e-5),
     ("add", "f32", (300,), (0,), 0, 1e-5),
     ("add", "f64", (40, 33), (0, 1), 0, 1e-12),
-    ("add", "bf16", (16, 300), (1,), 0, 1e-2),
-    ("add", "bf16", (300, 16), (0,), 0, 1e-2),
+    # Narrow floats round to their type after every step, in order (the tree-reduction pass,
+    # not run on these bare kernels, keeps longer ones to windows of 32): exact.
+    ("add", "bf16", (16, 32), (1,), 0, 0),
+    ("add", "bf16", (32, 16), (0,), 0, 0),
+    ("add", "f16", (8, 24), (1,), 0, 0),
     ("maximum", "f32", (33, 65), (1,), "-inf", 0),
     ("maximum", "f32", (65, 33), (0,), "-inf", 0),
     ("minimum", "f16", (17, 40), (0,), "inf", 0),

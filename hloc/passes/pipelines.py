@@ -15,8 +15,17 @@ from ..errors import InputError
 from .base import lookup_pass
 from .spec import PassItem, parse_spec
 
-# Required for correctness on every target: flatten calls, drop dead code.
-_REQUIRED = ["call-inliner", "dce"]
+# XLA CPU's evaluation order for scans and long float reductions (so values match its rounding):
+# reduce-window-rewriter makes scans blocks of 16 plus a scan of their totals (O(n), not O(n²));
+# tree-reduction-rewriter sums long float reductions in windows of 32 first.
+_ORDER = ["reduce-window-rewriter", "tree-reduction-rewriter"]
+# XLA's simplifier, at every level, divides by a constant as a multiply by its reciprocal
+# (after float normalization: bf16 divisions by then run in f32).
+_XLA_ROUNDING = ["divide-by-constant"]
+# The passes that change values on purpose, towards XLA CPU's (every other pass is exact).
+XLA_NUMERICS = [*_ORDER, *_XLA_ROUNDING]
+# Required on every target: flatten calls, XLA's orders and rounding, drop dead code.
+_REQUIRED = ["call-inliner", *_ORDER, *_XLA_ROUNDING, "dce"]
 
 # Cleanup that every optimizing level runs to a fixpoint.
 _SIMPLIFY = "fixpoint(algebraic-simplifier,tuple-simplifier,constant-folding,dce)"
@@ -24,13 +33,14 @@ _CONTROL_FLOW = ["while-loop-simplifier", "conditional-simplifier"]
 
 # Native targets, -O0: only what correct code generation needs.
 #   expanders: ops the elemental emitters do not implement (select-and-scatter and erf are
-#     emitted natively, as XLA GPU does, so they are not expanded);
+#     emitted natively, as XLA GPU does, so they are not expanded), and XLA's orders (_ORDER);
 #   dot-canonicalizer: every dot becomes [B,M,K] x [B,K,N], the one Gemm form backends take;
-#   float-normalization: bf16/f8 arithmetic runs in f32/f16 exactly as XLA CPU runs it;
+#   float-normalization: bf16/f8 arithmetic runs in f32/f16 exactly as XLA CPU runs it, then
+#     divisions by constants as XLA's simplifier leaves them;
 #   layout-assignment: row-major buffers, the entry computation layout at the edges.
 _EXPAND = ["rng-bit-generator-expander", "logistic-expander", "batch-norm-expander",
-           "comparison-expander"]
-_LOWER = ["dot-canonicalizer", "float-normalization"]
+           "comparison-expander", *_ORDER]
+_LOWER = ["dot-canonicalizer", "float-normalization", *_XLA_ROUNDING]
 _NATIVE_O0 = ["call-inliner", *_EXPAND, *_LOWER, "dce", "layout-assignment"]
 # -O1 adds simplification (then re-canonicalizes dots the simplifier may have rebuilt), and
 # makes reshapes/transposes that move no element bitcasts (free: they share their buffer).
@@ -59,6 +69,13 @@ def _cpu(pipeline: list[str]) -> list[str]:
 # Dots of at most this many multiply-adds read a dynamic-slice operand in their own kernel on
 # CUDA (fusion's `dot-slices`): a loop step's slice of its input then needs no launch.
 CUDA_DOT_SLICES = 1 << 21
+
+
+def _gpu_order(pipeline: list[str]) -> list[str]:
+    """A native pipeline without XLA CPU's tree of 32s for reductions: GPU reduction kernels sum
+    in their own parallel order (warp shuffles, per-block partials), as XLA GPU's do, and the
+    tree would only split one fast kernel into two slower ones."""
+    return [item for item in pipeline if item != "tree-reduction-rewriter"]
 
 
 def _cuda(pipeline: list[str]) -> list[str]:
@@ -93,13 +110,13 @@ PIPELINES: dict[tuple[str, int], list[str]] = {
     ("cpu", 1): _cpu(_NATIVE_O1),
     ("cpu", 2): _cpu(_NATIVE_O2),
     ("cpu", 3): _cpu(_NATIVE_O3),
-    # CUDA uses the native pipelines (without conv-phases): the same numerics (XLA CPU is the
-    # reference) and the same fusion kinds; the GPU backend maps kInput fusions to reduction
-    # kernels.
-    ("cuda", 0): _NATIVE_O0,
-    ("cuda", 1): _NATIVE_O1,
-    ("cuda", 2): _cuda(_NATIVE_O2),
-    ("cuda", 3): _cuda(_NATIVE_O3),
+    # CUDA uses the native pipelines (without conv-phases or the tree of 32s for reductions):
+    # the same numerics otherwise (XLA CPU is the reference) and the same fusion kinds; the GPU
+    # backend maps kInput fusions to reduction kernels.
+    ("cuda", 0): _gpu_order(_NATIVE_O0),
+    ("cuda", 1): _gpu_order(_NATIVE_O1),
+    ("cuda", 2): _cuda(_gpu_order(_NATIVE_O2)),
+    ("cuda", 3): _cuda(_gpu_order(_NATIVE_O3)),
 }
 
 

@@ -3,8 +3,10 @@
 Reducers are inlined scalar computations. A reducer that is a single commutative op of its
 two parameters (add, multiply, maximum, minimum, and, or, xor) is applied directly:
 float add/multiply carry LLVM's `reassoc` flag so the loop vectorizer may reorder them (as
-XLA does; results differ from a sequential sum within float rounding), and narrow floats
-accumulate in f32 and round once at the end (XLA CPU's float normalization).
+XLA does; results differ from a sequential sum within float rounding). Narrow floats (f16;
+bf16 and f8 reducers are normalized to convert-wrapped f32 ones before codegen) sit in f32
+registers but round to their type after every step, as XLA CPU's reducers, which compute in
+the element type, do.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .complex.values import Cx
 from .compose import emit_scalar_computation, flatten, operand_index
 from .context import EmitContext, Generator, Index
 from .convert import convert_value
+from .lowfloat import round_to
 from .memory import major_to_minor
 from .registry import emits
 from .scalar import const, finish, fmax, fmin
@@ -92,7 +95,9 @@ class Reducer:
 
     def combine(self, accs: list[ir.Value], values: list[ir.Value]) -> list[ir.Value]:
         if self.op is not None:
-            return [combine_simple(self.ctx, self.op, self.ets[0], accs[0], values[0])]
+            et = self.ets[0]
+            value = combine_simple(self.ctx, self.op, et, accs[0], values[0])
+            return [round_to(self.ctx, et, value) if et.is_narrow_float else value]
         return emit_scalar_computation(self.ctx, self.comp, list(accs) + list(values))
 
     def finish(self, accs: list[ir.Value]) -> list[ir.Value]:

@@ -108,14 +108,14 @@ Rule = Callable[[Cluster, Instruction, bool, bool], bool]
 
 def duplication_cost(instr: Instruction, budget: int) -> int:
     """How many instructions a copy of `instr` brings along: itself plus its cheap fusible
-    operands (copied too, since the original keeps reading them), recursively; stops counting
-    past `budget`."""
+    operands (copied too, since the original keeps reading them; not a reduce's epilogue,
+    which stays a buffer), recursively; stops counting past `budget`."""
     cost = 1
     for o in dict.fromkeys(instr.operands):
         if cost > budget:
             break
         cls = producer_class(o)
-        if cls in ("elementwise", "index") and not is_expensive(o):
+        if cls in ("elementwise", "index") and not is_expensive(o) and not epilogue_of_reduce(o):
             cost += duplication_cost(o, budget - cost)
     return cost
 
@@ -144,7 +144,19 @@ def _elementwise(c: Cluster, producer: Instruction, reused: bool, aligned: bool)
         return False
     if c.will_move(producer):
         return True
+    if epilogue_of_reduce(producer):
+        return False
     return duplicable(producer, c.limits.duplicate) and not copy_only_costs(producer)
+
+
+def epilogue_of_reduce(instr: Instruction) -> bool:
+    """`instr` is a same-shape elementwise op and the one reader of a reduce (a mean's
+    multiply by 1/n, say): it fuses with the reduce into one kernel, which its copies
+    elsewhere would leave behind as a kernel of its own, and its value is small, so it stays
+    a buffer its readers share."""
+    return producer_class(instr) == "elementwise" and any(
+        o.opcode == Op.REDUCE and len(o.users) == 1 and o.shape.dims == instr.shape.dims
+        for o in instr.operands)
 
 
 def _constant(c: Cluster, producer: Instruction, reused: bool, aligned: bool) -> bool:

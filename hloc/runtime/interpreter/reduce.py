@@ -105,19 +105,19 @@ def binary_fn(ufunc, dtype: np.dtype):
     return float_max if ufunc is np.maximum else float_min
 
 
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a fast-path ufunc reduction runs in: narrow floats accumulate in f32, as XLA's
-    CPU float normalization does; everything numpy handles natively stays as it is."""
+def compute_dtype(dtype: np.dtype) -> np.dtype | None:
+    """The dtype a fast-path ufunc reduction runs in, or None for the general path: narrow
+    floats (f16, bf16, f8) take the general path, which rounds the accumulator to the narrow
+    type after every step, as XLA CPU does (its reducers compute in the element type)."""
     if dtype.kind in "biuc" or (dtype.kind == "f" and dtype.itemsize >= 4):
         return dtype
-    if dtype.kind == "f" or dtype.kind == "V" and "float" in dtype.name:
-        return np.dtype(np.float32)
     return None
 
 
 # ---- reduce ----------------------------------------------------------------------------------
 
 _SEQUENTIAL_LIMIT = 64  # longer reductions combine pairwise to bound the number of calls
+_IN_ORDER_LIMIT = 4096  # the most numpy calls an in-order float sum may take
 
 
 @impl(Opcode.REDUCE)
@@ -132,7 +132,10 @@ def reduce_(ctx, instr, ops):
         x = arrays[0].astype(cdt, copy=False)
         init = inits[0].astype(cdt)[()]
         with np.errstate(all="ignore"):
-            out = np.asarray(ufunc.reduce(x, axis=dims, initial=init))
+            if _in_order(ufunc, x, dims):
+                out = _sequential(ufunc, x, init, dims)
+            else:
+                out = np.asarray(ufunc.reduce(x, axis=dims, initial=init))
         if not signed_zero_exact(ufunc, cdt):
             out = _fix_zero_signs(ufunc, x, init, dims, out)
         return out.astype(arrays[0].dtype)
@@ -143,6 +146,26 @@ def reduce_(ctx, instr, ops):
     results = fold_columns(ctx, comp, flat, inits)
     results = [r.reshape(out_shape) for r in results]
     return tuple(results) if instr.shape.is_tuple else results[0]
+
+
+def _in_order(ufunc, x: np.ndarray, dims) -> bool:
+    """Float sums and products over dimensions of at most 32 (what XLA CPU's tree rewrite
+    leaves as loops) combine left to right, as those loops do; numpy's reduce sums pairwise,
+    which longer ones keep (their order is XLA's reduction library's own)."""
+    if ufunc not in (np.add, np.multiply) or x.dtype.kind not in "fc":
+        return False
+    count = math.prod(x.shape[d] for d in dims)
+    return 1 < count <= _IN_ORDER_LIMIT and all(x.shape[d] <= 32 for d in dims)
+
+
+def _sequential(ufunc, x: np.ndarray, init, dims) -> np.ndarray:
+    """init (op) x[0] (op) x[1] ... over the reduced dimensions in row-major order."""
+    kept = [d for d in range(x.ndim) if d not in dims]
+    rows = np.transpose(x, sorted(dims) + kept).reshape(-1, *[x.shape[d] for d in kept])
+    acc = np.full(rows.shape[1:], init, x.dtype)
+    for row in rows:
+        acc = ufunc(acc, row)
+    return acc
 
 
 def _fix_zero_signs(ufunc, x, init, dims, out):
