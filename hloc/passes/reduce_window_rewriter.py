@@ -114,12 +114,11 @@ def _combine(fn, a: Instruction, b: Instruction) -> Instruction:
 def rewrite_scan(instr: Instruction, scan: _Scan, base: int) -> Instruction:
     """The tree form of the scan `instr` (see the module docstring)."""
     source, init = instr.operands
-    x = source
     fn = instr.called[0]
-    rank = x.shape.rank
+    rank = source.shape.rank
     last = rank - 1
     n, forward = scan.length, scan.forward
-    x = _swap(x, scan.axis, last)
+    x = _swap(source, scan.axis, last)
     padded = -(-n // base) * base
     rows = padded // base
     x = _pad(x, init, last, 0, padded - n)

@@ -5,8 +5,9 @@ two parameters (add, multiply, maximum, minimum, and, or, xor) is applied direct
 float add/multiply carry LLVM's `reassoc` flag so the loop vectorizer may reorder them (as
 XLA does; results differ from a sequential sum within float rounding). Narrow floats (f16;
 bf16 and f8 reducers are normalized to convert-wrapped f32 ones before codegen) sit in f32
-registers but round to their type after every step, as XLA CPU's reducers, which compute in
-the element type, do.
+registers; on the CPU they round to their type after every step, as XLA CPU's reducers,
+which compute in the element type, do; GPU kernels, summing in another order, keep the f32
+accumulator and round once at the end.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class Reducer:
     def __init__(self, ctx: EmitContext, comp: Computation, ets: list[ElemType]):
         self.ctx, self.comp, self.ets = ctx, comp, ets
         self.op = simple_reducer(comp) if len(ets) == 1 else None
+        # Narrow floats round after every step on the CPU, whose loops follow XLA CPU's order;
+        # GPU kernels sum in their own parallel order, where an f32 accumulator stays closer.
+        self.round_steps = (self.op is not None and ets[0].is_narrow_float
+                            and ctx.target_kind == "cpu")
 
     def start(self, values: list[ir.Value]) -> list[ir.Value]:
         return values  # narrow floats already sit in f32 registers
@@ -97,7 +102,7 @@ class Reducer:
         if self.op is not None:
             et = self.ets[0]
             value = combine_simple(self.ctx, self.op, et, accs[0], values[0])
-            return [round_to(self.ctx, et, value) if et.is_narrow_float else value]
+            return [round_to(self.ctx, et, value) if self.round_steps else value]
         return emit_scalar_computation(self.ctx, self.comp, list(accs) + list(values))
 
     def finish(self, accs: list[ir.Value]) -> list[ir.Value]:
