@@ -46,8 +46,8 @@ def needs_tree(instr: Instruction, window: int, library_elements: int) -> bool:
     if instr.opcode != Op.REDUCE or len(instr.operands) != 2 or not instr.shape.is_array:
         return False
     x = instr.operands[0].shape
-    if all(x.dims[d] <= window for d in instr.attrs.dimensions):
-        return False
+    if x.num_elements == 0 or all(x.dims[d] <= window for d in instr.attrs.dimensions):
+        return False  # an empty reduce is its init value; short ones are XLA's loops
     dtype = x.dtype
     if not (dtype.is_float or dtype.is_complex):
         return False
