@@ -25,7 +25,7 @@ _XLA_ROUNDING = ["divide-by-constant"]
 # The passes that change values on purpose, towards XLA CPU's (every other pass is exact).
 XLA_NUMERICS = [*_ORDER, *_XLA_ROUNDING]
 # Required on every target: flatten calls, XLA's orders and rounding, drop dead code.
-_REQUIRED = ["call-inliner", *_ORDER, *_XLA_ROUNDING, "dce"]
+_REQUIRED = ["call-inliner", *XLA_NUMERICS, "dce"]
 
 # Cleanup that every optimizing level runs to a fixpoint.
 _SIMPLIFY = "fixpoint(algebraic-simplifier,tuple-simplifier,constant-folding,dce)"

@@ -159,7 +159,7 @@ class ReduceWindowRewriter(Pass):
         table = RuleTable("reduce-window-rewriter")
         base = self.base_length
 
-        @table.rule(P(Op.REDUCE_WINDOW, where=lambda i: as_scan(i, base) is not None))
+        @table.rule(P(Op.REDUCE_WINDOW))
         def tree_scan(instr):
             """reduce-window scan of n > base → scans of base plus a scan of the row totals."""
             scan = as_scan(instr, base)

@@ -99,9 +99,9 @@ class TreeReductionRewriter(Pass):
         size, library = self.window, self.library_elements
         table = RuleTable(self.name)
 
-        @table.rule(P(Op.REDUCE, where=lambda i: needs_tree(i, size, library)))
+        @table.rule(P(Op.REDUCE))
         def tree(instr):
             """reduce over n > window → reduce(reduce-window of window-long pieces)."""
-            return tree_reduce(instr, size)
+            return tree_reduce(instr, size) if needs_tree(instr, size, library) else None
 
         return rewrite_module(module, table).changed
