@@ -160,6 +160,7 @@ def render_text(rows: list[OpCoverage]) -> str:
     for r in rows:
         lines.append(f"{r.opcode:<28} {_mark(r.shape_inference):<6} {_mark(r.interpreter):<7} "
                      f"{_path(r.cpu_path):<18} {_path(r.cuda_path)}")
+    lines.append(custom_call_line())
     lines.append(summary(rows))
     return "\n".join(lines)
 
@@ -174,6 +175,14 @@ def summary(rows: list[OpCoverage]) -> str:
             f"on CUDA")
 
 
+def custom_call_line() -> str:
+    """The custom-call targets hloc runs (every other target is refused at compile time)."""
+    from .ir.custom_calls import SUPPORTED_TARGETS
+
+    return (f"custom-call targets ({len(SUPPORTED_TARGETS)}): "
+            + ", ".join(sorted(SUPPORTED_TARGETS, key=lambda t: (t.startswith("lapack"), t))))
+
+
 def render_markdown(rows: list[OpCoverage]) -> str:
     """docs/ops.md: the table as Markdown (regenerate with `hloc ops --markdown`)."""
     lines = ["# Opcode coverage", "",
@@ -184,5 +193,5 @@ def render_markdown(rows: list[OpCoverage]) -> str:
     for r in rows:
         lines.append(f"| {r.opcode} | {_mark(r.shape_inference)} | {_mark(r.interpreter)} | "
                      f"{_path(r.cpu_path)} | {_path(r.cuda_path)} |")
-    lines += ["", summary(rows) + "."]
+    lines += ["", summary(rows) + ".", "", custom_call_line() + "."]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,8 @@ inside LLVM. `validate_bundle(bundle)` checks every member hloc reads, whatever 
 and raises InputError("member NAME: problem", path=bundle) at the first problem:
 
 - module.pb decodes, and its entry computation's signature equals the manifest's `entry`
-  (inputs are allocated from the manifest);
+  (inputs are allocated from the manifest); its custom calls name targets hloc runs, and
+  LAPACK calls have the results their operands imply (hloc.ir.custom_calls.check_call);
 - thunks.json / gpu_thunks.json decode; allocations are numbered 0..n-1 with sizes in
   0..MAX_ALLOCATION_BYTES; every slice anywhere in the program (a generic walk over the
   dataclass fields, nested thunks included) names an allocation and lies inside it;
@@ -90,6 +91,7 @@ def _check_entry(bundle):
         raise MemberProblem(bundle.path, "module.pb", "nested too deeply") from None
     try:
         actual = entry_section(module)
+        _check_custom_calls(module)
     except HlocError as e:
         raise MemberProblem(bundle.path, "module.pb", e.message) from None
     if actual != bundle.manifest["entry"]:
@@ -115,6 +117,18 @@ def iter_fields(root):
             stack.extend((node, f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
         elif isinstance(node, tuple | list):
             stack.extend((owner, name, item) for item in node)
+
+
+def _check_custom_calls(module) -> None:
+    """Every custom call names a target hloc runs, with results that fit its operands (a
+    compile refuses any other; only a tampered bundle has one)."""
+    from ..ir import Opcode
+    from ..ir.custom_calls import check_call
+
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode == Opcode.CUSTOM_CALL:
+                check_call(instr)
 
 
 class ProgramCheck:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import os
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import NoReturn
 
 import click
@@ -67,6 +69,18 @@ def guarded(prog: str):
         return run
 
     return wrap
+
+
+@contextlib.contextmanager
+def about_file(path: str) -> Iterator[None]:
+    """An error raised inside that names no file of its own is about PATH (the model a
+    compile reads, the bundle a run runs), so its line names it as the contract asks."""
+    try:
+        yield
+    except HlocError as e:
+        if e.path is None:
+            e.path = path
+        raise
 
 
 def bad_usage(message: str) -> HlocError:

@@ -13,7 +13,14 @@ import click
 
 from .. import __version__
 from ..errors import InputError
-from .common import debug_enabled, exit_status, exit_without_teardown, guarded, setup_logging
+from .common import (
+    about_file,
+    debug_enabled,
+    exit_status,
+    exit_without_teardown,
+    guarded,
+    setup_logging,
+)
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
@@ -148,11 +155,11 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
     if not (no_cache or dump_options or stop_after or time_passes or options.verify_each_pass):
         from ..cached_compile import compile_cached
 
-        with _progress() as progress:
+        with _progress() as progress, about_file(model):
             manifest, members = compile_cached(model, options, progress=progress)
         write_bundle(output, manifest=manifest, members=members, sign_key=key)
         return
-    with _progress() as progress:
+    with _progress() as progress, about_file(model):
         result = compile_model(model, options, dump_options=dump_options, progress=progress)
     if time_passes:
         click.echo(result.pass_timing_table, err=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import CheckFailed, InputError
-from .common import debug_enabled, exit_without_teardown, guarded, setup_logging
+from .common import about_file, debug_enabled, exit_without_teardown, guarded, setup_logging
 
 DEVICES = ("cpu", "cuda", "cuda-emulated", "interpreter")
 
@@ -148,7 +148,7 @@ def _execute(exe, bundle_path: str, o) -> None:
                        zero=o.zero_inputs, seed=o.seed,
                        snapshot_args=_snapshot_arguments(exe.bundle)) if root else None
     result: dict = {"device": exe.device, "bundle": bundle_path}
-    with run_limits(o.timeout, f"the run of {bundle_path}", bundle_path):
+    with run_limits(o.timeout, f"the run of {bundle_path}", bundle_path), about_file(bundle_path):
         outputs, failed = _run_once(exe, args, result, o)
         profile = _profile_table(exe, args) if o.profile else None  # every rank runs these
         bench = _benchmark(exe, args, o.benchmark) if o.benchmark else None

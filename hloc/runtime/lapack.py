@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .interpreter.contract import check_dims, lapack_options
+from ..ir.custom_calls import check_dims, lapack_options
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}

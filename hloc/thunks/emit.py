@@ -16,6 +16,7 @@ import numpy as np
 from ..analysis import leaves, while_body, while_condition
 from ..buffers.assignment import BufferAssignment, Slice
 from ..ir import Computation, Instruction, Opcode, PrimitiveType
+from ..ir.custom_calls import check_call
 from ..registry import Registry
 from .thunks import (
     Conditional,
@@ -145,6 +146,7 @@ def _fft(e: Emitter, instr: Instruction) -> Thunk:
 @_emits(Opcode.CUSTOM_CALL)
 def _custom_call(e: Emitter, instr: Instruction) -> Thunk:
     a = instr.attrs
+    check_call(instr)
     return CustomCall(instr.name, a.custom_call_target or "", e.operands(instr), e.outputs(instr),
                       int(a.custom_call_api_version or 0), a.backend_config or "")
 

@@ -8,12 +8,12 @@ which gives the same residues); pred contractions are "any(a and b)".
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
-from ...errors import InputError, UnsupportedError
+from ...errors import UnsupportedError
 from ...ir import Opcode, TriangularSolveOptions, Window, WindowDimension
+from ...ir.custom_calls import check_dims, lapack_options, lapack_targets
 from .control import custom_call_target
 from .reduce import dilate_and_pad
 from .registry import impl
@@ -222,20 +222,11 @@ def cholesky_lower(herm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # jaxlib lowers jnp.linalg on CPU to typed-FFI LAPACK calls; their options are single ASCII
 # characters stored as ui8 in an MLIR dictionary backend_config, e.g. {uplo = 76 : ui8}.
 
-def lapack_options(instr) -> dict[str, str]:
-    text = instr.attrs.backend_config or ""
-    return {k: chr(int(v)) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8", text)}
-
-
-def _lapack_targets(names: str, *prefixes: str) -> list[str]:
-    return [f"lapack_{p}{n}_ffi" for p in prefixes for n in names.split()]
-
-
 def _status(shape, ok) -> np.ndarray:
     return np.where(np.asarray(ok), 0, 1).astype(np.int32).reshape(shape.dims)
 
 
-@custom_call_target(*_lapack_targets("potrf", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("potrf", "s", "d", "c", "z"))
 def lapack_potrf(ctx, instr, ops):
     (a,) = ops
     lower = lapack_options(instr).get("uplo", "L") == "L"
@@ -251,7 +242,7 @@ def lapack_potrf(ctx, instr, ops):
     return out, _status(instr.shape.tuple_shapes[1], ok)
 
 
-@custom_call_target(*_lapack_targets("trsm", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("trsm", "s", "d", "c", "z"))
 def lapack_trsm(ctx, instr, ops):
     a, b = ops[0], ops[1]
     o = lapack_options(instr)
@@ -281,7 +272,7 @@ def _lu(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return a, pivots, info
 
 
-@custom_call_target(*_lapack_targets("getrf", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("getrf", "s", "d", "c", "z"))
 def lapack_getrf(ctx, instr, ops):
     (a,) = ops
     lu_shape, piv_shape, info_shape = instr.shape.tuple_shapes
@@ -294,14 +285,14 @@ def lapack_getrf(ctx, instr, ops):
             info.reshape(info_shape.dims))
 
 
-@custom_call_target(*_lapack_targets("geqrf", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("geqrf", "s", "d", "c", "z"))
 def lapack_geqrf(ctx, instr, ops):
     (a,) = ops
     h, tau = np.linalg.qr(a.astype(_wide(a.dtype)), mode="raw")
     return np.swapaxes(h, -1, -2).astype(a.dtype), tau.astype(instr.shape.tuple_shapes[1].np_dtype)
 
 
-@custom_call_target(*_lapack_targets("orgqr", "s", "d"), *_lapack_targets("ungqr", "c", "z"))
+@custom_call_target(*lapack_targets("orgqr", "s", "d"), *lapack_targets("ungqr", "c", "z"))
 def lapack_orgqr(ctx, instr, ops):
     a, tau = ops
     m, n = a.shape[-2:]
@@ -318,7 +309,7 @@ def lapack_orgqr(ctx, instr, ops):
     return q.reshape(a.shape).astype(a.dtype)
 
 
-@custom_call_target(*_lapack_targets("syevd", "s", "d"), *_lapack_targets("heevd", "c", "z"))
+@custom_call_target(*lapack_targets("syevd", "s", "d"), *lapack_targets("heevd", "c", "z"))
 def lapack_syevd(ctx, instr, ops):
     (a,) = ops
     o = lapack_options(instr)
@@ -332,41 +323,6 @@ def _matrices(batch: tuple[int, ...]):
     return list(np.ndindex(*batch))
 
 
-def expected_dims(instr) -> list[tuple[int, ...] | None]:
-    """The result dims of gesdd, geev or gtsv that its operands and options imply (None: not
-    written, any dims), for check_dims."""
-    name = (instr.attrs.custom_call_target or "")[len("lapack_") + 1:-len("_ffi")]
-    dims = [tuple(op.shape.dims) for op in instr.operands]
-    if name == "gtsv":
-        return dims + [dims[1][:-1]]
-    batch: tuple[int, ...] = dims[0][:-2]
-    m, n = dims[0][-2:]
-    if name == "gesdd":
-        mode, k = lapack_options(instr).get("mode", "A"), min(m, n)
-        u, vt = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, (None, None))
-        return [dims[0], batch + (k,), u and batch + u, vt and batch + vt, batch]
-    o = lapack_options(instr)  # geev
-    vl = batch + (n, n) if o.get("compute_left", "N") == "V" else None
-    vr = batch + (n, n) if o.get("compute_right", "N") == "V" else None
-    values = [batch + (n,)] * (2 if len(instr.shape.tuple_shapes) == 5 else 1)
-    return values + [vl, vr, batch]
-
-
-def check_dims(instr) -> None:
-    """InputError unless the call's results have the dims its operands imply: LAPACK writes
-    them through raw pointers, so a module that says otherwise must not reach it."""
-    target = instr.attrs.custom_call_target
-    got = [tuple(s.dims) for s in instr.shape.tuple_shapes] if instr.shape.is_tuple else []
-    want = expected_dims(instr)
-    square = "geev" not in target or instr.operands[0].shape.dims[-1:] == \
-        instr.operands[0].shape.dims[-2:-1]
-    if len(got) != len(want) or not square or any(
-            w is not None and g != w for g, w in zip(got, want, strict=False)):
-        raise InputError(f"%{instr.name}: {target} with operands "
-                         f"{[list(op.shape.dims) for op in instr.operands]} cannot have results "
-                         f"{[list(g) for g in got]}")
-
-
 def _on_lapack(ctx, instr, ops):
     """The call on LAPACK itself (numpy's bundled OpenBLAS, as the CPU runtime runs it), or
     None. Singular vectors and eigenvectors are unique only up to sign (phase), which the
@@ -377,7 +333,7 @@ def _on_lapack(ctx, instr, ops):
     return None if run is None else run(ctx, instr, ops)
 
 
-@custom_call_target(*_lapack_targets("gesdd", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("gesdd", "s", "d", "c", "z"))
 def lapack_gesdd(ctx, instr, ops):
     """Singular values (and vectors: mode 'A' all of U and V^T, 'S' the first min(m, n), 'N'
     none): LAPACK's gesdd where it is there (_on_lapack), else NumPy's in f64. A matrix that
@@ -408,7 +364,7 @@ def lapack_gesdd(ctx, instr, ops):
             vt.astype(vt_shape.np_dtype), info.reshape(info_shape.dims))
 
 
-@custom_call_target(*_lapack_targets("geev", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("geev", "s", "d", "c", "z"))
 def lapack_geev(ctx, instr, ops):
     """Eigenvalues and right eigenvectors of a general matrix: LAPACK's geev where it is there
     (_on_lapack), else NumPy's in f64 (unit norm, largest component real; a real matrix's
@@ -486,7 +442,7 @@ def _gtsv(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> int:
     return 0
 
 
-@custom_call_target(*_lapack_targets("gtsv", "s", "d", "c", "z"))
+@custom_call_target(*lapack_targets("gtsv", "s", "d", "c", "z"))
 def lapack_gtsv(ctx, instr, ops):
     """A tridiagonal system per matrix of the batch (dl, d, du: [..., n]; b: [..., n, k]) by
     LAPACK's gtsv steps in the call's precision; results (dl, d, du, x, status) as LAPACK

@@ -1,0 +1,89 @@
+"""The custom-call targets hloc runs, by name: a fact the compiler and the runtime share.
+
+A compile refuses a module that calls any other target (thunks/emit.py), so a bundle never
+holds a call that no runtime can make; the reference interpreter implements exactly these
+(runtime/interpreter/control.py and contract.py; tests/test_custom_calls.py checks the two
+agree).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InputError, UnsupportedError
+
+
+def lapack_targets(names: str, *prefixes: str) -> list[str]:
+    """jaxlib's typed-FFI LAPACK targets: `lapack_{prefix}{name}_ffi` for each pair."""
+    return [f"lapack_{p}{n}_ffi" for p in prefixes for n in names.split()]
+
+
+# XLA CPU's TopK, and the LAPACK calls jaxlib lowers jnp.linalg to on CPU.
+SUPPORTED_TARGETS = frozenset({
+    "TopK",
+    *lapack_targets("potrf trsm getrf geqrf gesdd geev gtsv", "s", "d", "c", "z"),
+    *lapack_targets("orgqr syevd", "s", "d"),
+    *lapack_targets("ungqr heevd", "c", "z"),
+})
+
+
+# jaxlib's LAPACK options are single ASCII characters stored as ui8 in an MLIR dictionary
+# backend_config, e.g. {uplo = 76 : ui8}.
+def lapack_options(instr) -> dict[str, str]:
+    text = instr.attrs.backend_config or ""
+    return {k: chr(int(v)) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8", text)}
+
+
+def expected_dims(instr) -> list[tuple[int, ...] | None]:
+    """The result dims of gesdd, geev or gtsv that its operands and options imply (None: not
+    written, any dims), for check_dims."""
+    name = (instr.attrs.custom_call_target or "")[len("lapack_") + 1:-len("_ffi")]
+    dims = [tuple(op.shape.dims) for op in instr.operands]
+    if name == "gtsv":
+        return dims + [dims[1][:-1]]
+    batch: tuple[int, ...] = dims[0][:-2]
+    m, n = dims[0][-2:]
+    if name == "gesdd":
+        mode, k = lapack_options(instr).get("mode", "A"), min(m, n)
+        u, vt = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, (None, None))
+        return [dims[0], batch + (k,), u and batch + u, vt and batch + vt, batch]
+    o = lapack_options(instr)  # geev
+    vl = batch + (n, n) if o.get("compute_left", "N") == "V" else None
+    vr = batch + (n, n) if o.get("compute_right", "N") == "V" else None
+    values = [batch + (n,)] * (2 if len(instr.shape.tuple_shapes) == 5 else 1)
+    return values + [vl, vr, batch]
+
+
+def check_dims(instr) -> None:
+    """InputError unless the call's results have the dims its operands imply: LAPACK writes
+    them through raw pointers, so a module that says otherwise must not reach it."""
+    target = instr.attrs.custom_call_target
+    got = [tuple(s.dims) for s in instr.shape.tuple_shapes] if instr.shape.is_tuple else []
+    try:
+        want = expected_dims(instr)
+    except (ValueError, IndexError):  # too few operands, or of too low a rank
+        raise InputError(f"%{instr.name}: {target} cannot take operands "
+                         f"{[list(op.shape.dims) for op in instr.operands]}") from None
+    square = "geev" not in target or instr.operands[0].shape.dims[-1:] == \
+        instr.operands[0].shape.dims[-2:-1]
+    if len(got) != len(want) or not square or any(
+            w is not None and g != w for g, w in zip(got, want, strict=False)):
+        raise InputError(f"%{instr.name}: {target} with operands "
+                         f"{[list(op.shape.dims) for op in instr.operands]} cannot have results "
+                         f"{[list(g) for g in got]}")
+
+
+_SHAPE_CHECKED = frozenset(t for t in SUPPORTED_TARGETS
+                           if t.startswith("lapack_") and t[len("lapack_") + 1:-len("_ffi")]
+                           in ("gesdd", "geev", "gtsv"))
+
+
+def check_call(instr) -> None:
+    """Refuse a custom call no runtime can make, or a LAPACK call whose results do not fit
+    its operands (before a bundle is written, as well as before the call runs)."""
+    target = instr.attrs.custom_call_target or ""
+    if target not in SUPPORTED_TARGETS:
+        raise UnsupportedError(f"custom-call %{instr.name}: unsupported target {target!r} "
+                               f"(`hloc ops` lists the targets hloc runs)")
+    if target in _SHAPE_CHECKED:
+        check_dims(instr)
