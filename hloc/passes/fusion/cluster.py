@@ -47,6 +47,7 @@ class FusionLimits(Protocol):
     reduce_epilogue: bool
     duplicate: int
     dot_slices: int
+    emissions: int
 
 
 @dataclass
@@ -63,8 +64,15 @@ class Cluster:
     barriers: set[int] = field(default_factory=set)  # members whose operands stay outside
     buffers: set[int] = field(default_factory=set)  # never members: read from their buffers
     contractions: int = 0
+    # Index computations: for each member, the members that compute a new index from theirs
+    # to read it (_OUTPUT for the kernel's own index), and how many indices each is
+    # evaluated at (`emissions`: the number of copies of its code the kernel holds).
+    indexers: dict[int, frozenset[int]] = field(default_factory=dict)
+    emissions: dict[int, int] = field(default_factory=lambda: {_OUTPUT: 1})
 
     def __post_init__(self) -> None:
+        self.indexers[id(self.root)] = frozenset({_OUTPUT})
+        self.emissions[id(self.root)] = 1
         self.add(self.root, reused=False, aligned=True)
         if self.root.opcode == Op.REDUCE:
             self.contractions = 1  # a reduction root leaves no room for a dot epilogue
@@ -89,6 +97,23 @@ class Cluster:
         """Members other than the root and fused scalar constants."""
         return sum(1 for m in self.members.values()
                    if m is not self.root and m.opcode != Op.CONSTANT)
+
+
+_OUTPUT = 0  # never an id()
+
+
+def index_uses(c: Cluster, instr: Instruction) -> tuple[frozenset[int], int]:
+    """Who computes the indices `instr` is read at, and at how many it is evaluated, were it
+    to join (XLA's FusionNodeIndexingEvaluation): a reader of its shape (or a transpose)
+    passes on its own indices, any other computes a new one per index it is read at."""
+    users: set[int] = set()
+    for u, _ in c.readers.get(id(instr), ()):
+        same = u.shape.is_array and instr.shape.is_array and u.shape.dims == instr.shape.dims
+        if same or u.opcode == Op.TRANSPOSE:
+            users |= c.indexers[id(u)]
+        else:
+            users.add(id(u))
+    return frozenset(users), sum(c.emissions[x] for x in users)
 
 
 def access(c: Cluster, instr: Instruction) -> tuple[bool, bool]:
@@ -238,12 +263,17 @@ def _try_add(c: Cluster, producer: Instruction) -> bool:
             return False
         # The chain's reshapes and the slice follow by the usual rules (each has one user, a
         # member); the sliced array stays a buffer, the slice's start computation may join.
+        c.indexers[id(producer)], c.emissions[id(producer)] = index_uses(c, producer)
         c.add(producer, reused=True, aligned=False)
         c.buffers.add(id(chain[-1].operands[0]))
         return True
+    indexers, emissions = index_uses(c, producer)
+    if emissions > c.limits.emissions and producer.opcode not in (Op.BROADCAST, Op.CONSTANT):
+        return False  # its code would be emitted that many times: it is stored once instead
     reused, aligned = access(c, producer)
     if not RULES[cls](c, producer, reused, aligned):
         return False
+    c.indexers[id(producer)], c.emissions[id(producer)] = indexers, emissions
     c.add(producer, reused=reused, aligned=aligned)
     if cls == "contraction":
         c.contractions += 1

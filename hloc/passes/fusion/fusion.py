@@ -38,6 +38,12 @@ class FusionPass(Pass):
     producer gets a buffer anyway (a root, or read by a tuple, a dot, ...) while reading more
     bytes than it writes: consumers then read its buffer.
 
+    No producer joins where the kernel would emit it more than `emissions` times (XLA's
+    code-duplication limit, FusionNodeIndexingEvaluation's 15): an element read at several
+    indices is computed at each, and chains of slices and pads (an associative scan's
+    levels) would otherwise double its code at every level. Broadcasts and constants are
+    exempt (their operands are counted instead); what is refused is stored once and read.
+
     Assumes: a valid module (layouts need not be assigned). Guarantees: the module computes the
     same values; expensive producers (transcendentals, divides, reductions, dots) are never
     duplicated nor fused below an op that reads an element several times; at most `max-ops`
@@ -51,6 +57,7 @@ class FusionPass(Pass):
     reduce_epilogue: bool = True
     duplicate: int = option(4, minimum=0)
     dot_slices: int = option(0, minimum=0)
+    emissions: int = option(15, minimum=1)
 
     def run(self, module: Module) -> bool:
         return fuse_each(module, lambda comp: _fuse_computation(comp, self))
