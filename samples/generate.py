@@ -2025,6 +2025,30 @@ def _sum_order(rng):
     return f, (h, b, h2, b2, x, c, v)
 
 
+@op_case("divide_order", "divisions by a broadcast, which XLA CPU computes as a multiply by the "
+         "broadcast reciprocal: per-row and per-column scales (f32, f16), softmax, L2 "
+         "normalization, and an int8 quantization's x / scale before its rounding (a last-bit "
+         "difference there moves a value across a half). tests/test_xla_numerics.py checks "
+         "that compiled modules match bit for bit.", rtol=1e-5, atol=1e-5)
+def _divide_order(rng):
+    import jax
+    import jax.numpy as jnp
+
+    x = normal(rng, (16, 200), scale=3.0)
+    y = uniform(rng, (16,), 0.5, 4.0)
+    z = uniform(rng, (200,), 0.5, 4.0)
+    h = normal(rng, (16, 200), np.float16)
+    hy = uniform(rng, (16,), 0.5, 4.0, np.float16)
+    q = (rng.integers(-1000, 1000, (32, 256)) / 256.0).astype(np.float32)
+
+    def f(x, y, z, h, hy, q):
+        scale = jnp.max(jnp.abs(q), 1, keepdims=True) / 127.0
+        return (x / y[:, None], x / z[None, :], h / hy[:, None], jax.nn.softmax(x, axis=-1),
+                x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True)), q / scale)
+
+    return f, (x, y, z, h, hy, q)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

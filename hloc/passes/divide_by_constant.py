@@ -29,7 +29,7 @@ Op = Opcode
 _b = Emit()
 DIVIDE_RULES = RuleTable("divide-by-constant")
 # The type XLA CPU computes each narrow float type's arithmetic in (float normalization).
-_WIDE = compute_types(bf16=True, f16="none", f8=True, f8_compute="f16")
+WIDE = compute_types(bf16=True, f16="none", f8=True, f8_compute="f16")
 
 
 def _constant_divisor(b: Instruction) -> tuple[np.ndarray, tuple[int, ...] | None] | None:
@@ -69,7 +69,7 @@ def reciprocal(instr):
     a, b = instr.operands
     values, mapping = _constant_divisor(b)
     ptype = instr.shape.element_type
-    wide = _WIDE.get(ptype, ptype)
+    wide = WIDE.get(ptype, ptype)
     compute = dtypes.to_numpy(wide)
     with np.errstate(all="ignore"):
         inverse = (np.asarray(1, compute) / np.asarray(values).astype(compute)).astype(compute)

@@ -21,7 +21,7 @@ from .spec import PassItem, parse_spec
 _ORDER = ["reduce-window-rewriter", "tree-reduction-rewriter"]
 # XLA's simplifier, at every level, divides by a constant as a multiply by its reciprocal
 # (after float normalization: bf16 divisions by then run in f32).
-_XLA_ROUNDING = ["divide-by-constant"]
+_XLA_ROUNDING = ["divide-by-constant", "divide-by-broadcast"]
 # The passes that change values on purpose, towards XLA CPU's (every other pass is exact).
 XLA_NUMERICS = [*_ORDER, *_XLA_ROUNDING]
 # Required on every target: flatten calls, XLA's orders and rounding, drop dead code.
