@@ -152,6 +152,24 @@ def small_dot(instr: Instruction) -> bool:
     return tiled(instr) and dot_work(instr) < SMALL_DOT_WORK
 
 
+# Element types the runtime's GEMM (BLAS, or its own AVX-512 kernel) computes, when operands
+# and result share one of them (runtime/cpu/contract.blas_dtype).
+LIBRARY_TYPES = frozenset({PrimitiveType.F32, PrimitiveType.F64, PrimitiveType.C64,
+                           PrimitiveType.C128})
+
+
+def library_dot(instr: Instruction) -> bool:
+    types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
+    return len(types) == 1 and types <= LIBRARY_TYPES
+
+
+def kernel_gemm(instr: Instruction) -> bool:
+    """A Gemm thunk computed by a tiled kernel: a small dot, or one no GEMM library takes
+    (integers, mixed types: an int8 product accumulated in int32), whatever its size: the
+    runtime's other path for those is the reference interpreter."""
+    return tiled(instr) and (dot_work(instr) < SMALL_DOT_WORK or not library_dot(instr))
+
+
 def written_out(instr: Instruction) -> bool:
     """Whether the dot's value is only a kernel output (the root or in the root tuple)."""
     users = list(instr.users)

@@ -20,7 +20,7 @@ from ...registry import Registry
 from ...thunks.base import walk
 from ...thunks.thunks import While
 from ...util.record import dataclass
-from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, small_dot
+from .dot import SMALL_DOT_WORK, buffered, dot_work, inline_dot, kernel_gemm
 from .kernel_spec import KernelInfo, KernelSpec, kernel_symbol
 from .loops import element_work
 from .outline import CONTRACTIONS, Composite, outline
@@ -73,8 +73,8 @@ def wants_kernel(kind: str, instr: Instruction | None, opt_level: int) -> bool:
 
 
 # A small dot as a kernel (dot.py) instead of a BLAS call from Python: a loop around it can
-# then run in a native driver.
-native_kind("gemm")(small_dot)
+# then run in a native driver. So is a dot of types BLAS does not take, at any size.
+native_kind("gemm")(kernel_gemm)
 
 
 def kernel_groups(module: Module, program, opt_level: int = 2
