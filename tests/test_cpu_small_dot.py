@@ -20,7 +20,7 @@ from hloc.codegen.cpu import dot as small_dot
 from tests.conftest import SAMPLES, sample_arrays, sample_meta
 from tests.test_interp_samples import mismatch
 
-from .support.bundles import compile_bundle, kernels_json, load_cpu, members, sample_bundle
+from .support.bundles import compile_bundle, dumped, kernels_json, load_cpu, members, sample_bundle
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -216,6 +216,33 @@ def test_integer_gemms_of_any_size_are_kernels(lhs, rhs, out, tmp_path):
     o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
     np.testing.assert_array_equal(o.got[0], o.want[0])
     assert_native_dots(o.artifact)
+
+
+MATVECS = [
+    # m x k times k: k has a tail after the vector steps
+    ("f32[37,203]{1,0}", "f32[203]{0}", "f32[37]{0}", LC1_RC0),
+    ("f64[12,130]{1,0}", "f64[130,1]{1,0}", "f64[12,1]{1,0}", LC1_RC0),
+    ("f32[2,9,70]{2,1,0}", "f32[2,70]{1,0}", "f32[2,9]{1,0}",
+     "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"),
+    # two contracting dims: the last one is vectorized, the other loops around it
+    ("f32[5,3,64]{2,1,0}", "f32[3,64]{1,0}", "f32[5]{0}",
+     "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}"),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs,out,dims", MATVECS)
+def test_matrix_vector_products_vectorize_along_k(lhs, rhs, out, dims, tmp_path):
+    """A dot with one output column sums each row with vector accumulators along the
+    contracting dimension (a matrix-vector product ran 3-4x slower with one lane of each
+    column vector busy); the values stay within the dot's rounding."""
+    text = _module(lhs, rhs, out, dims)
+    rng = np.random.default_rng(6)
+    args = [_random(lhs, rng), _random(rhs, rng)]
+    o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
+    _assert_close(o.got[0], o.want[0], _parse(out)[0], out)
+    dump = tmp_path / "dump"
+    compile_bundle(text, tmp_path / "m.bundle", dump_dir=dump)
+    assert b"kv.head" in dumped(dump, "cpu.module.ll")
 
 
 # ---- dots inside fused kernels ----------------------------------------------------------------

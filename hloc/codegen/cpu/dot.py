@@ -260,6 +260,24 @@ class TileEmitter:
         self.lanes = target.lanes(self.cet.bits) if hasattr(target, "lanes") else \
             max(1, VECTOR_BITS // self.cet.bits)
         self.registers = getattr(target, "vector_registers", 32)
+        self.along_k = self._along_k()
+
+    def _along_k(self) -> bool:
+        """Whether each output is a dot product of two contiguous runs (a matrix-vector
+        product: one column, the last contracting dimension unit-stride in both operands in
+        memory): tiles then hold vectors along the contracting dimension instead of along the
+        columns, where a single column left every lane but one idle. The sum's order becomes
+        lane-partitioned (as XLA's matrix-vector emitter and every BLAS), not sequential."""
+        form, t = self.form, self.tiling
+        if t.n != 1 or not form.lc or not self.cet.is_float or \
+                self.l_et != self.cet or self.r_et != self.cet:
+            return False
+        if not (hasattr(self.lhs_gen, "run") and hasattr(self.rhs_gen, "run")):
+            return False
+        lhs_k, rhs_k = form.lc[-1], form.rc[-1]
+        return (form.lhs.dims[lhs_k] >= 2 * self.lanes
+                and strides(self.lhs_gen.shape)[lhs_k] == 1
+                and strides(self.rhs_gen.shape)[rhs_k] == 1)
 
     def emit(self, lo: ir.Value, hi: ir.Value, store, store_run=None) -> None:
         """Tiles [lo, hi); store(output index, accumulator value) writes each element, or
@@ -302,6 +320,9 @@ class TileEmitter:
                 emit(tail)
 
     def _tile(self, index: list, i0, j0, rows: int, cols: int, store, store_run) -> None:
+        if self.along_k:
+            self._tile_along_k(index, i0, j0, rows, store)
+            return
         ctx, b, form = self.ctx, self.ctx.builder, self.form
         row_ids = [b.add(i0, ctx.i64(r)) for r in range(rows)]
         col_ids = [b.add(j0, ctx.i64(c)) for c in range(cols)]
@@ -327,6 +348,55 @@ class TileEmitter:
                 for c, col in enumerate(chunk):
                     store(self._at(index, row_ids[r], col),
                           b.extract_element(acc, ir.Constant(I32, c)))
+
+    def _tile_along_k(self, index: list, i0, j0, rows: int, store) -> None:
+        """`rows` dot products: per row a vector accumulator over lanes of the last contracting
+        dimension (and a scalar one for its tail), summed in a fixed tree at the end."""
+        ctx, b, form = self.ctx, self.ctx.builder, self.form
+        lanes, kd = self.lanes, form.lc[-1]
+        depth = form.lhs.dims[kd]
+        vec = ir.VectorType(self.cet.value_type, lanes)
+        row_ids = [b.add(i0, ctx.i64(r)) for r in range(rows)]
+        vector_slots = [ctx.alloca(vec) for _ in range(rows)]
+        tail_slots = [ctx.alloca(self.cet.value_type) for _ in range(rows)]
+        for v, t in zip(vector_slots, tail_slots, strict=True):
+            b.store(ir.Constant(vec, None), v)
+            b.store(ir.Constant(self.cet.value_type, None), t)
+        body = (depth // lanes) * lanes
+        with contextlib.ExitStack() as stack:
+            ivs = [stack.enter_context(ctx.loop(0, form.lhs.dims[d], "k")) for d in form.lc[:-1]]
+            with ctx.loop(0, body, "kv", step=lanes) as k:
+                li, ri = self.form.operand_indices(self._at(index, row_ids[0], j0), ivs + [k])
+                y = self.rhs_gen.run(ri, form.rc[-1], lanes)
+                for row_id, slot in zip(row_ids, vector_slots, strict=True):
+                    li, _ = self.form.operand_indices(self._at(index, row_id, j0), ivs + [k])
+                    x = self.lhs_gen.run(li, kd, lanes)
+                    b.store(self._fma(x, y, b.load(slot, typ=vec)), slot)
+            if body < depth:
+                with ctx.loop(body, depth, "kt") as k:
+                    _, ri = self.form.operand_indices(self._at(index, row_ids[0], j0), ivs + [k])
+                    y = self.rhs_gen(ri)
+                    for row_id, slot in zip(row_ids, tail_slots, strict=True):
+                        li, _ = self.form.operand_indices(self._at(index, row_id, j0), ivs + [k])
+                        x = self.lhs_gen(li)
+                        acc = b.load(slot, typ=self.cet.value_type)
+                        b.store(b.fadd(acc, b.fmul(x, y)), slot)
+        for row_id, v, t in zip(row_ids, vector_slots, tail_slots, strict=True):
+            total = b.fadd(self._tree_sum(b.load(v, typ=vec)), b.load(t, typ=self.cet.value_type))
+            store(self._at(index, row_id, j0), total)
+
+    def _tree_sum(self, v: ir.Value) -> ir.Value:
+        """The lanes of `v` summed pairwise (halves added until one lane is left)."""
+        b = self.ctx.builder
+        n = v.type.count
+        while n > 1:
+            half = n // 2
+            lo = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, half), list(range(half))))
+            hi = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, half), list(range(half, n))))
+            v, n = b.fadd(lo, hi), half
+        return b.extract_element(v, ir.Constant(I32, 0))
 
     def _by_rows(self, rows: int, chunks: int) -> bool:
         """Whether a contracting step goes row by row, holding every rhs chunk (+ chunks
