@@ -218,6 +218,19 @@ def test_integer_gemms_of_any_size_are_kernels(lhs, rhs, out, tmp_path):
     assert_native_dots(o.artifact)
 
 
+def test_batches_of_small_products_are_kernels(tmp_path):
+    """A batch of many small products (a selective scan's 512 matrix-vector products of 32 x
+    16) is one kernel, not 512 library calls, even where the whole is no small dot."""
+    lhs, rhs, out = "f32[512,32,16]{2,1,0}", "f32[512,16]{1,0}", "f32[512,32]{1,0}"
+    text = _module(lhs, rhs, out, "lhs_batch_dims={0}, lhs_contracting_dims={2}, "
+                                  "rhs_batch_dims={0}, rhs_contracting_dims={1}")
+    assert 512 * 32 * 16 >= small_dot.SMALL_DOT_WORK
+    rng = np.random.default_rng(7)
+    o = run_cases({"case": (text, [_random(lhs, rng), _random(rhs, rng)])}, tmp=tmp_path)["case"]
+    _assert_close(o.got[0], o.want[0], "f32", out)
+    assert assert_native_dots(o.artifact)
+
+
 MATVECS = [
     # m x k times k: k has a tail after the vector steps
     ("f32[37,203]{1,0}", "f32[203]{0}", "f32[37]{0}", LC1_RC0),
