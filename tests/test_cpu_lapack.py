@@ -262,3 +262,23 @@ def test_result_shapes_that_do_not_fit_the_call_are_refused(target, opts, result
         lapack.native_impl(comp.root)
     with pytest.raises(InputError, match="cannot have results"):
         evaluate_computation(comp, [a])
+
+
+@pytest.mark.parametrize("n,single", [(16, True), (256, False)])
+def test_small_calls_run_on_one_blas_thread(n, single, monkeypatch):
+    """A small factorization keeps LAPACK's BLAS calls on the calling thread (OpenBLAS' pool
+    made a 32 x 32 eigh take 15 ms instead of 0.1 while other processes held the cores); a
+    big one keeps the pool."""
+    from hloc.runtime.cpu import blas
+
+    if blas._setter() is None:
+        pytest.skip("numpy's OpenBLAS has no thread-local setter here")
+    calls = []
+    real = blas._setter()
+    monkeypatch.setattr(blas, "_setter", lambda: lambda k: calls.append(k) or real(k))
+    a = spd((), n, np.float32)
+    out = Shape.tuple_of([arr((n, n), np.float32), S32])
+    impl = lapack.native_impl(_custom_call("lapack_spotrf_ffi", out, [a]).root)
+    factor, status = impl(None, None, [a])
+    assert int(status) == 0 and np.allclose(np.tril(factor) @ np.tril(factor).T, a, rtol=1e-3, atol=1e-2)
+    assert (calls[:1] == [1]) == single, calls

@@ -21,6 +21,7 @@ returns the input as its vectors when asked for values only.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -335,6 +336,18 @@ def _unpack_pairs(packed: np.ndarray, imag: np.ndarray) -> np.ndarray:
     return out
 
 
+def _on_one_thread_if_small(run, instr):
+    """LAPACK's BLAS calls split even a 32 x 32 eigendecomposition across OpenBLAS' threads,
+    which hand work over by spinning: with another process on the cores, such a call took
+    15 ms instead of 0.1. Calls of fewer than blas.SINGLE_THREAD_FLOPS (about n^3 per
+    matrix) run on the calling thread, as small products do."""
+    from .cpu.blas import single_threaded
+
+    dims = instr.operands[0].shape.dims
+    n = max(dims[-2:], default=1)
+    return single_threaded(run, math.prod(dims[:-2]) * n ** 3)
+
+
 _IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,
           "syevd": _syevd, "trsm": _trsm, "gesdd": _gesdd, "geev": _geev}
 
@@ -361,6 +374,7 @@ def native_impl(instr):
     run = kind(routine, dtype, instr)
     if run is None:  # an option this path does not take
         return None
+    run = _on_one_thread_if_small(run, instr)
 
     def impl(_ctx, _instr, ops):
         return run(ops)

@@ -84,16 +84,16 @@ def prefer_avx512_kernels(host_features: frozenset[str]) -> str | None:
 
 
 def single_threaded(run, flops: int):
-    """`run` (a product computed some other way) wrapped to use one BLAS thread when the
-    product is small."""
+    """`run(*args)` (a product or a LAPACK call) wrapped to use one BLAS thread when it is
+    small (fewer than SINGLE_THREAD_FLOPS)."""
     setter = _setter()
     if setter is None or flops >= SINGLE_THREAD_FLOPS:
         return run
 
-    def small() -> None:
+    def small(*args):
         previous = setter(1)
         try:
-            run()
+            return run(*args)
         finally:
             setter(previous)
     return small
