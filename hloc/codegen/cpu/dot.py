@@ -175,10 +175,10 @@ def kernel_gemm(instr: Instruction) -> bool:
     whatever its size: the runtime's other path for those is the reference interpreter."""
     if not tiled(instr):
         return False
-    form = DotForm.of(instr)
-    batch = math.prod(form.lhs.dims[d] for d in form.lb)
-    return (dot_work(instr) < SMALL_DOT_WORK or not library_dot(instr)
-            or (batch > 1 and dot_work(instr) // batch <= SMALL_BATCHED_PRODUCT))
+    work, lhs = dot_work(instr), instr.operands[0].shape
+    batch = math.prod(lhs.dims[d] for d in instr.attrs.dot_dnums.lhs_batch_dimensions)
+    return (work < SMALL_DOT_WORK or not library_dot(instr)
+            or (batch > 1 and work // batch <= SMALL_BATCHED_PRODUCT))
 
 
 def written_out(instr: Instruction) -> bool:
@@ -377,7 +377,7 @@ class TileEmitter:
         with contextlib.ExitStack() as stack:
             ivs = [stack.enter_context(ctx.loop(0, form.lhs.dims[d], "k")) for d in form.lc[:-1]]
             with ctx.loop(0, body, "kv", step=lanes) as k:
-                li, ri = self.form.operand_indices(self._at(index, row_ids[0], j0), ivs + [k])
+                _, ri = self.form.operand_indices(self._at(index, row_ids[0], j0), ivs + [k])
                 y = self.rhs_gen.run(ri, form.rc[-1], lanes)
                 for row_id, slot in zip(row_ids, vector_slots, strict=True):
                     li, _ = self.form.operand_indices(self._at(index, row_id, j0), ivs + [k])
