@@ -2049,6 +2049,27 @@ def _divide_order(rng):
     return f, (x, y, z, h, hy, q)
 
 
+@op_case("fma_contraction", "multiply-adds, which XLA CPU's LLVM fuses into FMAs where the "
+         "processor has them (AllowFPOpFusion=Fast): x*y + z, z - x*y, x*y - z, two products "
+         "added, a broadcast scale, Horner's rule, f64, and a product read by two outputs (XLA "
+         "fuses a copy of it into each) are fused; f16 (computed in f32, rounded per op) is not. tests/test_xla_numerics.py checks "
+         "that compiled modules match bit for bit.", rtol=1e-5, atol=1e-5, x64=True)
+def _fma_contraction(rng):
+    x, y, z, u = (normal(rng, (64, 96)) for _ in range(4))
+    a = np.asarray(normal(rng, ()), np.float32)
+    d = normal(rng, (64, 96), np.float64)
+    h, hy = normal(rng, (64, 96), np.float16), normal(rng, (64, 96), np.float16)
+    coef = normal(rng, (4,))
+
+    def f(x, y, z, u, a, d, h, hy, coef):
+        horner = ((coef[0] * x + coef[1]) * x + coef[2]) * x + coef[3]
+        shared = u * z
+        return (x * y + z, z - x * u, y * u - z, x * z + y * u, a * x + y, horner, d * d + d,
+                shared + x, shared - y, h * hy + h)
+
+    return f, (x, y, z, u, a, d, h, hy, coef)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

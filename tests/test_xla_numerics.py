@@ -1,7 +1,8 @@
 """XLA CPU's evaluation order and rounding, reproduced bit for bit.
 
-The oracle is XLA itself: samples/ops/long_scans, sum_order and divide_order hold outputs XLA
-CPU computed for scans, narrow-float sums, short f32 sums, means and divisions by a broadcast.
+The oracle is XLA itself: samples/ops/long_scans, sum_order, divide_order and fma_contraction
+hold outputs XLA CPU computed for scans, narrow-float sums, short f32 sums, means, divisions
+by a broadcast and multiply-adds (which its LLVM fuses into FMAs).
 Compiled for the CPU (the host's features and x86-64-v3) and for the interpreter, they must
 match those outputs exactly (the exceptions, NOT_EXACT, round through exp, log or rsqrt). Independently of XLA, numpy
 models of the two orders (blocks of 16 for scans, windows of 32 for sums) check the passes'
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from hloc.bundle import read_bundle
+from hloc.codegen.target import cpu_target, host_target
 from hloc.ir import Opcode
 from hloc.ir.text.parser import parse_module
 from hloc.runtime.executable import InterpreterExecutable
@@ -34,7 +36,18 @@ NOT_EXACT = {("ops/long_scans", 6), ("ops/divide_order", 4)}
 # The interpreter's exp is the correctly rounded one, compiled code XLA's polynomial: a softmax
 # matches XLA bit for bit compiled only.
 NOT_EXACT_INTERPRETED = {("ops/divide_order", 3)}
+# Multiply-adds that XLA's LLVM fuses into FMAs: compiled code fuses them as XLA does where the
+# target has FMA; the interpreter, and code for a target without FMA, round the product first.
+FUSED = {("ops/fma_contraction", i) for i in range(9)}
 TARGETS = [({}, "cpu"), ({"cpu": "x86-64-v3"}, "cpu"), ({"target": "interpreter"}, "interpreter")]
+
+
+def _fuses(options: dict, device: str) -> bool:
+    """Whether code for this target fuses multiply-adds (needs FMA; not the interpreter)."""
+    if device == "interpreter":
+        return False
+    target = cpu_target(options["cpu"]) if "cpu" in options else host_target()
+    return target.has("fma")
 
 
 def _run(name: str, options: dict, device: str, tmp_path):
@@ -44,13 +57,17 @@ def _run(name: str, options: dict, device: str, tmp_path):
 
 
 @pytest.mark.parametrize("options,device", TARGETS, ids=["cpu", "x86-64-v3", "interpreter"])
-@pytest.mark.parametrize("name", ["ops/long_scans", "ops/sum_order", "ops/divide_order"])
+@pytest.mark.parametrize("name", ["ops/long_scans", "ops/sum_order", "ops/divide_order",
+                                  "ops/fma_contraction"])
 def test_compiled_modules_round_like_xla(name, options, device, tmp_path):
     got = _run(name, options, device, tmp_path)
     expected = sample_arrays(name, "expected")
+    inexact = NOT_EXACT | (NOT_EXACT_INTERPRETED if device == "interpreter" else set())
+    if not _fuses(options, device):
+        inexact |= FUSED
     wrong = []
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        if (name, i) in NOT_EXACT or (device == "interpreter" and (name, i) in NOT_EXACT_INTERPRETED):
+        if (name, i) in inexact:
             np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
         elif not bits_equal(np.asarray(g), e):
             wrong.append(i)
@@ -195,3 +212,15 @@ ENTRY e {
     got = evaluate(module, [x]).flatten()[0]
     assert bits_equal(got, x * (np.float32(1) / np.float32(3)))
     assert not bits_equal(got, x / np.float32(3))
+
+
+def test_targets_without_fma_round_each_product(tmp_path):
+    """The same multiply-adds for a processor without FMA (x86-64-v2): each product rounded,
+    as the interpreter computes them, bit for bit; the sample's XLA outputs differ."""
+    name = "ops/fma_contraction"
+    got = _run(name, {"cpu": "x86-64-v2"}, "cpu", tmp_path)
+    interpreted = _run(name, {"target": "interpreter"}, "interpreter", tmp_path)
+    expected = sample_arrays(name, "expected")
+    for i in sorted(i for n, i in FUSED if n == name):
+        assert bits_equal(np.asarray(got[i]), np.asarray(interpreted[i])), f"output {i}"
+        assert not bits_equal(np.asarray(got[i]), expected[i]), f"output {i} fused"

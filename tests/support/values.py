@@ -97,6 +97,30 @@ def assert_matches(got, ref, *, rtol: float = 0.0, atol: float = 0.0, what: str 
     assert same.all(), f"{what}: {(~same).sum()} mismatches: got {g[~same][:6]} want {r[~same][:6]}"
 
 
+def multiply_add(x: np.ndarray, y: np.ndarray, z, *, fused: bool) -> np.ndarray:
+    """x*y + z in x's float type (f32 or narrower), the product rounded first, or, `fused`,
+    rounded once as an FMA computes it (the exact sum in f64, rounded to x's type: double
+    rounding can differ from a true FMA by one unit in rare halfway cases)."""
+    if not fused:
+        return (x * y + z).astype(x.dtype)
+    wide = x.astype(np.float64) * y.astype(np.float64) + np.float64(z)
+    return wide.astype(x.dtype)
+
+
+def assert_matches_one_of(got, refs, *, rtol: float, atol: float = 0.0, what: str = "") -> None:
+    """Each element of `got` matches the same element of at least one of `refs` (within the
+    tolerances): for code whose rounding may differ element by element, e.g. where LLVM
+    fuses a product into an add in some loops and not in others."""
+    g = as_comparable(got)
+    with np.errstate(all="ignore"):
+        ok = np.zeros(g.shape, bool)
+        for ref in refs:
+            r = as_comparable(ref)
+            ok |= (g == r) | (np.isnan(g) & np.isnan(r)) | (np.abs(g - r) <= atol + rtol * np.abs(r))
+    assert ok.all(), f"{what}: {(~ok).sum()} mismatches: got {g[~ok][:6]} " + \
+        " or ".join(f"want {as_comparable(r)[~ok][:6]}" for r in refs)
+
+
 def random_array(shape, dtype, rng) -> np.ndarray:
     dt = np.dtype({"f32": "float32", "i4": "int32", "bool": "bool"}.get(dtype, dtype))
     if dt.kind == "b":

@@ -35,7 +35,7 @@ from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import _dot_compute_type as dot_compute_type
-from ..elemental.scalar import const
+from ..elemental.scalar import const, contractible
 from ..elemental.types import elem_type
 from ..elemental.windows import TapSequence, window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
@@ -281,5 +281,5 @@ class _ConvEmitter:
         if self.pred:
             return b.or_(acc, b.and_(x, y))
         if self.cet.is_float:
-            return b.fadd(acc, b.fmul(x, y))
+            return contractible(self.ctx, b.fadd(acc, contractible(self.ctx, b.fmul(x, y))))
         return b.add(acc, b.mul(x, y))

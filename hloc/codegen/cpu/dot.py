@@ -33,6 +33,7 @@ from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
 from ..elemental.memory import element_pointer, linear_offset, row_major, store_element, strides
 from ..elemental.registry import emits, generic_lowering
+from ..elemental.scalar import contractible
 from ..elemental.types import I32, ElemType, elem_type
 from .driver import DRIVER_MAX_WORK
 from .kernel import KernelBuild, RootItem, Segment, special_segment
@@ -391,7 +392,7 @@ class TileEmitter:
                         li, _ = self.form.operand_indices(self._at(index, row_id, j0), ivs + [k])
                         x = self.lhs_gen(li)
                         acc = b.load(slot, typ=self.cet.value_type)
-                        b.store(b.fadd(acc, b.fmul(x, y)), slot)
+                        b.store(contractible(ctx, b.fadd(acc, contractible(ctx, b.fmul(x, y)))), slot)
         for row_id, v, t in zip(row_ids, vector_slots, tail_slots, strict=True):
             total = b.fadd(self._tree_sum(b.load(v, typ=vec)), b.load(t, typ=self.cet.value_type))
             store(self._at(index, row_id, j0), total)

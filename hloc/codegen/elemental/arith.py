@@ -14,7 +14,7 @@ from . import nanbits
 from .fmod import exact_fmod
 from .nanbits import exact_nans, x86_nan
 from .registry import emits
-from .scalar import all_ones, const, elementwise, fmax, fmin, int_min, is_nan
+from .scalar import all_ones, const, contractible, elementwise, fmax, fmin, int_min, is_nan
 
 
 def _safe_divisor(b, et, x, y):
@@ -104,6 +104,12 @@ def _float_op(method):
     return lambda ctx, instr, v, et: x86_nan(ctx, getattr(ctx.builder, method)(*v), *v)
 
 
+def _contractible_op(method):
+    """_float_op for fadd, fsub and fmul, which may fuse into FMAs (scalar.contractible)."""
+    return lambda ctx, instr, v, et: x86_nan(
+        ctx, contractible(ctx, getattr(ctx.builder, method)(*v)), *v)
+
+
 def _float_rem(ctx, instr, v, et):
     if exact_nans(ctx):
         return exact_fmod(ctx, *v)  # NVPTX expands frem as x - trunc(x/y)*y: inexact
@@ -118,9 +124,9 @@ def _smax(signed_name, unsigned_name):
 
 
 _BINARY = {
-    Opcode.ADD: {"float": _float_op("fadd"), "integral": _fb("add"), "pred": _fb("or_")},
-    Opcode.SUBTRACT: {"float": _float_op("fsub"), "integral": _fb("sub")},
-    Opcode.MULTIPLY: {"float": _float_op("fmul"), "integral": _fb("mul"), "pred": _fb("and_")},
+    Opcode.ADD: {"float": _contractible_op("fadd"), "integral": _fb("add"), "pred": _fb("or_")},
+    Opcode.SUBTRACT: {"float": _contractible_op("fsub"), "integral": _fb("sub")},
+    Opcode.MULTIPLY: {"float": _contractible_op("fmul"), "integral": _fb("mul"), "pred": _fb("and_")},
     Opcode.DIVIDE: {"float": _float_op("fdiv"), "integral": _int_div},
     Opcode.REMAINDER: {"float": _float_rem, "integral": _int_rem},
     Opcode.MAXIMUM: {"float": lambda ctx, i, v, et: fmax(ctx, *v),

@@ -28,7 +28,7 @@ from .convert import convert_value
 from .lowfloat import round_to
 from .memory import major_to_minor
 from .registry import emits
-from .scalar import const, finish, fmax, fmin
+from .scalar import const, contractible, finish, fmax, fmin
 from .types import ElemType, elem_type
 
 _SIMPLE = (Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR,
@@ -42,9 +42,10 @@ def simple_reducer(comp: Computation) -> Opcode | None:
     return root.opcode if root is not None and root.opcode in _SIMPLE else None
 
 
-def _flagged(instr: ir.Instruction) -> ir.Instruction:
+def _flagged(ctx: EmitContext, instr: ir.Instruction) -> ir.Instruction:
+    """A reassociable accumulation (vector lanes and trees), contractible where XLA's is."""
     instr.flags.append("reassoc")
-    return instr
+    return contractible(ctx, instr)
 
 
 def combine_simple(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
@@ -54,8 +55,8 @@ def combine_simple(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
     if et.is_complex:
         return _combine_complex(ctx, op, et, a, x)
     if et.is_float:
-        float_ops = {Opcode.ADD: lambda: _flagged(b.fadd(a, x)),
-                     Opcode.MULTIPLY: lambda: _flagged(b.fmul(a, x)),
+        float_ops = {Opcode.ADD: lambda: _flagged(ctx, b.fadd(a, x)),
+                     Opcode.MULTIPLY: lambda: _flagged(ctx, b.fmul(a, x)),
                      Opcode.MAXIMUM: lambda: fmax(ctx, a, x),
                      Opcode.MINIMUM: lambda: fmin(ctx, a, x)}
         return float_ops[op]()
@@ -81,7 +82,7 @@ def _combine_complex(ctx: EmitContext, op: Opcode, et: ElemType, a: ir.Value,
     if op != Opcode.ADD:
         raise UnsupportedError(f"a complex reduction cannot use {op.value}")
     (ar, ai), (xr, xi) = cx.parts(a), cx.parts(x)
-    return cx.make(_flagged(cx.b.fadd(ar, xr)), _flagged(cx.b.fadd(ai, xi)))
+    return cx.make(_flagged(ctx, cx.b.fadd(ar, xr)), _flagged(ctx, cx.b.fadd(ai, xi)))
 
 
 class Reducer:
@@ -246,7 +247,7 @@ def _dot_operand_indices(ctx: EmitContext, index: Index, lhs_rank: int, rhs_rank
 def _product(ctx: EmitContext, et: ElemType, x: ir.Value, y: ir.Value) -> ir.Value:
     if et.is_complex:
         return combine_simple(ctx, Opcode.MULTIPLY, et, x, y)
-    return ctx.builder.fmul(x, y) if et.is_float else ctx.builder.mul(x, y)
+    return contractible(ctx, ctx.builder.fmul(x, y)) if et.is_float else ctx.builder.mul(x, y)
 
 
 @emits(Opcode.DOT)

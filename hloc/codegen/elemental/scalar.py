@@ -60,6 +60,17 @@ def float_suffix(value: ir.Value) -> str:
     return "f64" if value.type == F64 else "f32"
 
 
+def contractible(ctx, instr: ir.Instruction) -> ir.Instruction:
+    """`instr` (an fadd, fsub or fmul), which LLVM may fuse with its neighbour into one FMA
+    on CPU targets, as XLA CPU lets it everywhere (its TargetOptions set
+    AllowFPOpFusion=Fast): where the target has FMA, `a*b + c` rounds once, and so only
+    where the product has no other use, both sit in one basic block, and the types are
+    ones the target fuses (LLVM's DAG combiner decides, as it does for XLA)."""
+    if ctx.target_kind == "cpu":
+        instr.flags.append("contract")
+    return instr
+
+
 def fmax(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
     """IEEE maximum: NaN-propagating, +0 > -0, any NaN comes out as the canonical one.
 
