@@ -74,6 +74,17 @@ FORMS = {
     "pointwise": dict(n=2, spatial=[6, 5], c=7, o=3, kernel=[1, 1]),
     "wide_features": dict(n=1, spatial=[5, 5], c=3, o=70, kernel=[3, 3], pad=[(1, 1), (1, 1)]),
     "wide_groups": dict(n=1, spatial=[4, 4], c=4, o=140, kernel=[2, 2], groups=2),
+    # Few output features: units are blocks of positions along the minor-most spatial
+    # dimension (conv.POSITION_FEATURES): 70 = 64 + a tail; a stride, a negative padding,
+    # window dilation and reversal along it; several features (one input feature: unit
+    # stride); input dilation along the other dimension.
+    "stencil_wide": dict(n=1, spatial=[5, 70], c=1, o=1, kernel=[3, 3], pad=[(1, 1), (1, 1)]),
+    "stencil_strided": dict(n=2, spatial=[6, 40], c=2, o=1, kernel=[2, 5], stride=[1, 3],
+                            pad=[(0, 1), (-2, 4)], rhs=[1, 2], rev=[0, 1]),
+    "stencil_features": dict(n=2, spatial=[6, 33], c=1, o=3, kernel=[3, 4],
+                             pad=[(1, 1), (2, -1)], rhs=[1, 2]),
+    "stencil_outer_lhs": dict(n=1, spatial=[4, 20], c=1, o=2, kernel=[3, 3], lhs=[2, 1],
+                              pad=[(1, 1), (2, 0)]),
 }
 
 
@@ -128,6 +139,33 @@ def test_units_per_output_position(name, units_per_position, tmp_path):
                                            strict=True)]
     positions = form["n"] * int(np.prod(out))
     assert kernel["parallel_extent"] == positions * units_per_position
+
+
+@pytest.mark.parametrize("name,rows,blocks", [
+    ("stencil_wide", 5, 2),  # 70 positions: blocks of 64 and 6
+    ("stencil_strided", 2 * 6, 1),
+    ("stencil_features", 2 * 6, 1),
+    ("same_3x3", 2 * 10 * 10, 1),  # 4 features read 3 input features: feature blocks
+])
+def test_few_features_vectorize_over_positions(name, rows, blocks, tmp_path):
+    bundle = compile_bundle(conv_text("f32", **FORMS[name]), tmp_path / "c.bundle")
+    (kernel,) = kernels_json(bundle)["kernels"].values()
+    assert kernel["parallel_extent"] == rows * blocks
+
+
+def test_single_channel_stencil_in_nchw():
+    """jax's layout for a 2-D stencil (NCHW, OIHW): positions along W, unit stride."""
+    text = """HloModule s
+ENTRY e {
+  x = f32[2,1,12,75] parameter(0)
+  w = f32[1,1,3,3] parameter(1)
+  ROOT c = f32[2,1,12,75] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01
+}
+"""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 1, 12, 75)).astype(np.float32), \
+        rng.standard_normal((1, 1, 3, 3)).astype(np.float32)
+    check_hlo(text, [x, w], rtol=1e-5, atol=1e-5, chunks=3)
 
 
 def test_native_kernel_accumulates_integers_in_64_bits():

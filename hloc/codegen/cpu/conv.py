@@ -13,6 +13,12 @@ elements, windows.TapSequence) and the group's input features; the
 innermost loop runs over the block's features, unit-stride in the usual HWIO kernel and
 NHWC output layouts, so LLVM vectorizes it.
 
+With few output features (at most POSITION_FEATURES, one group: a stencil, a single-channel
+filter) that loop would be a scalar one, so units are instead (output row, block of
+positions along the output's minor-most spatial dimension): one accumulator per position
+and feature, the positions innermost (a tap on padding leaves its position's accumulator
+as it is, by a select), in the same order of taps and input features per output element.
+
 XLA semantics: feature groups split input and output features, batch groups split the input
 batch and the output features (output feature o belongs to group o / (O / (G * BG)), batch
 group major), tap k of a window dimension reads the base-dilated, padded input at
@@ -55,6 +61,10 @@ NATIVE_MAX_MACS = 1 << 21
 # runtime can only run as an im2col copy of every window (nine times a 3x3 layer's input)
 # and a batched product of depth Cg; MobileNetV2 spent half its time in those copies.
 NATIVE_GROUP_FEATURES = 16
+# Ungrouped convolutions with at most this many output features vectorize over a block of
+# POSITION_BLOCK output positions instead: a 96x96 single-channel 3x3 stencil took 34 us.
+POSITION_FEATURES = 4
+POSITION_BLOCK = 64
 
 
 def multiply_adds(instr: Instruction) -> int:
@@ -125,6 +135,11 @@ class ConvGeometry:
         return _depthwise(self.groups, self.batch_groups, self.cg, self.og)
 
     @property
+    def few_features(self) -> bool:
+        """Vectorize over positions (see the module docstring)."""
+        return self.groups == 1 and self.batch_groups == 1 and self.og <= POSITION_FEATURES
+
+    @property
     def swept(self) -> int:
         """The features a unit's blocks divide: the groups (depthwise), else a group's output
         features."""
@@ -173,32 +188,78 @@ class ConvolutionSegment(Segment):
         instr = item.instr
         self.shape: Shape = spec.output_shapes[item.outputs[0]]
         self.geo = ConvGeometry.of(instr)
-        feature = instr.attrs.conv_dnums.output_feature_dimension
-        self.rows = [d for d in major_to_minor(self.shape) if d != feature]
+        dn = instr.attrs.conv_dnums
+        # With few features: the window dimension whose output positions a unit blocks.
+        self.inner = _position_dimension(instr, self.shape) if self.geo.few_features else None
+        skip = {dn.output_feature_dimension}
+        if self.inner is not None:
+            skip.add(dn.output_spatial_dimensions[self.inner])
+            positions = self.shape.dims[dn.output_spatial_dimensions[self.inner]]
+            self.units_per_row = -(-positions // POSITION_BLOCK)
+        else:
+            self.units_per_row = self.geo.units_per_position
+        self.rows = [d for d in major_to_minor(self.shape) if d not in skip]
         n_rows = math.prod(self.shape.dims[d] for d in self.rows)
         empty = self.shape.num_elements == 0
-        self.extent = 0 if empty else n_rows * self.geo.units_per_position
+        self.extent = 0 if empty else n_rows * self.units_per_row
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx = kb.ctx
         b = ctx.builder
-        geo = self.geo
-        emitter = _ConvEmitter(kb, self.item.instr, geo)
-        n_features = geo.units_per_position
+        emitter = _ConvEmitter(kb, self.item.instr, self.geo, self.inner)
+        per_row = self.units_per_row
         with ctx.loop(lo, hi, "unit") as unit:
-            row, fb = b.udiv(unit, ctx.i64(n_features)), b.urem(unit, ctx.i64(n_features))
+            row, fb = b.udiv(unit, ctx.i64(per_row)), b.urem(unit, ctx.i64(per_row))
             index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
             dims = [self.shape.dims[d] for d in self.rows]
             for d, v in zip(self.rows, delinearize(b, row, dims, fold_unit_dims=False), strict=True):
                 index[d] = v
-            emitter.unit(index, fb, kb.outputs[self.item.outputs[0]], self.shape)
+            out = kb.outputs[self.item.outputs[0]]
+            if self.inner is None:
+                emitter.unit(index, fb, out, self.shape)
+            else:
+                emitter.position_unit(index, fb, out, self.shape)
+
+
+def _ceil_div(ctx, a: ir.Value, d: int) -> ir.Value:
+    """ceil(a / d) for a signed `a` and a constant d > 0."""
+    if d == 1:
+        return a
+    b = ctx.builder
+    t = b.add(a, ctx.i64(d - 1))  # floor(t / d), rounding toward minus infinity
+    return b.select(b.icmp_signed("<", t, ctx.i64(0)),
+                    b.sdiv(b.sub(t, ctx.i64(d - 1)), ctx.i64(d)), b.sdiv(t, ctx.i64(d)))
+
+
+def _position_dimension(instr: Instruction, shape: Shape) -> int | None:
+    """The window dimension along whose output positions a few-feature convolution
+    vectorizes: the output's minor-most spatial dimension of at least 8 positions, not
+    base-dilated (its taps are found per position). With more than one output feature only
+    where the positions read the input at unit stride (stride 1 along the input's minor-most
+    dimension): gathers there made a 3-channel NHWC layer 2-4x slower than feature vectors.
+    None: keep feature blocks."""
+    dn = instr.attrs.conv_dnums
+    window = instr.attrs.window.dims if instr.attrs.window else ()
+    order = major_to_minor(shape)
+    spatial = sorted(range(len(dn.output_spatial_dimensions)),
+                     key=lambda i: order.index(dn.output_spatial_dimensions[i]))
+    inner = next((i for i in reversed(spatial)
+                  if shape.dims[dn.output_spatial_dimensions[i]] >= 8), None)
+    if inner is None or window[inner].base_dilation > 1:
+        return None
+    og = shape.dims[dn.output_feature_dimension]
+    lhs = instr.operands[0].shape
+    minor = [d for d in major_to_minor(lhs) if lhs.dims[d] > 1]
+    unit_stride = window[inner].stride == 1 and minor[-1:] == [dn.input_spatial_dimensions[inner]]
+    return inner if og == 1 or unit_stride else None
 
 
 class _ConvEmitter:
     """The loops of one unit."""
 
-    def __init__(self, kb: KernelBuild, instr: Instruction, geo: ConvGeometry):
-        self.ctx, self.instr, self.geo = kb.ctx, instr, geo
+    def __init__(self, kb: KernelBuild, instr: Instruction, geo: ConvGeometry,
+                 inner: int | None = None):
+        self.ctx, self.instr, self.geo, self.inner = kb.ctx, instr, geo, inner
         self.dn = instr.attrs.conv_dnums
         self.window = instr.attrs.window.dims if instr.attrs.window else ()
         self.lhs_gen, self.rhs_gen = (kb.gen(o) for o in instr.operands)
@@ -208,7 +269,8 @@ class _ConvEmitter:
         self.pred = self.out_et.kind == "pred"
         self.cet = self.out_et if self.pred else dot_compute_type(
             [self.l_et, self.r_et, self.out_et])
-        self.acc = self.ctx.alloca(self.cet.value_type, geo.block, name="acc")
+        slots = geo.block if inner is None else geo.og * POSITION_BLOCK
+        self.acc = self.ctx.alloca(self.cet.value_type, slots, name="acc")
 
     def unit(self, index: list[ir.Value], fb: ir.Value, out: ir.Value, shape: Shape) -> None:
         ctx, b, geo, dn = self.ctx, self.ctx.builder, self.geo, self.dn
@@ -234,19 +296,55 @@ class _ConvEmitter:
             value = acc if self.pred else convert_value(ctx, self.cet, self.out_et, acc)
             store_element(ctx, shape, out, list(index), value)
 
+    def position_unit(self, index: list[ir.Value], pb: ir.Value, out: ir.Value,
+                      shape: Shape) -> None:
+        """Block `pb` of POSITION_BLOCK output positions along window dimension `inner`,
+        every output feature (few features: see the module docstring)."""
+        ctx, b, geo, dn = self.ctx, self.ctx.builder, self.geo, self.dn
+        out_dim = dn.output_spatial_dimensions[self.inner]
+        p0 = b.mul(pb, ctx.i64(POSITION_BLOCK))
+        width = ctx.call("llvm.smin.i64", [ctx.i64(POSITION_BLOCK),
+                                           b.sub(ctx.i64(shape.dims[out_dim]), p0)])
+        with ctx.loop(0, geo.og * POSITION_BLOCK, "zero") as j:
+            b.store(const(self.cet, 0), self._slot(j))
+        li: list[ir.Value] = [ctx.i64(0)] * self.lhs.rank
+        li[dn.input_batch_dimension] = index[dn.output_batch_dimension]
+        self._taps(index, li, ctx.i64(0), ctx.i64(0), ctx.i64(geo.og), positions=(p0, width))
+        # Stored along the output's layout: features innermost where they are minor (NHWC).
+        order = major_to_minor(shape)
+        features_minor = order.index(dn.output_feature_dimension) > order.index(out_dim)
+        loops = [(geo.og, "store.o"), (width, "store.p")]
+        with contextlib.ExitStack() as stack:
+            first, second = (stack.enter_context(ctx.loop(0, n, name))
+                             for n, name in (loops[::-1] if features_minor else loops))
+            o, j = (second, first) if features_minor else (first, second)
+            slot = self._slot(b.add(b.mul(o, ctx.i64(POSITION_BLOCK)), j))
+            acc = b.load(slot, typ=self.cet.value_type)
+            index[dn.output_feature_dimension] = o
+            index[out_dim] = b.add(p0, j)
+            value = acc if self.pred else convert_value(ctx, self.cet, self.out_et, acc)
+            store_element(ctx, shape, out, list(index), value)
+
     def _slot(self, j: ir.Value) -> ir.Value:
         return self.ctx.builder.gep(self.acc, [j], inbounds=True,
                                     source_etype=self.cet.value_type)
 
-    def _taps(self, index, li, c0, o0, width) -> None:
-        """Every valid tap: a dimension's taps on padding are skipped before the inner ones."""
+    def _taps(self, index, li, c0, o0, width, positions=None) -> None:
+        """Every valid tap: a dimension's taps on padding are skipped before the inner ones.
+        With `positions` (p0, count), the taps of window dimension `inner` are instead
+        applied innermost to the positions p0 + j (j < count) they do not put on padding:
+        accumulator o * POSITION_BLOCK + j for feature o."""
         ctx, b, dn = self.ctx, self.ctx.builder, self.dn
         ri: list[ir.Value] = [ctx.i64(0)] * self.rhs.rank
+        inner_tap = None
         with contextlib.ExitStack() as stack:
             for i, wd in enumerate(self.window):
                 out_pos, size = (index[dn.output_spatial_dimensions[i]],
                                  self.lhs.dims[dn.input_spatial_dimensions[i]])
-                if wd.base_dilation > 1:  # only the taps on input elements, none to skip
+                if positions is not None and i == self.inner:
+                    tap = inner_tap = stack.enter_context(ctx.loop(0, wd.size, "tap"))
+                    pos = ctx.i64(0)  # per position: _position_taps
+                elif wd.base_dilation > 1:  # only the taps on input elements, none to skip
                     seq = TapSequence.of(ctx, out_pos, wd, size)
                     t = stack.enter_context(ctx.loop(seq.start, seq.stop, "tap"))
                     tap, pos = seq.tap(ctx, t)
@@ -259,6 +357,9 @@ class _ConvEmitter:
                     b.sub(ctx.i64(wd.size - 1), tap) if wd.window_reversal else tap)
             c = stack.enter_context(ctx.loop(0, self.geo.cg, "c"))
             ri[dn.kernel_input_feature_dimension] = c
+            if positions is not None:
+                self._position_taps(li, ri, c, inner_tap, positions)
+                return
             if self.geo.depthwise:  # feature o0 + j of the output reads input feature o0 + j
                 j = stack.enter_context(ctx.loop(0, width, "j"))
                 li[dn.input_feature_dimension] = b.add(c0, j)
@@ -272,6 +373,32 @@ class _ConvEmitter:
             slot = self._slot(j)
             acc = b.load(slot, typ=self.cet.value_type)
             b.store(self._combine(acc, x, y), slot)
+
+    def _position_taps(self, li, ri, c, tap, positions) -> None:
+        """Input feature `c`, tap `tap` of window dimension `inner`: every feature's product
+        into every position's accumulator, the positions innermost."""
+        ctx, b, dn = self.ctx, self.ctx.builder, self.dn
+        p0, count = positions
+        wd = self.window[self.inner]
+        in_dim = dn.input_spatial_dimensions[self.inner]
+        li[dn.input_feature_dimension] = c
+        with ctx.loop(0, self.geo.og, "o") as o:
+            ri[dn.kernel_output_feature_dimension] = o
+            y = self._convert(self.r_et, self.rhs_gen(list(ri)))
+            base = b.mul(o, ctx.i64(POSITION_BLOCK))
+            # The positions whose tap lands on the input: o*stride + tap*dil - pad_low in
+            # [0, size) for o = p0 + j; the others are skipped (padding adds nothing).
+            shift = b.sub(ctx.i64(wd.padding_low), b.mul(tap, ctx.i64(wd.window_dilation)))
+            first = _ceil_div(ctx, shift, wd.stride)
+            stop = _ceil_div(ctx, b.add(shift, ctx.i64(self.lhs.dims[in_dim])), wd.stride)
+            j_lo = ctx.call("llvm.smax.i64", [ctx.i64(0), b.sub(first, p0)])
+            j_hi = ctx.call("llvm.smin.i64", [count, b.sub(stop, p0)])
+            with ctx.loop(j_lo, j_hi, "p") as j:
+                li[in_dim] = b.sub(b.mul(b.add(p0, j), ctx.i64(wd.stride)), shift)
+                x = self._convert(self.l_et, self.lhs_gen(list(li)))
+                slot = self._slot(b.add(base, j))
+                acc = b.load(slot, typ=self.cet.value_type)
+                b.store(self._combine(acc, x, y), slot)
 
     def _convert(self, et, value):
         return convert_value(self.ctx, et, self.cet, value)
