@@ -2070,6 +2070,28 @@ def _fma_contraction(rng):
     return f, (x, y, z, u, a, d, h, hy, coef)
 
 
+@op_case("f64_math", "f64 exp, tanh, log1p, softplus and logistic over their whole ranges "
+         "(edges, NaN, infinities, denormals, the clamps at -708.4/709.8 and 17.7/20): XLA CPU "
+         "computes exp, tanh and log1p with its own rational approximations, not libm's. "
+         "tests/test_xla_numerics.py checks that compiled modules match bit for bit.",
+         rtol=1e-12, atol=1e-300, x64=True)
+def _f64_math(rng):
+    import jax
+    import jax.numpy as jnp
+
+    edges = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, -5e-324, 2.2e-308, 1e-300,
+                      1e-20, 1e-10, 4e-4, 0.41421356, 0.4142136, -0.41421356, -0.4142136,
+                      17.7, 17.72, 19.99, 20.0, -20.0, 700.0, 709.78, 709.79, -708.39,
+                      -708.4, -745.0, -1.0, -1.5, 1e308])
+    x = np.concatenate([edges, rng.uniform(-30, 30, 4000), rng.standard_normal(4000),
+                        rng.uniform(-750, 750, 2000), rng.uniform(-0.999, 1.0, 2000)])
+
+    def f(x):
+        return jnp.exp(x), jnp.tanh(x), jnp.log1p(x), jax.nn.softplus(x), jax.nn.sigmoid(x)
+
+    return f, (x,)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

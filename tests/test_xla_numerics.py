@@ -1,8 +1,9 @@
 """XLA CPU's evaluation order and rounding, reproduced bit for bit.
 
-The oracle is XLA itself: samples/ops/long_scans, sum_order, divide_order and fma_contraction
-hold outputs XLA CPU computed for scans, narrow-float sums, short f32 sums, means, divisions
-by a broadcast and multiply-adds (which its LLVM fuses into FMAs).
+The oracle is XLA itself: samples/ops/long_scans, sum_order, divide_order, fma_contraction and
+f64_math hold outputs XLA CPU computed for scans, narrow-float sums, short f32 sums, means,
+divisions by a broadcast, multiply-adds (which its LLVM fuses into FMAs) and its own f64 exp,
+tanh and log1p.
 Compiled for the CPU (the host's features and x86-64-v3) and for the interpreter, they must
 match those outputs exactly (the exceptions, NOT_EXACT, round through exp, log or rsqrt). Independently of XLA, numpy
 models of the two orders (blocks of 16 for scans, windows of 32 for sums) check the passes'
@@ -38,7 +39,9 @@ NOT_EXACT = {("ops/long_scans", 6), ("ops/divide_order", 4)}
 NOT_EXACT_INTERPRETED = {("ops/divide_order", 3)}
 # Multiply-adds that XLA's LLVM fuses into FMAs: compiled code fuses them as XLA does where the
 # target has FMA; the interpreter, and code for a target without FMA, round the product first.
-FUSED = {("ops/fma_contraction", i) for i in range(9)}
+# XLA's f64 exp, tanh and log1p (and softplus and logistic, built on them) are rational
+# approximations evaluated with FMAs; the interpreter takes numpy's.
+FUSED = {("ops/fma_contraction", i) for i in range(9)} | {("ops/f64_math", i) for i in range(5)}
 TARGETS = [({}, "cpu"), ({"cpu": "x86-64-v3"}, "cpu"), ({"target": "interpreter"}, "interpreter")]
 
 
@@ -58,7 +61,7 @@ def _run(name: str, options: dict, device: str, tmp_path):
 
 @pytest.mark.parametrize("options,device", TARGETS, ids=["cpu", "x86-64-v3", "interpreter"])
 @pytest.mark.parametrize("name", ["ops/long_scans", "ops/sum_order", "ops/divide_order",
-                                  "ops/fma_contraction"])
+                                  "ops/fma_contraction", "ops/f64_math"])
 def test_compiled_modules_round_like_xla(name, options, device, tmp_path):
     got = _run(name, options, device, tmp_path)
     expected = sample_arrays(name, "expected")
