@@ -137,6 +137,29 @@ def test_cpu_empty_and_big_transforms(tmp_path):
     assert_close(load_cpu(bundle).run(args), interpret(text, args), "c64")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_big_batches_run_in_pieces(kind, tmp_path, monkeypatch):
+    """The host FFT of a big batch runs in pieces of a few batch elements on the pool's
+    threads (runtime/cpu/host.build_fft): the same values as one call, the pieces' seams
+    included (odd counts, two batch dimensions)."""
+    from hloc.runtime.cpu import host
+
+    shapes = [((3, 7), (16, 24)), ((5,), (33,))]
+    monkeypatch.setattr(host, "PARALLEL_FFT_ELEMENTS", 64)
+    monkeypatch.setattr(host, "FFT_PIECE_ELEMENTS", 700)
+    from hloc.runtime.cpu import parallel
+
+    pieces = []
+    real = parallel.Pool.run
+    monkeypatch.setattr(parallel.Pool, "run", lambda self, fn, ranges: pieces.append(
+        len(ranges)) or real(self, fn, ranges))
+    text = module_text(kind, "c64", shapes)
+    args = random_inputs(kind, "c64", shapes, seed=5)
+    bundle = compile_bundle(text, tmp_path / "m.bundle")
+    assert_close(load_cpu(bundle).run(args), interpret(text, args), "c64")
+    assert sorted(pieces)[-1] >= 5 and len(pieces) == 2  # 21 elements of 16x24: 5 pieces or more
+
+
 # ---- CUDA (emulated) ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ct", ["c64", "c128"])

@@ -6,6 +6,8 @@ fallbacks) — on views of the arena, so they read and write the same bytes nati
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...thunks.base import ThunkKind
@@ -108,6 +110,59 @@ def build_memset(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, "memset", thunk.name, run)
 
 
-@builds(ThunkKind.SORT, ThunkKind.FFT, ThunkKind.CUSTOM_CALL)
+@builds(ThunkKind.SORT, ThunkKind.CUSTOM_CALL)
 def build_interpreted(ctx: LoadContext, thunk) -> Step:
     return build_host_step(ctx, thunk)
+
+
+# An FFT of at least this many output elements runs in pieces of at most FFT_PIECE_ELEMENTS
+# (a batch element or more each) shared by the CPU pool's threads.
+PARALLEL_FFT_ELEMENTS = 1 << 15
+FFT_PIECE_ELEMENTS = 1 << 16
+
+
+@builds(ThunkKind.FFT)
+def build_fft(ctx: LoadContext, thunk) -> Step:
+    """numpy's FFT on arena views, a big batch in pieces. numpy's n-D transform of a large
+    batch is cache-hostile (a real 2-D FFT of 128 64x64 images: 9.5 ms as one call, 0.31 ms
+    per 16 of them), and numpy releases the GIL while it transforms, so pieces of a few
+    batch elements run on the pool's threads, each written straight into its slice of the
+    output: that FFT now takes about 1.5 ms on 2 cores."""
+    instr = ctx.instruction(thunk.name)
+    ranks = len(instr.attrs.fft_length or ())
+    batch_dims = instr.shape.dims[:instr.shape.rank - ranks] if instr.shape.is_array else ()
+    batch = math.prod(batch_dims)
+    if instr.shape.num_elements < PARALLEL_FFT_ELEMENTS or batch < 2:
+        return build_host_step(ctx, thunk)
+    (source,) = [ctx.memory.cell(s, instr.operands[0].shape, _read_only) for s in thunk.reads()]
+    (output,) = [ctx.memory.cell(s, instr.shape) for s in thunk.writes()]
+    impl = registry.lookup(instr)
+    rctx = registry.Context(evaluate_computation)
+    from .parallel import pool, split
+
+    workers = pool()
+    per_element = instr.shape.num_elements // batch
+    pieces = split(batch, max(workers.threads, -(-batch * per_element // FFT_PIECE_ELEMENTS)))
+
+    def flat(a: np.ndarray) -> np.ndarray:
+        """`a` with its batch dimensions as one (a view: never a copy)."""
+        view = a.view()
+        view.shape = (batch,) + a.shape[len(batch_dims):]  # raises where a copy would be needed
+        return view
+
+    def run() -> None:
+        src, out = source.a, output.a
+        if np.may_share_memory(src, out):  # the operand is read whole before any write
+            np.copyto(out, impl(rctx, instr, [src]), casting="unsafe")
+            return
+        try:
+            src, out = flat(src), flat(out)
+        except AttributeError:
+            np.copyto(out, impl(rctx, instr, [src]), casting="unsafe")
+            return
+
+        def piece(lo: int, hi: int) -> None:
+            np.copyto(out[lo:hi], impl(rctx, instr, [src[lo:hi]]), casting="unsafe")
+        workers.run(piece, pieces)
+
+    return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name), run)
