@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ...errors import InputError
 from ...thunks.base import ThunkKind
 from ..interpreter import evaluate_computation, registry
 from ..lapack import native_impl
@@ -77,7 +78,7 @@ def _native_step(ctx: LoadContext, thunk, native, operands: list, outputs: list)
     tuple (never views of the operands), written straight into the output cells. A 12 x 12
     solve's step costs about 3 us beyond LAPACK, which loops of small solves repeat."""
     if any(isinstance(c, tuple) or c is None for c in operands):
-        raise ValueError(f"{thunk.name}: a LAPACK call takes arrays")
+        raise InputError(f"custom-call %{thunk.name}: a LAPACK call takes arrays")
     instr = ctx.instruction(thunk.name)
 
     def run() -> None:
