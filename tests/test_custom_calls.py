@@ -49,6 +49,27 @@ ENTRY main {
 LOW_RANK_SVD = BAD_SVD.replace("a = f32[4,3] parameter(0)", "a = f32[4] parameter(0)")
 
 
+def _lapack(target: str, operands: str, result: str) -> str:
+    """A module of one LAPACK call: `operands` as 'f64[4,4] f64[4,1]', its `result` shape."""
+    params = "\n".join(f"  p{i} = {t} parameter({i})" for i, t in enumerate(operands.split()))
+    args = ", ".join(f"p{i}" for i in range(len(operands.split())))
+    return (f"HloModule m\n\nENTRY main {{\n{params}\n  ROOT c = {result} custom-call({args}), "
+            f'custom_call_target="{target}"\n}}\n')
+
+
+# Every LAPACK call's results must fit its operands: LAPACK writes scratch arrays sized from
+# the operands, and a result of other dims would be broadcast or cut when copied out.
+BAD_LAPACK = [
+    ("trsm_wide_result", _lapack("lapack_dtrsm_ffi", "f64[4,4] f64[4,1]", "f64[4,2]")),
+    ("trsm_unfit_triangle", _lapack("lapack_strsm_ffi", "f32[3,3] f32[4,1]", "f32[4,1]")),
+    ("potrf_not_square", _lapack("lapack_spotrf_ffi", "f32[4,3]", "(f32[4,3], s32[])")),
+    ("getrf_pivots", _lapack("lapack_dgetrf_ffi", "f64[5,3]", "(f64[5,3], s32[5], s32[])")),
+    ("geqrf_tau", _lapack("lapack_sgeqrf_ffi", "f32[2,6,4]", "(f32[2,6,4], f32[2,6])")),
+    ("orgqr_result", _lapack("lapack_sorgqr_ffi", "f32[6,4] f32[4]", "f32[6,6]")),
+    ("syevd_values", _lapack("lapack_ssyevd_ffi", "f32[5,5]", "(f32[5,5], f32[4], s32[])")),
+]
+
+
 def test_the_interpreter_runs_exactly_the_supported_targets():
     CUSTOM_CALLS.load()
     assert set(CUSTOM_CALLS.keys()) == SUPPORTED_TARGETS
@@ -65,6 +86,8 @@ def _compile(tmp_path, text: str, name: str):
     ("unknown", UNKNOWN, "custom-call %c: unsupported target 'my_kernel'"),
     ("bad_svd", BAD_SVD, r"lapack_sgesdd_ffi with operands \[\[4, 3\]\] cannot have results"),
     ("low_rank_svd", LOW_RANK_SVD, r"lapack_sgesdd_ffi cannot take operands \[\[4\]\]"),
+    *((name, text, r"lapack_[sd][a-z]+_ffi (with operands .* cannot have results|cannot take)")
+      for name, text in BAD_LAPACK),
 ])
 def test_compile_refuses_a_call_no_runtime_can_make(tmp_path, monkeypatch, name, text, fragment):
     monkeypatch.setenv("HLOC_SERVER", "off")
@@ -74,6 +97,21 @@ def test_compile_refuses_a_call_no_runtime_can_make(tmp_path, monkeypatch, name,
     assert "\n" not in line and line.startswith(f"hloc: error: {src}: "), line
     assert re.search(fragment, line), line
     assert not out.exists()
+
+
+def test_well_shaped_lapack_calls_compile(tmp_path, monkeypatch):
+    """The same calls with the results their operands imply compile (the check is no
+    blanket refusal)."""
+    monkeypatch.setenv("HLOC_SERVER", "off")
+    good = [_lapack("lapack_dtrsm_ffi", "f64[4,4] f64[4,2]", "f64[4,2]"),
+            _lapack("lapack_spotrf_ffi", "f32[3,3]", "(f32[3,3], s32[])"),
+            _lapack("lapack_dgetrf_ffi", "f64[5,3]", "(f64[5,3], s32[3], s32[])"),
+            _lapack("lapack_sgeqrf_ffi", "f32[2,6,4]", "(f32[2,6,4], f32[2,4])"),
+            _lapack("lapack_sorgqr_ffi", "f32[6,4] f32[4]", "f32[6,4]"),
+            _lapack("lapack_ssyevd_ffi", "f32[5,5]", "(f32[5,5], f32[5], s32[])")]
+    for i, text in enumerate(good):
+        result, _, out = _compile(tmp_path, text, f"good{i}")
+        assert result.exit_code == 0 and out.exists(), result.output
 
 
 def test_hloc_ops_lists_the_targets():

@@ -35,16 +35,30 @@ def lapack_options(instr) -> dict[str, str]:
 
 
 def expected_dims(instr) -> list[tuple[int, ...] | None]:
-    """The result dims of gesdd, geev or gtsv that its operands and options imply (None: not
-    written, any dims), for check_dims."""
+    """The result dims a LAPACK call's operands and options imply (a tuple's elements in
+    order; one entry for an array result; None: not written, any dims), for check_dims."""
     name = (instr.attrs.custom_call_target or "")[len("lapack_") + 1:-len("_ffi")]
     dims = [tuple(op.shape.dims) for op in instr.operands]
     if name == "gtsv":
         return dims + [dims[1][:-1]]
     batch: tuple[int, ...] = dims[0][:-2]
     m, n = dims[0][-2:]
+    k = min(m, n)
+    if name == "trsm":  # b solved in place; a square, of b's side
+        b_dims = dims[1]
+        left = lapack_options(instr).get("side", "L") == "L"
+        if m != n or n != b_dims[-2 if left else -1]:
+            raise ValueError("the triangular operand does not fit")
+        return [tuple(_broadcast(batch, b_dims[:-2])) + b_dims[-2:]]
+    simple = {"potrf": [dims[0], batch], "getrf": [dims[0], batch + (k,), batch],
+              "geqrf": [dims[0], batch + (k,)], "orgqr": [dims[0]], "ungqr": [dims[0]],
+              "syevd": [dims[0], batch + (n,), batch], "heevd": [dims[0], batch + (n,), batch]}
+    if name in simple:
+        if name in ("potrf", "syevd", "heevd") and m != n:
+            raise ValueError("not square")
+        return simple[name]
     if name == "gesdd":
-        mode, k = lapack_options(instr).get("mode", "A"), min(m, n)
+        mode = lapack_options(instr).get("mode", "A")
         u, vt = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, (None, None))
         return [dims[0], batch + (k,), u and batch + u, vt and batch + vt, batch]
     o = lapack_options(instr)  # geev
@@ -54,14 +68,22 @@ def expected_dims(instr) -> list[tuple[int, ...] | None]:
     return values + [vl, vr, batch]
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of two batch shapes; ValueError where they do not broadcast."""
+    import numpy as np
+
+    return tuple(np.broadcast_shapes(a, b))
+
+
 def check_dims(instr) -> None:
     """InputError unless the call's results have the dims its operands imply: LAPACK writes
     them through raw pointers, so a module that says otherwise must not reach it."""
     target = instr.attrs.custom_call_target
-    got = [tuple(s.dims) for s in instr.shape.tuple_shapes] if instr.shape.is_tuple else []
+    got = [tuple(s.dims) for s in instr.shape.tuple_shapes] if instr.shape.is_tuple \
+        else [tuple(instr.shape.dims)]
     try:
         want = expected_dims(instr)
-    except (ValueError, IndexError):  # too few operands, or of too low a rank
+    except (ValueError, IndexError):  # too few operands, of too low a rank, or unfit
         raise InputError(f"%{instr.name}: {target} cannot take operands "
                          f"{[list(op.shape.dims) for op in instr.operands]}") from None
     square = "geev" not in target or instr.operands[0].shape.dims[-1:] == \
@@ -73,9 +95,7 @@ def check_dims(instr) -> None:
                          f"{[list(g) for g in got]}")
 
 
-_SHAPE_CHECKED = frozenset(t for t in SUPPORTED_TARGETS
-                           if t.startswith("lapack_") and t[len("lapack_") + 1:-len("_ffi")]
-                           in ("gesdd", "geev", "gtsv"))
+_SHAPE_CHECKED = frozenset(t for t in SUPPORTED_TARGETS if t.startswith("lapack_"))
 
 
 def check_call(instr) -> None:

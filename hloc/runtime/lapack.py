@@ -374,8 +374,7 @@ def native_impl(instr):
         return None
     if any(op.shape.is_array and op.shape.np_dtype != dtype for op in instr.operands[:2]):
         return None
-    if kind in (_gesdd, _geev):
-        check_dims(instr)
+    check_dims(instr)  # the scratch arrays are sized from the operands: results must fit
 
     run = kind(routine, dtype, instr)
     if run is None:  # an option this path does not take
