@@ -12,7 +12,10 @@ outside keeps the original) is final. Each member carries two facts for the cost
 Duplication is limited to cheap producers that drag at most `duplicate` instructions along (a
 copy's cheap operands are copied too, since the original keeps reading them), so a copy never
 drags a whole subgraph with it: without that bound, kernels cut by the size limit would each
-recompute the shared part of a wide DAG (Threefry rounds, say). Nor is a producer duplicated
+recompute the shared part of a wide DAG (Threefry rounds, say). Splats of scalar constants
+cost nothing in that count where the copy runs once per output element and is no dot's or
+convolution's epilogue (a Mandelbrot step's |z|^2 <= 4 test is copied into each update, as
+XLA does, which decides where its LLVM fuses multiply-adds). Nor is a producer duplicated
 when it is stored anyway and reads more than it writes (`copy_only_costs`): the copy would
 keep its operands alive next to its own buffer (an LSTM cell's gates next to its state).
 """
@@ -131,23 +134,32 @@ def access(c: Cluster, instr: Instruction) -> tuple[bool, bool]:
 Rule = Callable[[Cluster, Instruction, bool, bool], bool]
 
 
-def duplication_cost(instr: Instruction, budget: int) -> int:
+def duplication_cost(instr: Instruction, budget: int, free_splats: bool = False) -> int:
     """How many instructions a copy of `instr` brings along: itself plus its cheap fusible
     operands (copied too, since the original keeps reading them; not a reduce's epilogue,
-    which stays a buffer), recursively; stops counting past `budget`."""
+    which stays a buffer), recursively; stops counting past `budget`. With `free_splats`,
+    broadcasts of a scalar constant count for nothing (a register splat per kernel)."""
     cost = 1
     for o in dict.fromkeys(instr.operands):
         if cost > budget:
             break
+        if free_splats and o.opcode == Op.BROADCAST and o.operands[0].opcode == Op.CONSTANT \
+                and o.operands[0].shape.num_elements <= 1:
+            continue
         cls = producer_class(o)
         if cls in ("elementwise", "index") and not is_expensive(o) and not epilogue_of_reduce(o):
-            cost += duplication_cost(o, budget - cost)
+            cost += duplication_cost(o, budget - cost, free_splats)
     return cost
 
 
-def duplicable(instr: Instruction, budget: int) -> bool:
+def duplicable(instr: Instruction, budget: int, free_splats: bool = False) -> bool:
     """A cheap op whose copy (with what it drags along) costs at most `budget` instructions."""
-    return budget > 0 and not is_expensive(instr) and duplication_cost(instr, budget) <= budget
+    return budget > 0 and not is_expensive(instr) and \
+        duplication_cost(instr, budget, free_splats) <= budget
+
+
+def _reads_contraction(instr: Instruction) -> bool:
+    return any(producer_class(o) == "contraction" for o in instr.operands)
 
 
 def copy_only_costs(instr: Instruction) -> bool:
@@ -171,7 +183,12 @@ def _elementwise(c: Cluster, producer: Instruction, reused: bool, aligned: bool)
         return True
     if epilogue_of_reduce(producer):
         return False
-    return duplicable(producer, c.limits.duplicate) and not copy_only_costs(producer)
+    # Splats of constants are free in a copy that runs once per output element (a Mandelbrot
+    # step's |z|^2 <= 4 test, copied into each update as XLA does); not where a gather or a
+    # window reads the copy many times, nor for a dot's or convolution's epilogue.
+    free = not reused and not _reads_contraction(producer)
+    return duplicable(producer, c.limits.duplicate, free_splats=free) and \
+        not copy_only_costs(producer)
 
 
 def epilogue_of_reduce(instr: Instruction) -> bool:
