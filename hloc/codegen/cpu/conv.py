@@ -43,7 +43,7 @@ from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import _dot_compute_type as dot_compute_type
 from ..elemental.scalar import const, contractible
 from ..elemental.types import elem_type
-from ..elemental.windows import TapSequence, window_tap
+from ..elemental.windows import TapSequence, ceil_div_positive, window_tap
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
 from .thunk_kernels import native_kind
@@ -221,16 +221,6 @@ class ConvolutionSegment(Segment):
                 emitter.position_unit(index, fb, out, self.shape)
 
 
-def _ceil_div(ctx, a: ir.Value, d: int) -> ir.Value:
-    """ceil(a / d) for a signed `a` and a constant d > 0."""
-    if d == 1:
-        return a
-    b = ctx.builder
-    t = b.add(a, ctx.i64(d - 1))  # floor(t / d), rounding toward minus infinity
-    return b.select(b.icmp_signed("<", t, ctx.i64(0)),
-                    b.sdiv(b.sub(t, ctx.i64(d - 1)), ctx.i64(d)), b.sdiv(t, ctx.i64(d)))
-
-
 def _position_dimension(instr: Instruction, shape: Shape) -> int | None:
     """The window dimension along whose output positions a few-feature convolution
     vectorizes: the output's minor-most spatial dimension of at least 8 positions, not
@@ -389,8 +379,9 @@ class _ConvEmitter:
             # The positions whose tap lands on the input: o*stride + tap*dil - pad_low in
             # [0, size) for o = p0 + j; the others are skipped (padding adds nothing).
             shift = b.sub(ctx.i64(wd.padding_low), b.mul(tap, ctx.i64(wd.window_dilation)))
-            first = _ceil_div(ctx, shift, wd.stride)
-            stop = _ceil_div(ctx, b.add(shift, ctx.i64(self.lhs.dims[in_dim])), wd.stride)
+            # (Clamping either bound at 0 first changes no j range: j >= 0 and p0 >= 0.)
+            first = ceil_div_positive(ctx, shift, wd.stride)
+            stop = ceil_div_positive(ctx, b.add(shift, ctx.i64(self.lhs.dims[in_dim])), wd.stride)
             j_lo = ctx.call("llvm.smax.i64", [ctx.i64(0), b.sub(first, p0)])
             j_hi = ctx.call("llvm.smin.i64", [count, b.sub(stop, p0)])
             with ctx.loop(j_lo, j_hi, "p") as j:

@@ -196,13 +196,8 @@ def xla_tanh_f64(ctx, x: ir.Value) -> ir.Value:
     clamp = 17.714196154005176
     xc = m.intrinsic("minnum", m.intrinsic("maxnum", x, m.c(-clamp)), m.c(clamp))
     x2 = m.mul(xc, xc)
-
-    def horner(coeffs):
-        acc = m.c(coeffs[0])
-        for k in coeffs[1:]:
-            acc = m.fma(x2, acc, m.c(k))
-        return acc
-    result = m.div(m.mul(xc, horner(_TANH_F64_P)), horner(_TANH_F64_Q))
+    # The coefficients run from the leading one; FMath.poly takes the constant term first.
+    result = m.div(m.mul(xc, m.poly(x2, _TANH_F64_P[::-1])), m.poly(x2, _TANH_F64_Q[::-1]))
     b = ctx.builder
     result = b.select(b.fcmp_ordered(">=", m.abs(x), m.c(20.0)), m.copysign(m.c(1.0), x), result)
     return b.select(b.fcmp_unordered("uno", x, x), x, result)  # the clamp would lose a NaN
@@ -221,10 +216,10 @@ def xla_exp_f64(ctx, x: ir.Value) -> ir.Value:
     neg_n = b.fneg(n)
     g = m.fma(neg_n, m.c(1.42860682030941723212e-6), m.fma(neg_n, m.c(0.693145751953125), xc))
     g2 = m.mul(g, g)
-    p = m.mul(m.fma(m.fma(m.c(1.26177193074810590878e-4), g2, m.c(3.02994407707441961300e-2)),
-                    g2, m.c(9.99999999999999999910e-1)), g)
-    q = m.fma(m.fma(m.fma(m.c(3.00198505138664455042e-6), g2, m.c(2.52448340349684104192e-3)),
-                    g2, m.c(2.27265548208155028766e-1)), g2, m.c(2.00000000000000000009e0))
+    p = m.mul(m.poly(g2, (9.99999999999999999910e-1, 3.02994407707441961300e-2,
+                          1.26177193074810590878e-4)), g)
+    q = m.poly(g2, (2.00000000000000000009e0, 2.27265548208155028766e-1,
+                    2.52448340349684104192e-3, 3.00198505138664455042e-6))
     e_g = m.fma(m.div(p, m.sub(q, p)), m.c(2.0), m.c(1.0))
     # ldexp(e_g, n): n clamped to +-2099, then 2^floor(n/4) three times and the rest once.
     k = m.to_int(n)
@@ -251,14 +246,9 @@ def xla_log1p_f64(ctx, x: ir.Value) -> ir.Value:
     """log1p as XLA CPU computes it in f64 (up to 128 ulp from glibc's log1p near the
     threshold, where it takes log(x + 1))."""
     m, b = approx.FMath(ctx, F64), ctx.builder
-
-    def horner(coeffs):  # from the leading coefficient, multiply-adds fused as XLA's are
-        acc = m.c(coeffs[0])
-        for k in coeffs[1:]:
-            acc = m.fma(acc, x, m.c(k))
-        return acc
     x2 = m.mul(x, x)
-    small = m.mul(m.mul(x, x2), m.div(horner(_LOG1P_F64_N), horner(_LOG1P_F64_D)))
+    # The coefficients run from the leading one; FMath.poly takes the constant term first.
+    small = m.mul(m.mul(x, x2), m.div(m.poly(x, _LOG1P_F64_N[::-1]), m.poly(x, _LOG1P_F64_D[::-1])))
     small = m.add(x, m.add(m.mul(m.c(-0.5), x2), small))
     is_small = m.lt(m.abs(x), m.c(0.41421356237309504880))
     # libm's log only where it is taken: a call per element made a softplus 2x slower.

@@ -77,8 +77,8 @@ class TapSequence:
                         b.mul(first, ctx.i64(wd.window_dilation))), ctx.i64(wd.padding_low))
         base = b.sdiv(p, ctx.i64(d))  # exact where count > 0: d | p
         # 0 <= base + j * pos_step < size  <=>  ceil(-base / ps) <= j < ceil((size - base) / ps)
-        start = _ceil_div_positive(ctx, b.sub(ctx.i64(0), base), pos_step)
-        stop = _ceil_div_positive(ctx, b.sub(ctx.i64(size), base), pos_step)
+        start = ceil_div_positive(ctx, b.sub(ctx.i64(0), base), pos_step)
+        stop = ceil_div_positive(ctx, b.sub(ctx.i64(size), base), pos_step)
         return TapSequence(first, base, start, ctx.call("llvm.smin.i64", [count, stop]), step,
                            pos_step)
 
@@ -89,7 +89,7 @@ class TapSequence:
                 b.add(self.base, b.mul(j, ctx.i64(self.pos_step))))
 
 
-def _ceil_div_positive(ctx, a: ir.Value, n: int) -> ir.Value:
+def ceil_div_positive(ctx, a: ir.Value, n: int) -> ir.Value:
     """ceil(max(a, 0) / n) for a constant n > 0."""
     b = ctx.builder
     a = ctx.call("llvm.smax.i64", [a, ctx.i64(0)])

@@ -58,7 +58,7 @@ def build_host_step(ctx: LoadContext, thunk) -> Step:
     outputs = _leaves(_cells(ctx, instr.shape, list(writes)), [])
     native = native_impl(instr)
     if native is not None:
-        return _native_step(ctx, thunk, native, operands, outputs)
+        return _native_step(ctx, thunk, instr, native, operands, outputs)
     impl = registry.lookup(instr)
     rctx = registry.Context(evaluate_computation)
 
@@ -73,13 +73,12 @@ def build_host_step(ctx: LoadContext, thunk) -> Step:
     return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name), run)
 
 
-def _native_step(ctx: LoadContext, thunk, native, operands: list, outputs: list) -> Step:
+def _native_step(ctx: LoadContext, thunk, instr, native, operands: list, outputs: list) -> Step:
     """A LAPACK call: its operands are arrays, and its results are fresh arrays in a flat
     tuple (never views of the operands), written straight into the output cells. A 12 x 12
     solve's step costs about 3 us beyond LAPACK, which loops of small solves repeat."""
     if any(isinstance(c, tuple) or c is None for c in operands):
         raise InputError(f"custom-call %{thunk.name}: a LAPACK call takes arrays")
-    instr = ctx.instruction(thunk.name)
 
     def run() -> None:
         results = native(None, instr, [c.a for c in operands])
