@@ -194,6 +194,26 @@ def test_missing_mpi_says_what_to_install(monkeypatch):
         mpi.import_mpi()
 
 
+def test_a_rank_line_mpiexec_did_not_forward_is_still_printed(tmp_path, monkeypatch, capsys):
+    """A failing rank leaves its error line in the launcher's message directory too (mpiexec
+    was seen to end a job under load before forwarding it): a fake mpiexec that prints
+    nothing and exits 2, as mpiexec did then, after the rank's guarded error path ran."""
+    from hloc.cli import common, launch
+
+    script = tmp_path / "mpiexec"
+    rank = ("import os, sys; sys.path.insert(0, sys.argv[1]); "
+            "from hloc.cli.common import say_error; "
+            "say_error('hlo-run: error: rank 1: collective all-reduce.1 did not complete')")
+    script.write_text(f"#!/bin/sh\n{sys.executable} -c \"{rank}\" {Path(__file__).parents[1]} "
+                      f"2>/dev/null\nexit 2\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: str(script))
+    assert launch.launch(2, ["b.bundle"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hlo-run: error: rank 1: collective all-reduce.1 did not complete"], err
+    assert common.RANK_MESSAGES_ENV not in os.environ
+
+
 def _compile(tmp_path, name: str, target: str) -> Path:
     from hloc.cli.main import cli
 

@@ -30,6 +30,24 @@ def setup_logging(debug: bool) -> None:
                         format="%(name)s: %(message)s", stream=sys.stderr)
 
 
+# Set by `hlo-run --processes` for its ranks: a directory where each rank also leaves the line
+# it prints on failure. mpiexec forwards a rank's stderr, but under load it was seen to end a
+# failed job before forwarding the failing rank's line (1 run in some 20 beside a test suite).
+RANK_MESSAGES_ENV = "HLOC_RANK_MESSAGES"
+
+
+def say_error(line: str) -> None:
+    """`line` on stderr, and for an MPI rank, in the launcher's message directory too."""
+    click.echo(line, err=True)
+    directory = os.environ.get(RANK_MESSAGES_ENV)
+    if directory:
+        try:
+            with open(os.path.join(directory, f"rank-{os.getpid()}"), "a") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass  # stderr has it; the directory is only a second path
+
+
 def guarded(prog: str):
     """Decorate a click command so errors follow the contract.
 
@@ -45,7 +63,7 @@ def guarded(prog: str):
                 return fn(*args, **kwargs)
             except HlocError as e:
                 if not getattr(e, "quiet", False):  # e.g. another MPI rank reports it
-                    click.echo(f"{prog}: error: {e}", err=True)
+                    say_error(f"{prog}: error: {e}")
                 sys.exit(e.exit_code)
             except (click.exceptions.Exit, click.ClickException, click.Abort):
                 raise
@@ -57,13 +75,13 @@ def guarded(prog: str):
                 click.echo(f"{prog}: interrupted", err=True)
                 sys.exit(130)
             except MemoryError:
-                click.echo(f"{prog}: error: out of memory", err=True)
+                say_error(f"{prog}: error: out of memory")
                 sys.exit(EXIT_INTERNAL)
             except Exception as e:  # noqa: BLE001 - the contract's exit 3
                 if debug:
                     traceback.print_exc()
-                click.echo(f"{prog}: internal error: {type(e).__name__}: {e} "
-                           f"(rerun with --debug or HLOC_DEBUG=1 for a traceback)", err=True)
+                say_error(f"{prog}: internal error: {type(e).__name__}: {e} "
+                          f"(rerun with --debug or HLOC_DEBUG=1 for a traceback)")
                 sys.exit(EXIT_INTERNAL)
 
         return run

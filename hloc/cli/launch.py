@@ -15,10 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ..collectives.mpi import INSTALL_HINT, MPICH_YIELD_ENV, MissingMpiError
 from ..errors import InputError
+from .common import RANK_MESSAGES_ENV
 
 
 def find_mpiexec() -> str | None:
@@ -62,13 +64,15 @@ def _command(n: int, argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return [mpiexec, "-n", str(n), sys.executable, "-m", "hloc.cli.run", *argv], env
 
 
-def _report(stderr: str, rc: int) -> None:
+def _report(stderr: str, rc: int, left: str = "") -> None:
     """Pass the ranks' stderr on; after a failure, only hlo-run's own lines, each once (the
-    failing rank's line, not mpiexec's abort banner), or mpiexec's if there are none."""
+    failing rank's line, not mpiexec's abort banner), or mpiexec's if there are none. `left`:
+    the lines the ranks left in the message directory, for those mpiexec did not forward."""
     if rc == 0:
         sys.stderr.write(stderr)
         return
-    ours = list(dict.fromkeys(ln for ln in stderr.splitlines() if ln.startswith("hlo-run:")))
+    ours = list(dict.fromkeys(ln for ln in (stderr + "\n" + left).splitlines()
+                              if ln.startswith("hlo-run:")))
     errors = [ln for ln in ours if ": error:" in ln or "internal error" in ln]
     if errors:
         ours = [ln for ln in ours if ln not in errors[1:]]  # the first error line, once
@@ -85,12 +89,15 @@ def launch(n: int, argv: list[str]) -> int:
     if n < 1:
         raise InputError(f"--processes wants a positive count, got {n}")
     cmd, env = _command(n, strip_processes(argv))
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = proc.communicate()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait()
-        return 130
-    _report(stderr, proc.returncode)
+    with tempfile.TemporaryDirectory(prefix="hloc-ranks-") as messages:
+        env[RANK_MESSAGES_ENV] = messages
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            return 130
+        left = "".join(p.read_text(errors="replace") for p in sorted(Path(messages).iterdir()))
+    _report(stderr, proc.returncode, left)
     return proc.returncode
