@@ -860,6 +860,48 @@ def _linalg(rng):
     return f, (spd, a, b)
 
 
+@op_case("linalg_in_loop", "LAPACK calls inside loops, as filters and optimizers make them: a "
+         "scan whose step solves a small system (LU), factors a covariance (Cholesky), takes a "
+         "log-determinant, a QR and an eigendecomposition, in f32 and f64. The CPU runtime runs "
+         "each call as a native job inside the loop's native driver (runtime/cpu/hostops.py).",
+         rtol=1e-4, atol=1e-5, x64=True)
+def _linalg_in_loop(rng):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    n, steps = 4, 40
+    a = (0.2 * normal(rng, (n, n)) + 0.6 * np.eye(n)).astype(np.float32)
+    q = (0.1 * np.eye(n)).astype(np.float32)
+    ys = normal(rng, (steps, n))
+    x64 = normal(rng, (3, 3), np.float64)
+
+    def f(a, q, ys, x64):
+        def step(carry, y):  # a Kalman filter observing the whole state
+            p, mu, ll = carry
+            pp = a @ p @ a.T + q
+            s = pp + jnp.float32(0.5) * jnp.eye(n, dtype=jnp.float32)
+            k = jnp.linalg.solve(s, pp).T
+            predicted = a @ mu
+            mu = predicted + k @ (y - predicted)
+            chol = jnp.linalg.cholesky(s)
+            _, logdet = jnp.linalg.slogdet(s)
+            r = jnp.linalg.qr(s)[1]
+            w = jnp.linalg.eigh(s)[0]
+            p = pp - k @ pp
+            return (p, mu, ll + logdet + jnp.sum(jnp.abs(jnp.diag(r))) + w[0]), chol[-1]
+
+        start = (jnp.eye(n, dtype=jnp.float32), jnp.zeros(n, jnp.float32), jnp.float32(0))
+        (p, mu, ll), rows = lax.scan(step, start, ys)
+
+        def refine(i, m):
+            eye = jnp.eye(3, dtype=m.dtype)
+            return jnp.linalg.solve(m + i * eye, m) + jnp.linalg.inv(m.T @ m + eye)
+        return p, mu, ll, rows, lax.fori_loop(0, 5, refine, x64)
+
+    return f, (a, q, ys, x64)
+
+
 @sample("nested_calls", "Nested jit (HLO call), jax.checkpoint under grad (remat: optimization "
         "barrier), vmap of a dot, custom_jvp function.", rtol=1e-5, atol=1e-6)
 def _nested_calls(rng):

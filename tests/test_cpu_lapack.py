@@ -5,6 +5,7 @@ compiled bundle of the `linalg` sample against XLA's outputs."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from hloc.errors import InputError, UnsupportedError
 from hloc.ir import Attrs, Computation, Opcode, Shape
 from hloc.runtime import lapack
+from hloc.runtime.cpu import hostops
 from hloc.runtime.interpreter import evaluate_computation
 from hloc.runtime.openblas import fortran
 from tests.conftest import SAMPLES, sample_arrays
@@ -38,11 +40,37 @@ def _custom_call(target, out_shape, operands, config="{}"):
 
 
 def both(target, out_shape, operands, config="{}"):
-    """(the native result, the interpreter's) of custom call `target` on `operands`."""
+    """(the native result, the interpreter's) of custom call `target` on `operands`; where
+    the call also runs as a native job (runtime/cpu/hostops.py), the job's results must be
+    the NumPy step's, bit for bit."""
     comp = _custom_call(target, out_shape, operands, config)
     impl = lapack.native_impl(comp.root)
     assert impl is not None, target
-    return impl(None, comp.root, operands), evaluate_computation(comp, list(operands))
+    got = impl(None, comp.root, operands)
+    if lapack.native_call(comp.root) is not None:
+        assert_same_bits(job_results(comp.root, operands), got)
+    return got, evaluate_computation(comp, list(operands))
+
+
+def job_results(instr, operands):
+    """The results of `instr`'s native job over copies of `operands` (outputs prefilled
+    with garbage, so that anything the job leaves unwritten shows)."""
+    shapes = instr.shape.tuple_shapes if instr.shape.is_tuple else [instr.shape]
+    outs = [np.full(s.dims, 77, s.np_dtype) for s in shapes]
+    ops = [np.array(o) for o in operands]
+    job = hostops.lapack_job(lapack.native_call(instr), [hostops.array_place(o) for o in ops],
+                             [hostops.array_place(o) for o in outs])
+    assert job is not None, instr.attrs.custom_call_target
+    job.run()
+    return tuple(outs) if instr.shape.is_tuple else outs[0]
+
+
+def assert_same_bits(got, want) -> None:
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_array_equal(g, w)  # NaN where NaN: bit for bit for these results
 
 
 def config(**options: str) -> str:
@@ -161,12 +189,10 @@ def test_complex_and_unknown_calls_stay_with_the_interpreter(monkeypatch):
 
 def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch):
     """The compiled sample (LU, QR, Cholesky, eigh, triangular solves) through the CPU
-    runtime: every LAPACK call native, the outputs XLA's."""
+    runtime: every LAPACK call a native job, the outputs XLA's."""
     made = []
-    real = lapack.native_impl
-    monkeypatch.setattr(lapack, "native_impl", lambda instr: made.append(real(instr)) or made[-1])
-    from hloc.runtime.cpu import host
-    monkeypatch.setattr(host, "native_impl", lapack.native_impl)
+    real = hostops.thunk_job
+    monkeypatch.setattr(hostops, "thunk_job", lambda ctx, t: made.append(real(ctx, t)) or made[-1])
     exe = load_cpu(sample_bundle(SAMPLES / "linalg.pb", tmp_path / "linalg.bundle"))
     args, expected = sample_arrays("linalg", "inputs"), sample_arrays("linalg", "expected")
     assert_close(exe.run(args), expected, rtol=1e-4, atol=1e-4)
@@ -282,3 +308,24 @@ def test_small_calls_run_on_one_blas_thread(n, single, monkeypatch):
     factor, status = impl(None, None, [a])
     assert int(status) == 0 and np.allclose(np.tril(factor) @ np.tril(factor).T, a, rtol=1e-3, atol=1e-2)
     assert (calls[:1] == [1]) == single, calls
+
+
+def test_lapack_calls_in_loops_run_inside_the_loops_native_drivers(tmp_path):
+    """The linalg_in_loop sample: every LAPACK call of its scan and fori_loop is a ["host",
+    thunk] slot of a native driver (the loops never return to Python), the outputs are
+    XLA's, and bit for bit those of the same thunks stepped one by one."""
+    from hloc.bundle.reader import read_bundle
+
+    path = sample_bundle(SAMPLES / "ops/linalg_in_loop.pb", tmp_path / "loop.bundle")
+    kernels = json.loads(bytes(read_bundle(path).members["kernels.json"]))
+    hosted = [value for d in kernels["drivers"] for kind, value in d["slots"] if kind == "host"]
+    exe = load_cpu(path)
+    calls = [t.name for t in exe.program.walk() if t.kind == "custom-call"]
+    assert sorted(hosted) == sorted(calls) and len(calls) >= 11  # the sample's 11, inlined
+    assert "host:custom-call" not in exe.describe()["steps"], exe.describe()
+    args = sample_arrays("ops/linalg_in_loop", "inputs")
+    got = exe.run(args)
+    assert_close(got, sample_arrays("ops/linalg_in_loop", "expected"), rtol=1e-4, atol=1e-5)
+    stepped = exe.run_wrapped(args, lambda step, runner: runner)
+    for a, b in zip(got, stepped, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -238,6 +238,9 @@ def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
             if kind == "gemm" and isinstance(value, str) and value in thunks \
                     and thunks[value].kind == "gemm":
                 continue
+            if kind == "host" and isinstance(value, str) and value in thunks \
+                    and thunks[value].kind == "custom-call":
+                continue
             if kind == "step" and _composite_step(meta, value) in ("gemm", "kernel"):
                 continue
             if kind == "slice" and isinstance(value, list) and len(value) == 3:

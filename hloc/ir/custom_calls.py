@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ..errors import InputError, UnsupportedError
+from .dtypes import PrimitiveType
 
 
 def lapack_targets(names: str, *prefixes: str) -> list[str]:
@@ -25,6 +26,21 @@ SUPPORTED_TARGETS = frozenset({
     *lapack_targets("orgqr syevd", "s", "d"),
     *lapack_targets("ungqr heevd", "c", "z"),
 })
+
+
+# The real LAPACK calls the CPU runtime runs as native jobs (runtime/cpu/hostops.py), which
+# native drivers may call inside loops (codegen/cpu/driver.py).
+JOB_TARGETS = frozenset(lapack_targets("potrf trsm getrf geqrf orgqr syevd", "s", "d"))
+
+
+def runs_as_job(instr) -> bool:
+    """Whether custom call `instr` is one the CPU runtime runs as a native job: a target of
+    JOB_TARGETS on operands of its own precision."""
+    target = getattr(instr.attrs, "custom_call_target", None) or ""
+    if target not in JOB_TARGETS:
+        return False
+    want = PrimitiveType.F32 if target[len("lapack_")] == "s" else PrimitiveType.F64
+    return all(op.shape.is_array and op.shape.element_type == want for op in instr.operands[:2])
 
 
 # jaxlib's LAPACK options are single ASCII characters stored as ui8 in an MLIR dictionary

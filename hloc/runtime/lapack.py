@@ -12,6 +12,13 @@ routine is missing, or for the complex variants, the runtime keeps the interpret
 The interpreter itself takes gesdd and geev from here: the signs of singular vectors and
 eigenvectors are the routine's choice in the call's precision, which NumPy's (in f64) is not.
 
+potrf, getrf, geqrf, orgqr, syevd and trsm are described as data (Call): the CPU runtime
+runs them as native jobs built from that description (runtime/cpu/hostops.py: about 0.3 us
+for a 4 x 4 LU, where the NumPy step took 13 us, and native drivers call them inside loops);
+Call.run, the NumPy executor of the same description, serves tests and any call a job
+cannot express. gesdd and geev keep NumPy steps (a NaN check before the call, eigenvector
+pairs unpacked after it).
+
 Results are LAPACK's, as XLA's are, with two choices kept from the interpreter so that the
 two paths agree: a Cholesky factorization that fails leaves NaN in the factor's triangle and
 status 1 (LAPACK: the order of the failing minor, partial factors), and the eigenvalue call
@@ -43,9 +50,18 @@ def _char(c: str) -> ctypes.c_char:
 
 
 class _Bound(tuple):
-    """A routine's argument tuple that keeps the arrays it points into alive."""
+    """A routine's argument tuple that keeps the arrays it points into alive; `words` are
+    the same arguments as 64-bit words (addresses, and the hidden lengths by value) for
+    native code (runtime/cpu/hostops.py)."""
 
     arrays: list
+    words: tuple[int, ...]
+
+
+def _word(item) -> int:
+    if isinstance(item, np.ndarray):
+        return item.ctypes.data
+    return ctypes.addressof(item)
 
 
 def _args(*items, chars: int = 0) -> _Bound:
@@ -55,6 +71,7 @@ def _args(*items, chars: int = 0) -> _Bound:
     bound = _Bound(tuple(_p(x) if isinstance(x, np.ndarray) else _byref(x) for x in items)
                    + (_ONE,) * chars)
     bound.arrays = [x for x in items if isinstance(x, np.ndarray)]
+    bound.words = tuple(_word(x) for x in items) + (_ONE.value,) * chars
     return bound
 
 
@@ -67,61 +84,99 @@ def _batches(shape) -> list[tuple[int, ...]]:
     return list(np.ndindex(*shape))
 
 
+class Call:
+    """One routine call per matrix of a batch, described as data so that two executors run
+    it alike: `run` here (NumPy copies around a ctypes call) and the native job
+    runtime/cpu/hostops.py builds from it (copies and the call in generated code).
+
+    Per matrix: each operand's matrix is copied into its scratch view (`ins`: operand
+    index, view; an operand with fewer batch dimensions is broadcast), the routine runs,
+    `nan_if_failed` (a view, lower) gets NaN in that triangle when the status word is
+    nonzero, and each output's matrix is copied from its source (`outs`: source, output
+    index, nonzero): a scratch view or small array, or an operand index (the operand
+    itself); `nonzero` writes 1 where the source is nonzero instead of its value."""
+
+    def __init__(self, routine, instr, batch, args: _Bound, info: np.ndarray | None = None):
+        self.fn, self.int_type = routine
+        self.instr, self.batch, self.args, self.info = instr, tuple(batch), args, info
+        self.ins: list[tuple[int, np.ndarray]] = []
+        self.outs: list[tuple[np.ndarray | int, int, bool]] = []
+        self.nan_if_failed: tuple[np.ndarray, bool] | None = None
+
+    @property
+    def info_view(self) -> np.ndarray:
+        """The status word as a 0-d array (an output source)."""
+        return self.info.reshape(())
+
+    def output_shapes(self) -> list:
+        shape = self.instr.shape
+        return list(shape.tuple_shapes) if shape.is_tuple else [shape]
+
+    def per_matrix(self, source, ops_shapes) -> tuple[int, ...]:
+        if isinstance(source, int):
+            return tuple(ops_shapes[source][len(ops_shapes[source]) - 2:])
+        return source.shape
+
+    def flops(self) -> int:
+        dims = self.instr.operands[0].shape.dims
+        return math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3
+
+    def run(self, ops):
+        ops_shapes = [op.shape for op in ops]
+        batch, sources = self.batch, {o: src for src, o, _ in self.outs}
+        outs = [np.zeros(batch + self.per_matrix(sources[o], ops_shapes), shape.np_dtype)
+                for o, shape in enumerate(self.output_shapes())]
+        operands = {k: np.broadcast_to(ops[k], batch + ops[k].shape[ops[k].ndim - view.ndim:])
+                    for k, view in self.ins}
+        for idx in _batches(batch):
+            for k, view in self.ins:
+                view[...] = operands[k][idx]
+            self.fn(*self.args)
+            failed = self.info is not None and self.info[0] != 0
+            if self.nan_if_failed is not None and failed:
+                view, lower = self.nan_if_failed
+                view[(np.tril_indices if lower else np.triu_indices)(view.shape[0])] = np.nan
+            for src, o, nonzero in self.outs:
+                value = ops[src][idx] if isinstance(src, int) else src
+                outs[o][idx] = (value != 0) if nonzero else value
+        results = tuple(out.reshape(shape.dims)
+                        for out, shape in zip(outs, self.output_shapes(), strict=True))
+        return results if self.instr.shape.is_tuple else results[0]
+
+
 # Each maker reads the call's options and shapes once, at load time, binds the routine's
-# arguments to scratch arrays, and returns the run: run(operand values) -> the results, as
-# the interpreter's implementation returns them.
+# arguments to scratch arrays, and returns the Call (or None: an option this path does not
+# take).
 
 def _potrf(routine, dtype, instr):
     fn, it = routine
     lower = lapack_options(instr).get("uplo", "L") == "L"
     shape = instr.operands[0].shape.dims
     n = shape[-1]
-    keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
-    status_dims = instr.shape.tuple_shapes[1].dims
-    m, info = _scratch(n, n, dtype), it(0)
-    args = _args(_char("L" if lower else "U"), it(n), m, it(max(1, n)), info, chars=1)
+    m, info = _scratch(n, n, dtype), np.zeros(1, np.dtype(it))
+    call = Call(routine, instr, shape[:-2],
+                _args(_char("L" if lower else "U"), it(n), m, it(max(1, n)), info, chars=1),
+                info)
     view = m[:n, :n]
-    batches = _batches(shape[:-2])
-
-    def run(ops):
-        (a,) = ops
-        out = np.empty(shape, dtype)
-        status = np.zeros(shape[:-2], np.int32)
-        for idx in batches:
-            view[...] = a[idx]
-            fn(*args)
-            if info.value != 0:
-                view[keep] = np.nan
-                status[idx] = 1
-            out[idx] = view
-        return out, status.reshape(status_dims)
-    return run
+    call.ins = [(0, view)]
+    call.nan_if_failed = (view, lower)
+    call.outs = [(view, 0, False), (call.info_view, 1, True)]
+    return call
 
 
 def _getrf(routine, dtype, instr):
     fn, it = routine
     shape = instr.operands[0].shape.dims
-    _, piv_shape, info_shape = instr.shape.tuple_shapes
     rows, cols = shape[-2:]
     k = min(rows, cols)
     ipiv = np.zeros(max(1, k), np.dtype(it))
-    m, info = _scratch(rows, cols, dtype), it(0)
-    args = _args(it(rows), it(cols), m, it(max(1, rows)), ipiv, info)
+    m, info = _scratch(rows, cols, dtype), np.zeros(1, np.dtype(it))
+    call = Call(routine, instr, shape[:-2],
+                _args(it(rows), it(cols), m, it(max(1, rows)), ipiv, info), info)
     view = m[:rows, :cols]
-    batches = _batches(shape[:-2])
-
-    def run(ops):
-        (a,) = ops
-        out = np.empty(shape, dtype)
-        pivots = np.zeros(shape[:-2] + (k,), np.int32)
-        infos = np.zeros(shape[:-2], np.int32)
-        for idx in batches:
-            view[...] = a[idx]
-            fn(*args)
-            out[idx], infos[idx] = view, info.value
-            pivots[idx] = ipiv[:k]
-        return out, pivots.reshape(piv_shape.dims), infos.reshape(info_shape.dims)
-    return run
+    call.ins = [(0, view)]
+    call.outs = [(view, 0, False), (ipiv[:k], 1, False), (call.info_view, 2, False)]
+    return call
 
 
 def _with_workspace(fn, it, items: list, work_at: int, dtype, chars: int = 0) -> _Bound:
@@ -142,23 +197,13 @@ def _geqrf(routine, dtype, instr):
     rows, cols = shape[-2:]
     k = min(rows, cols)
     tau = np.zeros(max(1, k), dtype)
-    tau_dtype = instr.shape.tuple_shapes[1].np_dtype
     m = _scratch(rows, cols, dtype)
-    args = _with_workspace(fn, it, [it(rows), it(cols), m, it(max(1, rows)), tau, None, None,
-                                    it(0)], 5, dtype)
+    call = Call(routine, instr, shape[:-2], _with_workspace(
+        fn, it, [it(rows), it(cols), m, it(max(1, rows)), tau, None, None, it(0)], 5, dtype))
     view = m[:rows, :cols]
-    batches = _batches(shape[:-2])
-
-    def run(ops):
-        (a,) = ops
-        out = np.empty(shape, dtype)
-        taus = np.zeros(shape[:-2] + (k,), dtype)
-        for idx in batches:
-            view[...] = a[idx]
-            fn(*args)
-            out[idx], taus[idx] = view, tau[:k]
-        return out, taus.astype(tau_dtype)
-    return run
+    call.ins = [(0, view)]
+    call.outs = [(view, 0, False), (tau[:k], 1, False)]
+    return call
 
 
 def _orgqr(routine, dtype, instr):
@@ -167,55 +212,35 @@ def _orgqr(routine, dtype, instr):
     rows, cols = shape[-2:]
     k = instr.operands[1].shape.dims[-1]
     m, t = _scratch(rows, cols, dtype), np.zeros(max(1, k), dtype)
-    args = _with_workspace(fn, it, [it(rows), it(cols), it(k), m, it(max(1, rows)), t, None,
-                                    None, it(0)], 6, dtype)
+    call = Call(routine, instr, shape[:-2], _with_workspace(
+        fn, it, [it(rows), it(cols), it(k), m, it(max(1, rows)), t, None, None, it(0)], 6,
+        dtype))
     view = m[:rows, :cols]
-    batches = _batches(shape[:-2])
-
-    def run(ops):
-        a, tau = ops
-        out = np.empty(shape, dtype)
-        for idx in batches:
-            view[...] = a[idx]
-            t[:k] = np.asarray(tau[idx]).reshape(-1)
-            fn(*args)
-            out[idx] = view
-        return out
-    return run
+    call.ins = [(0, view), (1, t[:k])]
+    call.outs = [(view, 0, False)]
+    return call
 
 
 def _syevd(routine, dtype, instr):
     fn, it = routine
     o = lapack_options(instr)
     vectors_too = o.get("mode", "V") == "V"
-    vec_shape, val_shape, info_shape = instr.shape.tuple_shapes
     shape = instr.operands[0].shape.dims
     n = shape[-1]
-    w, m, info = np.zeros(max(1, n), dtype), _scratch(n, n, dtype), it(0)
+    w, m, info = np.zeros(max(1, n), dtype), _scratch(n, n, dtype), np.zeros(1, np.dtype(it))
     head = [_char("V" if vectors_too else "N"), _char(o.get("uplo", "L")), it(n), m,
             it(max(1, n)), w]
     work, iwork = np.zeros(1, dtype), np.zeros(1, np.dtype(it))
     fn(*_args(*head, work, it(-1), iwork, it(-1), info, chars=2))
     work = np.zeros(max(1, int(work[0])), dtype)
     iwork = np.zeros(max(1, int(iwork[0])), np.dtype(it))
-    args = _args(*head, work, it(len(work)), iwork, it(len(iwork)), info, chars=2)
+    call = Call(routine, instr, shape[:-2],
+                _args(*head, work, it(len(work)), iwork, it(len(iwork)), info, chars=2), info)
     view = m[:n, :n]
-    batches = _batches(shape[:-2])
-
-    def run(ops):
-        (a,) = ops
-        vectors = np.empty(shape, dtype)
-        values = np.empty(shape[:-1], dtype)
-        infos = np.zeros(shape[:-2], np.int32)
-        for idx in batches:
-            view[...] = a[idx]
-            fn(*args)
-            vectors[idx], values[idx], infos[idx] = view, w[:n], info.value
-        if not vectors_too:
-            vectors = np.array(a, dtype)
-        return (vectors.astype(vec_shape.np_dtype), values.astype(val_shape.np_dtype),
-                infos.reshape(info_shape.dims))
-    return run
+    call.ins = [(0, view)]
+    call.outs = [(view if vectors_too else 0, 0, False), (w[:n], 1, False),
+                 (call.info_view, 2, False)]
+    return call
 
 
 def _trsm(routine, dtype, instr):
@@ -229,25 +254,13 @@ def _trsm(routine, dtype, instr):
                                 trans, o.get("diag", "N"))]
     alpha = (ctypes.c_double if dtype == np.float64 else ctypes.c_float)(1.0)
     t, x = _scratch(*a_dims[-2:], dtype), _scratch(rows, cols, dtype)
-    args = _args(*chars, it(rows), it(cols), alpha, t, it(max(1, a_dims[-1])), x,
-                 it(max(1, rows)), chars=4)
-    t_view, x_view = t[:a_dims[-2], :a_dims[-1]], x[:rows, :cols]
-    out_dtype = instr.shape.np_dtype
-    batches = _batches(batch)
-    same_batch = tuple(a_dims[:-2]) == batch == tuple(b_dims[:-2])
-
-    def run(ops):
-        a, b = ops
-        if not same_batch:
-            a = np.broadcast_to(a, batch + tuple(a_dims[-2:]))
-            b = np.broadcast_to(b, batch + (rows, cols))
-        out = np.empty(batch + (rows, cols), dtype)
-        for idx in batches:
-            t_view[...], x_view[...] = a[idx], b[idx]
-            fn(*args)
-            out[idx] = x_view
-        return out.astype(out_dtype, copy=False)
-    return run
+    call = Call(routine, instr, batch, _args(*chars, it(rows), it(cols), alpha, t,
+                                             it(max(1, a_dims[-1])), x, it(max(1, rows)),
+                                             chars=4))
+    x_view = x[:rows, :cols]
+    call.ins = [(0, t[:a_dims[-2], :a_dims[-1]]), (1, x_view)]
+    call.outs = [(x_view, 0, False)]
+    return call
 
 
 def _gesdd(routine, dtype, instr):
@@ -358,10 +371,10 @@ _IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,
           "syevd": _syevd, "trsm": _trsm, "gesdd": _gesdd, "geev": _geev}
 
 
-def native_impl(instr):
-    """An implementation (the interpreter's signature: impl(ctx, instr, operand values)) of
-    custom call `instr` on LAPACK, or None: not one of these calls, a complex variant, or no
-    such routine in the library."""
+def _made(instr):
+    """The maker's result for custom call `instr` (a Call, or gesdd's and geev's run
+    functions), or None: not one of these calls, a complex variant, an option this path does
+    not take, or no such routine in the library."""
     target = getattr(instr.attrs, "custom_call_target", None) or ""
     if not (target.startswith("lapack_") and target.endswith("_ffi")):
         return None
@@ -375,11 +388,22 @@ def native_impl(instr):
     if any(op.shape.is_array and op.shape.np_dtype != dtype for op in instr.operands[:2]):
         return None
     check_dims(instr)  # the scratch arrays are sized from the operands: results must fit
+    return kind(routine, dtype, instr)
 
-    run = kind(routine, dtype, instr)
-    if run is None:  # an option this path does not take
+
+def native_call(instr) -> Call | None:
+    """Custom call `instr` as a Call (potrf, getrf, geqrf, orgqr, syevd, trsm), or None."""
+    made = _made(instr)
+    return made if isinstance(made, Call) else None
+
+
+def native_impl(instr):
+    """An implementation (the interpreter's signature: impl(ctx, instr, operand values)) of
+    custom call `instr` on LAPACK, or None (see _made)."""
+    made = _made(instr)
+    if made is None:
         return None
-    run = _on_one_thread_if_small(run, instr)
+    run = _on_one_thread_if_small(made.run if isinstance(made, Call) else made, instr)
 
     def impl(_ctx, _instr, ops):
         return run(ops)

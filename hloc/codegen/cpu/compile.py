@@ -55,7 +55,7 @@ from ...util.record import dataclass
 from .. import llvm
 from ..llvm_split import map_partitions
 from .dedup import kernel_key
-from .driver import driver_composites, driver_gemms, emit_drivers, plan_drivers
+from .driver import driver_composites, driver_gemms, driver_host_jobs, emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .kernel_spec import KernelInfo
 from .thunk_kernels import composite_json, kernel_groups, kernel_json, loop_free, work
@@ -95,7 +95,8 @@ def compile_cpu(module: Module, plan, target=None, opt_level: int = 2, *,
     emitted = [g for g in groups if all(s.name in infos for s in g.specs)]
     kernels, composites = _kernel_entries(emitted, infos)
     drivers = plan_drivers(plan.program, kernels, driver_gemms(module, plan.program),
-                           driver_composites(module, composites))
+                           driver_composites(module, composites),
+                           driver_host_jobs(module, plan.program))
     emit_drivers(ir_module, drivers, plan.program, kernels, composites)
     text = str(ir_module)
     compiled = compile_llvm(text, target, opt_level, assembly, light=light)

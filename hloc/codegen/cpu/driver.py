@@ -12,10 +12,11 @@ thunks are all of that kind.
 
 The table holds, per *slot*, a kernel's pointer array (["buffers", thunk name]), the
 address of a slice (["slice", [allocation, offset, size]]), a Gemm thunk's job (["gemm",
-thunk name]) or a composite step's pointer array or job (["step", [thunk name, index]]); the
-runtime builds it at load time, and runs a driver's thunks one by one instead where it
-cannot prepare a job (no native GEMM on the host). Kernels with a lot of work stay outside
-drivers, so the runtime can split them across threads; host thunks never go into drivers.
+thunk name]), a LAPACK call's job (["host", thunk name]) or a composite step's pointer array
+or job (["step", [thunk name, index]]); the runtime builds it at load time, and runs a
+driver's thunks one by one instead where it cannot prepare a job (no native GEMM on the
+host, no such routine in its LAPACK). Kernels with a lot of work stay outside drivers, so
+the runtime can split them across threads; other host thunks never go into drivers.
 
 A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
 stop flag (`hloc_stop_flag`, an i32 the runtime provides and sets on Ctrl-C or --timeout) once
@@ -30,6 +31,7 @@ from dataclasses import field
 from llvmlite import ir
 
 from ...ir import PrimitiveType
+from ...ir.custom_calls import runs_as_job
 from ...util.record import dataclass
 from ..elemental.types import I1, I8, I32, I64, PTR
 
@@ -40,6 +42,7 @@ DRIVER_MAX_GEMM_FLOPS = 8000000
 _CONTROL = ("while", "conditional", "sequential")
 STOP_FLAG = "hloc_stop_flag"
 GEMM_LIST = "hloc_gemm_list"
+HOST_OPS = "hloc_host_ops"  # codegen/cpu/hostops.py SYMBOL, provided by the runtime
 
 
 @dataclass
@@ -56,10 +59,11 @@ class DriverPlan:
 
 class _Planner:
     def __init__(self, kernels: dict[str, dict], gemms: frozenset[str],
-                 composites: frozenset[str]):
+                 composites: frozenset[str], host_jobs: frozenset[str]):
         self.kernels = kernels  # thunk name -> {"symbol", "parallel_extent", "work"}
         self.gemms = gemms
         self.composites = composites
+        self.host_jobs = host_jobs
         self.plans: list[DriverPlan] = []
 
     def native(self, thunk) -> bool:
@@ -73,6 +77,8 @@ class _Planner:
             return True
         if kind == "gemm":
             return thunk.name in self.gemms
+        if kind == "custom-call":
+            return thunk.name in self.host_jobs
         if kind in _CONTROL:
             return all(self.native(t) for t in _nested(thunk))
         return False
@@ -139,12 +145,28 @@ def driver_composites(module, composites: dict[str, dict]) -> frozenset[str]:
     return frozenset(name for name, c in composites.items() if all(map(native, c["steps"])))
 
 
+def driver_host_jobs(module, program) -> frozenset[str]:
+    """The LAPACK custom calls a driver may run (custom_calls.runs_as_job): those of fewer
+    than DRIVER_MAX_GEMM_FLOPS (about n^3 per matrix), which run on one thread."""
+    instructions = {i.name: i for c in module.computations for i in c.instructions}
+    names = set()
+    for thunk in program.walk():
+        instr = instructions.get(thunk.name)
+        if thunk.kind != "custom-call" or instr is None or not runs_as_job(instr):
+            continue
+        dims = instr.operands[0].shape.dims
+        if math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3 < DRIVER_MAX_GEMM_FLOPS:
+            names.add(thunk.name)
+    return frozenset(names)
+
+
 def plan_drivers(program, kernels: dict[str, dict], gemms: frozenset[str] = frozenset(),
-                 composites: frozenset[str] = frozenset()) -> list[DriverPlan]:
+                 composites: frozenset[str] = frozenset(),
+                 host_jobs: frozenset[str] = frozenset()) -> list[DriverPlan]:
     """Driver plans for every worthwhile run of native thunks in the program; `gemms` names
-    the Gemm thunks (driver_gemms) and `composites` the composites (driver_composites) they
-    may include."""
-    planner = _Planner(kernels, gemms, composites)
+    the Gemm thunks (driver_gemms), `composites` the composites (driver_composites) and
+    `host_jobs` the LAPACK calls (driver_host_jobs) they may include."""
+    planner = _Planner(kernels, gemms, composites, host_jobs)
     planner.sequence(program.sequence)
     return planner.plans
 
@@ -202,6 +224,10 @@ class _Emitter:
     def _gemm(self, t) -> None:
         products = self.slot(["gemm", t.name])
         self.b.call(self.intrinsic(GEMM_LIST, [PTR]), [products])
+
+    def _custom_call(self, t) -> None:
+        job = self.slot(["host", t.name])
+        self.b.call(self.intrinsic(HOST_OPS, [PTR]), [job])
 
     def _copy(self, t) -> None:
         if t.source == t.destination or t.source.size == 0:

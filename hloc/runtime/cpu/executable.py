@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from ...codegen.cpu.hostops import SYMBOL as HOST_OPS
 from ...errors import InputError
 from ..executable import ProfileRow
 from . import blas, checks, gemm
@@ -75,6 +76,10 @@ class CpuExecutable:
         imports = object_imports(objects)
         if gemm.LIST_SYMBOL in imports:
             gemm.provide_list_symbol()
+        if HOST_OPS in imports:
+            from .hostops import provide_symbol
+
+            provide_symbol()
         checks.check_imports(imports, path)
         blas.prefer_avx512_kernels(checks.host_features())
         self.module = load_bytes(bytes(bundle.module_proto), f"{path}:module.pb").module

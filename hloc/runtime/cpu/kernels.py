@@ -116,7 +116,7 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
             operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
-        elif kind in ("gemm", "step"):
+        elif kind in ("gemm", "step", "host"):
             address = _native_address(ctx, by_name, kind, value)
             if address is None:
                 return None
@@ -132,10 +132,18 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
 
 
 def _native_address(ctx: LoadContext, by_name: dict, kind: str, value) -> int | None:
-    """A driver slot's job (a Gemm thunk's, or a composite's product step) or pointer array
-    (a composite's kernel step); None where a product cannot run natively."""
+    """A driver slot's job (a Gemm thunk's, a LAPACK call's, or a composite's product step)
+    or pointer array (a composite's kernel step); None where one cannot run natively."""
     if kind == "gemm":
         return native_product_list(ctx, by_name[value])
+    if kind == "host":
+        from .hostops import thunk_job
+
+        job = thunk_job(ctx, by_name[value])
+        if job is None:
+            return None
+        ctx.keep_alive.append(job)
+        return job.address
     name, index = value
     thunk = by_name[name]
     step = ctx.kernels["composites"][name]["steps"][index]

@@ -54,8 +54,11 @@ def dot(ctx, instr, ops):
     m = math.prod(lhs.shape[d] for d in lf)
     n = math.prod(rhs.shape[d] for d in rf)
     k = math.prod(lhs.shape[d] for d in lc)
-    a = np.transpose(lhs, lb + lf + lc).astype(cdt).reshape(math.prod(batch), m, k)
-    b = np.transpose(rhs, rb + rc + rf).astype(cdt).reshape(math.prod(batch), k, n)
+    # Row-major copies whatever the operands' memory order: BLAS sums in an order that
+    # depends on the strides it is given, and the same dot must give the same bits on an
+    # arena view with a column-major layout (a LAPACK operand's) as on a fresh array.
+    a = np.transpose(lhs, lb + lf + lc).astype(cdt, order="C").reshape(math.prod(batch), m, k)
+    b = np.transpose(rhs, rb + rc + rf).astype(cdt, order="C").reshape(math.prod(batch), k, n)
     with np.errstate(all="ignore"):
         out = np.matmul(a, b)
     return _finish(out, out_dtype).reshape(instr.shape.dims)
@@ -152,7 +155,10 @@ def _wide(dtype: np.dtype) -> np.dtype:
 
 
 def _substitute(m: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
-    """Solve m @ x = b for triangular m by substitution (batched over leading dims)."""
+    """Solve m @ x = b for triangular m by substitution (batched over leading dims). The
+    operands are made row-major first: einsum's sums run in an order that depends on the
+    strides, and an arena view with a column-major layout must give a fresh array's bits."""
+    m, b = np.ascontiguousarray(m), np.ascontiguousarray(b)
     size = m.shape[-1]
     x = np.zeros(np.broadcast_shapes(m.shape[:-2], b.shape[:-2]) + b.shape[-2:], b.dtype)
     rows = range(size) if lower else range(size - 1, -1, -1)
