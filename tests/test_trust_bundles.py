@@ -283,3 +283,33 @@ def test_control_flow_reads_are_checked(tmp_path, sample, edit, fragment):
     bad = repack(good, tmp_path / "bad.bundle", edit_json={"gpu_thunks.json": edit})
     text = _refused(bad, "gpu_thunks.json", fragment, device="cuda-emulated")
     assert "bytes for" in text, text
+
+
+@pytest.fixture(scope="module")
+def lapack_loop_bundle(tmp_path_factory):
+    """The linalg_in_loop sample: two drivers (a scan, a fori_loop) with LAPACK slots."""
+    from hloc.compiler import compile
+
+    out = tmp_path_factory.mktemp("lapack") / "loop.bundle"
+    compile(str(SAMPLES / "ops/linalg_in_loop.pb"), str(out))
+    return out
+
+
+def _host_slot_to(pick):
+    """An edit pointing the first driver's first ["host", ...] slot at pick(kernels.json)."""
+    def edit(doc):
+        slots = next(d["slots"] for d in doc["drivers"] if any(s[0] == "host" for s in d["slots"]))
+        at = next(i for i, s in enumerate(slots) if s[0] == "host")
+        slots[at] = ["host", pick(doc)]
+    return edit
+
+
+@pytest.mark.parametrize("pick", [
+    lambda d: next(iter(d["kernels"])),  # a kernel thunk, no custom call
+    lambda d: "no_such_thunk",
+    lambda d: ["lu"],
+], ids=["kernel", "missing", "not-a-name"])
+def test_a_drivers_lapack_slot_must_name_one_of_its_own_calls(tmp_path, lapack_loop_bundle, pick):
+    load(str(lapack_loop_bundle))
+    _refused(repack(lapack_loop_bundle, tmp_path / "b.bundle",
+                    edit_json={"kernels.json": _host_slot_to(pick)}), "kernels.json", "bad slot")

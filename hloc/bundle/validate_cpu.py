@@ -13,7 +13,7 @@ Checks (MemberProblem naming the member at the first failure):
 - every kernel / composite entry names a thunk of thunks.json with that many operand and
   output slices; composite refs and scratch ranges lie inside the thunk and scratch_bytes;
 - every driver names consecutive thunks that exist, and its slots are kernel thunks, Gemm
-  thunks or slices inside their allocations.
+  thunks or LAPACK custom-call thunks the driver runs, or slices inside their allocations.
 """
 
 from __future__ import annotations
@@ -224,22 +224,23 @@ def _composite_step(meta: dict, value) -> str | None:
 def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
                    defined: frozenset[str]) -> None:
     from ..buffers.assignment import Slice
+    from ..thunks.base import walk
 
     for d in meta["drivers"]:
         if not isinstance(d, dict) or not isinstance(d.get("thunks"), list) or not d["thunks"]:
             raise fail("kernels.json", "malformed driver entry")
         _defined(fail, d.get("symbol"), defined, "driver")
-        if any(t not in thunks for t in d["thunks"]):
+        if any(not isinstance(t, str) or t not in thunks for t in d["thunks"]):
             raise fail("kernels.json", f"driver {d['symbol']} names a thunk thunks.json lacks")
+        # Gemm and LAPACK slots name thunks the driver runs (the runtime builds their jobs
+        # from the driver's own thunks).
+        own = {v.thunk.name: v.thunk for v in walk(thunks[t] for t in d["thunks"])}
         for slot in d.get("slots") or ():
             kind, value = slot if isinstance(slot, list) and len(slot) == 2 else (None, None)
             if kind == "buffers" and value in meta["kernels"]:
                 continue
-            if kind == "gemm" and isinstance(value, str) and value in thunks \
-                    and thunks[value].kind == "gemm":
-                continue
-            if kind == "host" and isinstance(value, str) and value in thunks \
-                    and thunks[value].kind == "custom-call":
+            if kind in ("gemm", "host") and isinstance(value, str) and value in own \
+                    and own[value].kind == {"gemm": "gemm", "host": "custom-call"}[kind]:
                 continue
             if kind == "step" and _composite_step(meta, value) in ("gemm", "kernel"):
                 continue
