@@ -108,8 +108,9 @@ class EmitContext:
 
     @contextlib.contextmanager
     def loop(self, start: ir.Value | int, stop: ir.Value | int, name: str = "i",
-             step: int = 1) -> Iterator[ir.Value]:
-        """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable.
+             step: int = 1, vectorize: bool = True) -> Iterator[ir.Value]:
+        """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable;
+        `vectorize=False` asks LLVM's loop vectorizer to leave it alone (llvm.loop metadata).
 
         The body is emitted inside the `with`; the builder ends in the loop's exit block.
         """
@@ -129,8 +130,21 @@ class EmitContext:
         yield index
         nxt = b.add(index, self.i64(step), name=f"{name}.next", flags=["nsw"])
         index.add_incoming(nxt, b.block)
-        b.branch(head)
+        latch = b.branch(head)
+        if not vectorize:
+            latch.set_metadata("llvm.loop", self._no_vectorize_loop_id())
         b.position_at_end(exit_)
+
+    def _no_vectorize_loop_id(self) -> ir.MDValue:
+        """A loop ID that turns loop vectorization off: self-referential, as LLVM requires,
+        and one per loop (llvmlite interns metadata by its operands: a unique name first)."""
+        module = self.builder.module
+        option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                      ir.Constant(ir.IntType(1), 0)])
+        unique = ir.MetaDataString(module, module.get_unique_name("hloc.loop"))
+        loop_id = module.add_metadata([option, unique])
+        loop_id.operands = (loop_id, option)
+        return loop_id
 
     def select_branch(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:
         """if cond: then_fn() else: else_fn(), merged with a phi (both return one value)."""
