@@ -8,6 +8,7 @@ agree).
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..errors import InputError, UnsupportedError
@@ -31,6 +32,13 @@ SUPPORTED_TARGETS = frozenset({
 # The real LAPACK calls the CPU runtime runs as native jobs (runtime/cpu/hostops.py), which
 # native drivers may call inside loops (codegen/cpu/driver.py).
 JOB_TARGETS = frozenset(lapack_targets("potrf trsm getrf geqrf orgqr syevd", "s", "d"))
+
+
+def lapack_flops(instr) -> int:
+    """A LAPACK call's size, about n^3 per matrix of its first operand's batch: what decides
+    whether it runs on one BLAS thread (runtime/lapack.py) or inside a native driver."""
+    dims = instr.operands[0].shape.dims
+    return math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3
 
 
 def runs_as_job(instr) -> bool:

@@ -28,11 +28,10 @@ returns the input as its vectors when asked for values only.
 from __future__ import annotations
 
 import ctypes
-import math
 
 import numpy as np
 
-from ..ir.custom_calls import check_dims, lapack_options
+from ..ir.custom_calls import check_dims, lapack_flops, lapack_options
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
@@ -97,7 +96,7 @@ class Call:
     itself); `nonzero` writes 1 where the source is nonzero instead of its value."""
 
     def __init__(self, routine, instr, batch, args: _Bound, info: np.ndarray | None = None):
-        self.fn, self.int_type = routine
+        self.fn = routine[0]
         self.instr, self.batch, self.args, self.info = instr, tuple(batch), args, info
         self.ins: list[tuple[int, np.ndarray]] = []
         self.outs: list[tuple[np.ndarray | int, int, bool]] = []
@@ -116,10 +115,6 @@ class Call:
         if isinstance(source, int):
             return tuple(ops_shapes[source][len(ops_shapes[source]) - 2:])
         return source.shape
-
-    def flops(self) -> int:
-        dims = self.instr.operands[0].shape.dims
-        return math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3
 
     def run(self, ops):
         ops_shapes = [op.shape for op in ops]
@@ -362,9 +357,7 @@ def _on_one_thread_if_small(run, instr):
     matrix) run on the calling thread, as small products do."""
     from .cpu.blas import single_threaded
 
-    dims = instr.operands[0].shape.dims
-    n = max(dims[-2:], default=1)
-    return single_threaded(run, math.prod(dims[:-2]) * n ** 3)
+    return single_threaded(run, lapack_flops(instr))
 
 
 _IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,

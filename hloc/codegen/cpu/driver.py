@@ -31,7 +31,7 @@ from dataclasses import field
 from llvmlite import ir
 
 from ...ir import PrimitiveType
-from ...ir.custom_calls import runs_as_job
+from ...ir.custom_calls import lapack_flops, runs_as_job
 from ...util.record import dataclass
 from ..elemental.types import I1, I8, I32, I64, PTR
 
@@ -154,8 +154,7 @@ def driver_host_jobs(module, program) -> frozenset[str]:
         instr = instructions.get(thunk.name)
         if thunk.kind != "custom-call" or instr is None or not runs_as_job(instr):
             continue
-        dims = instr.operands[0].shape.dims
-        if math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3 < DRIVER_MAX_GEMM_FLOPS:
+        if lapack_flops(instr) < DRIVER_MAX_GEMM_FLOPS:
             names.add(thunk.name)
     return frozenset(names)
 

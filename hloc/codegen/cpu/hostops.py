@@ -56,8 +56,8 @@ def _c(v: int) -> ir.Constant:
 
 
 class _Emitter:
-    def __init__(self, b: ir.IRBuilder, fn: ir.Function):
-        self.b, self.fn = b, fn
+    def __init__(self, b: ir.IRBuilder):
+        self.b = b
 
     def word(self, base, index) -> ir.Value:
         b = self.b
@@ -165,7 +165,7 @@ def _body(module: ir.Module) -> ir.Function:
     fn.linkage = "internal"
     entry = fn.append_basic_block("entry")
     b = ir.IRBuilder(entry)
-    e = _Emitter(b, fn)
+    e = _Emitter(b)
     saved = b.alloca(I32, name="saved_threads")
     b.store(ir.Constant(I32, 1), saved)
     cursor = b.alloca(PTR, name="cursor")
@@ -198,7 +198,7 @@ def build_module() -> ir.Module:
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), SYMBOL)
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    e = _Emitter(b, fn)
+    e = _Emitter(b)
     job = fn.args[0]
     count, ndims, entries, start = (e.word(job, k) for k in range(4))
     stride = b.add(ndims, _c(2))

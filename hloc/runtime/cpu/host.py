@@ -52,16 +52,16 @@ def build_host_step(ctx: LoadContext, thunk) -> Step:
     """Run the thunk's instruction with the reference interpreter on arena views, or on
     LAPACK (lapack.native_impl)."""
     instr = ctx.instruction(thunk.name)
-    reads, writes = thunk.reads(), thunk.writes()
-    pending = list(reads)
-    operands = [_cells(ctx, op.shape, pending, _read_only) for op in instr.operands]
-    outputs = _leaves(_cells(ctx, instr.shape, list(writes)), [])
     if (getattr(instr.attrs, "custom_call_target", None) or "").startswith("lapack_"):
         from .hostops import thunk_job
 
         job = thunk_job(ctx, thunk)
         if job is not None:  # the call and its copies in native code (hostops.py)
             return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name), job.run)
+    reads, writes = thunk.reads(), thunk.writes()
+    pending = list(reads)
+    operands = [_cells(ctx, op.shape, pending, _read_only) for op in instr.operands]
+    outputs = _leaves(_cells(ctx, instr.shape, list(writes)), [])
     native = native_impl(instr)
     if native is not None:
         return _native_step(ctx, thunk, instr, native, operands, outputs)

@@ -25,6 +25,7 @@ import numpy as np
 from ... import __version__
 from ...buffers.assignment import Slice
 from ...codegen.cpu import hostops as ops
+from ...ir.custom_calls import lapack_flops
 from ...util.objcache import cache_key, cached_object
 from ..lapack import Call, native_call
 from ..layouts import memory_order
@@ -49,7 +50,8 @@ def _library():
                     ".".join(map(str, llvm_binding.llvm_version_info)), __version__)
     obj = cached_object(key, lambda: llvm.compile_ir(text, target, 2).object_code, "hostops")
     library = llvm.JitLibrary(obj, target)
-    return library, library.address(ops.SYMBOL)
+    address = library.address(ops.SYMBOL)
+    return library, address, _JOB_TYPE(address)
 
 
 def provide_symbol() -> None:
@@ -58,7 +60,7 @@ def provide_symbol() -> None:
 
     with _LOCK:
         if not _PROVIDED:
-            _, address = _library()
+            _, address, _ = _library()
             llvm_binding.add_symbol(ops.SYMBOL, address)
             _PROVIDED.append(address)
 
@@ -79,7 +81,7 @@ class Place:
 
     def __init__(self, dims, strides, itemsize: int, register, batch_rank: int = 0):
         self.dims, self.strides, self.itemsize = tuple(dims), tuple(strides), itemsize
-        self.register = register  # register(words, index, byte offset)
+        self.register = register  # register(words, index): set words[index] to its address
         self.batch_rank = batch_rank  # leading dimensions a job steps through
 
     def as_dims(self, dims) -> Place | None:
@@ -118,13 +120,13 @@ class _Builder:
     def __init__(self, batch):
         self.batch = tuple(batch)
         self.body: list[int] = []
-        self.entries: list[tuple[int, Place, int]] = []  # (body word, place, byte offset)
+        self.entries: list[tuple[int, Place]] = []  # (body word, place)
         self.keep: list = []
 
     def at(self, where) -> int:
         """A field: an address (int), or a Place's matrix (moves through the batch)."""
         if isinstance(where, Place):
-            self.entries.append((len(self.body), where, 0))
+            self.entries.append((len(self.body), where))
             return 0
         return int(where)
 
@@ -140,10 +142,10 @@ class _Builder:
         words = (ctypes.c_int64 * (start + len(self.body) + 1))()
         header = [math.prod(self.batch), nd, len(self.entries), start, *self.batch]
         words[:len(header)] = header
-        for k, (field, place, offset) in enumerate(self.entries):
+        for k, (field, place) in enumerate(self.entries):
             at = ops.HEADER_WORDS + nd + k * per_entry
             words[at] = start + field
-            place.register(words, at + 1, offset)
+            place.register(words, at + 1)
             words[at + 2:at + per_entry] = list(place.strides[:nd])
         words[start:start + len(self.body)] = self.body  # type: ignore[assignment]
         words[start + len(self.body)] = ops.END
@@ -156,7 +158,7 @@ class Job:
     def __init__(self, words, keep: list):
         self.words, self.keep = words, keep
         self.address = ctypes.addressof(words)
-        self._fn = _JOB_TYPE(_library()[1])
+        self._fn = _library()[2]
 
     def run(self) -> None:
         self._fn(self.address)
@@ -217,7 +219,7 @@ def lapack_job(call: Call, operands: list[Place], outputs: list[Place]) -> Job |
         return None
     b = _Builder(batch)
     b.keep.append(call)
-    setter = _setter() if call.flops() < SINGLE_THREAD_FLOPS else None
+    setter = _setter() if lapack_flops(call.instr) < SINGLE_THREAD_FLOPS else None
     threads = ctypes.cast(setter, ctypes.c_void_p).value if setter else 0
     try:
         for k, scratch in call.ins:
@@ -247,15 +249,15 @@ def lapack_job(call: Call, operands: list[Place], outputs: list[Place]) -> Job |
 
 def arena_place(ctx: LoadContext, s: Slice, shape) -> Place:
     """A Place over slice `s` of the arena, viewed as `shape`."""
-    def register(words, index: int, offset: int) -> None:
-        ctx.memory.pointer(Slice(s.allocation, s.offset + offset, s.size), words, index)
+    def register(words, index: int) -> None:
+        ctx.memory.pointer(s, words, index)
     return Place(shape.dims, byte_strides(shape), shape.np_dtype.itemsize, register)
 
 
 def array_place(a: np.ndarray) -> Place:
     """A Place over a NumPy array (tests, and runs outside an arena)."""
-    def register(words, index: int, offset: int) -> None:
-        words[index] = a.ctypes.data + offset
+    def register(words, index: int) -> None:
+        words[index] = a.ctypes.data
     return Place(a.shape, a.strides, a.itemsize, register)
 
 
