@@ -50,3 +50,73 @@ def test_short_rows_are_vectorized_within_the_row(row, tmp_path):
     assert off == (row >= 8)
     if row >= 8:
         assert "masked.gather" not in kernel and "masked.scatter" not in kernel, kernel[:2000]
+
+
+LSE = """HloModule lse
+sum {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[{m},{n}]{{1,0}} parameter(0)
+  t = f32[{n},16]{{1,0}} parameter(1)
+  bx = f32[{m},{n},16]{{2,1,0}} broadcast(x), dimensions={{0,1}}
+  bt = f32[{m},{n},16]{{2,1,0}} broadcast(t), dimensions={{1,2}}
+  s = f32[{m},{n},16]{{2,1,0}} add(bx, bt)
+  p = f32[{m},{n},16]{{2,1,0}} exponential(s)
+  z = f32[] constant(0)
+  r = f32[{m},16]{{1,0}} reduce(p, z), dimensions={{1}}, to_apply=sum
+  ROOT l = f32[{m},16]{{1,0}} log(r)
+}}
+"""
+
+
+@pytest.mark.parametrize("n", [16, 32])
+def test_short_reductions_unroll_so_the_output_row_vectorizes(n, tmp_path):
+    """A log-sum-exp over 16 states inside an elementwise kernel (an HMM step): unrolled
+    (reduction.SHORT_REDUCE), the output row is the vectorized loop, with contiguous loads of
+    `t`'s rows; left rolled, LLVM vectorized the reduction itself, gathering `t`'s columns.
+    Longer reductions (over 32 here) stay loops."""
+    text = LSE.format(m=512, n=n)
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((512, n)).astype(np.float32),
+            rng.standard_normal((n, 16)).astype(np.float32)]
+    o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
+    np.testing.assert_allclose(o.got[0], o.want[0], rtol=2e-6, atol=0)
+    files = members(o.artifact)
+    raw, optimized = files["module.ll"].decode(), files["module.opt.ll"].decode()
+    kernel = _kernel(optimized, r"hloc_\w+")
+    assert ("llvm.loop.unroll.full" in raw) == (n == 16)
+    if n == 16:
+        assert "masked.gather" not in kernel, kernel[:2000]
+
+
+COLUMN_MAX = """HloModule colmax
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+ENTRY e {
+  x = f32[512,16]{1,0} parameter(0)
+  t = f32[16,16]{1,0} parameter(1)
+  bx = f32[512,16,16]{2,1,0} broadcast(x), dimensions={0,1}
+  bt = f32[512,16,16]{2,1,0} broadcast(t), dimensions={1,2}
+  s = f32[512,16,16]{2,1,0} add(bx, bt)
+  z = f32[] constant(-inf)
+  ROOT r = f32[512,16]{1,0} reduce(s, z), dimensions={1}, to_apply=max
+}
+"""
+
+
+def test_column_reductions_never_vectorize_across_the_reduced_rows(tmp_path):
+    """A column reduction (codegen/cpu/reduce.py) over 16-element rows: LLVM unrolled the
+    row and then vectorized the loop over the reduced rows, gathering; now it may not."""
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((512, 16)).astype(np.float32),
+            rng.standard_normal((16, 16)).astype(np.float32)]
+    o = run_cases({"case": (COLUMN_MAX, args)}, tmp=tmp_path)["case"]
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    kernel = _kernel(members(o.artifact)["module.opt.ll"].decode(), r"hloc_\w+")
+    assert "masked.gather" not in kernel, kernel[:2000]

@@ -232,9 +232,9 @@ def emit_spec(module: ir.Module, spec, target, light: set[str], *,
     """Emit `spec`; a `small` kernel's functions (default: its work is below
     SMALL_KERNEL_WORK) are marked `optsize` (and, loop-free, their names added to `light`)."""
     before = set(module.globals)
-    info = emit_kernel(module, spec, target)
     if small is None:
         small = work(spec) < SMALL_KERNEL_WORK
+    info = emit_kernel(module, spec, target, vectorized=not small)
     if small:
         is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):

@@ -99,10 +99,12 @@ def plan_segments(spec: KernelSpec) -> list[Segment]:
 
 # ---- functions --------------------------------------------------------------------------------
 
-def emit_kernel(module: ir.Module, spec: KernelSpec, target) -> KernelInfo:
-    """Emit kernel `spec.name` (and its body) into `module`."""
+def emit_kernel(module: ir.Module, spec: KernelSpec, target, *,
+                vectorized: bool = True) -> KernelInfo:
+    """Emit kernel `spec.name` (and its body) into `module`; `vectorized`: whether LLVM will
+    vectorize it (EmitContext.unroll_short)."""
     segments = plan_segments(spec)
-    body = _emit_body(module, spec, target, segments)
+    body = _emit_body(module, spec, target, segments, vectorized)
     _emit_wrapper(module, spec, target, body)
     extent = sum(s.extent for s in segments)
     return KernelInfo(spec.name, extent, len(spec.operand_shapes), len(spec.output_shapes),
@@ -137,7 +139,8 @@ def _shared_outputs(spec: KernelSpec) -> dict[int, int]:
             if len(ops) == 1 and len(by_operand[ops[0]]) == 1}
 
 
-def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.Function:
+def _emit_body(module, spec: KernelSpec, target, segments: list[Segment],
+               vectorized: bool) -> ir.Function:
     n_buffers = len(spec.operand_shapes) + len(spec.output_shapes)
     fnty = ir.FunctionType(ir.VoidType(), [PTR] * n_buffers + [I64, I64])
     fn = ir.Function(module, fnty, f"{spec.name}.body")
@@ -154,7 +157,8 @@ def _emit_body(module, spec: KernelSpec, target, segments: list[Segment]) -> ir.
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     # f16 converts with integer code, not F16C: under the kernels' denormal mode LLVM may
     # treat f16 denormals met by fpext/fptrunc as zero, and they are ordinary f16 values.
-    ctx = EmitContext(module, builder, target, prefix=spec.name, native_half=False)
+    ctx = EmitContext(module, builder, target, prefix=spec.name, native_half=False,
+                      unroll_short=vectorized)
     n_ops = len(spec.operand_shapes)
     operands, outputs = list(fn.args[:n_ops]), list(fn.args[n_ops:n_buffers])
     for out_index, operand_index in _shared_outputs(spec).items():

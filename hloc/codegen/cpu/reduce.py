@@ -22,6 +22,7 @@ from ..elemental.reduction import Reducer
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
+from .loops import ROW_VECTOR_MIN
 
 # Positions per work unit: 8 KiB of f32 accumulators (in L1), and 8 KiB contiguous runs of
 # every input row, which the hardware prefetchers stream far better than 2 KiB runs (a
@@ -102,8 +103,15 @@ class ColumnReduceSegment(Segment):
         ctx = kb.ctx
         b = ctx.builder
         with contextlib.ExitStack() as stack:
+            # LLVM unrolls a block of a few columns completely and then vectorizes the loop
+            # over the reduced rows: a gather per load. Blocks of ROW_VECTOR_MIN or more
+            # columns keep the vectorizer off that loop, as Nest does with short rows; their
+            # unrolled columns become vector code. Narrower blocks (3 coordinates) gain
+            # from vectorizing the reduced rows with interleaved loads.
+            wide = self.block >= ROW_VECTOR_MIN
             for d in self.reduced:
-                index[d] = stack.enter_context(ctx.loop(0, self.in_shape.dims[d], "r"))
+                index[d] = stack.enter_context(ctx.loop(0, self.in_shape.dims[d], "r",
+                                                        vectorize=not wide))
             j = stack.enter_context(ctx.loop(start, stop, "col"))
             index[self.col] = j
             ptrs = self._slot_ptrs(kb, slots, j, start)

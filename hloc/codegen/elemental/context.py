@@ -25,13 +25,16 @@ class EmitContext:
     """State for emitting one LLVM function with elemental generators."""
 
     def __init__(self, module: ir.Module, builder: ir.IRBuilder, target: Target | None, *,
-                 prefix: str = "k", native_half: bool = False):
+                 prefix: str = "k", native_half: bool = False, unroll_short: bool = False):
         self.module = module
         self.builder = builder
         self.target = target
         self.prefix = prefix
         # True when the target converts f16 <-> f32 in hardware (fpext/fptrunc are cheap).
         self.native_half = native_half
+        # True when LLVM will vectorize this code: short reductions then unroll completely
+        # (elemental.reduction.SHORT_REDUCE) so that the loop around them vectorizes.
+        self.unroll_short = unroll_short
         self._tables: dict[object, ir.GlobalVariable] = {}
         self._counter = 0
 
@@ -108,9 +111,10 @@ class EmitContext:
 
     @contextlib.contextmanager
     def loop(self, start: ir.Value | int, stop: ir.Value | int, name: str = "i",
-             step: int = 1, vectorize: bool = True) -> Iterator[ir.Value]:
+             step: int = 1, vectorize: bool = True, unroll: bool = False) -> Iterator[ir.Value]:
         """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable;
-        `vectorize=False` asks LLVM's loop vectorizer to leave it alone (llvm.loop metadata).
+        `vectorize=False` asks LLVM's loop vectorizer to leave it alone, `unroll=True` asks
+        for complete unrolling (constant bounds; llvm.loop metadata).
 
         The body is emitted inside the `with`; the builder ends in the loop's exit block.
         """
@@ -131,19 +135,24 @@ class EmitContext:
         nxt = b.add(index, self.i64(step), name=f"{name}.next", flags=["nsw"])
         index.add_incoming(nxt, b.block)
         latch = b.branch(head)
-        if not vectorize:
-            latch.set_metadata("llvm.loop", self._no_vectorize_loop_id())
+        if not vectorize or unroll:
+            latch.set_metadata("llvm.loop", self._loop_id(vectorize, unroll))
         b.position_at_end(exit_)
 
-    def _no_vectorize_loop_id(self) -> ir.MDValue:
-        """A loop ID that turns loop vectorization off: self-referential, as LLVM requires,
-        and one per loop (llvmlite interns metadata by its operands: a unique name first)."""
+    def _loop_id(self, vectorize: bool, unroll: bool) -> ir.MDValue:
+        """A loop ID with the hints `loop` takes: self-referential, as LLVM requires, and one
+        per loop (llvmlite interns metadata by its operands: a unique name first)."""
         module = self.builder.module
-        option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
-                                      ir.Constant(ir.IntType(1), 0)])
+        options = []
+        if not vectorize:
+            options.append(module.add_metadata([
+                ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                ir.Constant(ir.IntType(1), 0)]))
+        if unroll:
+            options.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.full")]))
         unique = ir.MetaDataString(module, module.get_unique_name("hloc.loop"))
-        loop_id = module.add_metadata([option, unique])
-        loop_id.operands = (loop_id, option)
+        loop_id = module.add_metadata([*options, unique])
+        loop_id.operands = (loop_id, *options)
         return loop_id
 
     def select_branch(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:

@@ -13,6 +13,7 @@ accumulator and round once at the end.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 
 from llvmlite import ir
@@ -34,6 +35,12 @@ from .types import ElemType, elem_type
 _SIMPLE = (Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR,
            Opcode.XOR)
 _F32 = elem_type(PrimitiveType.F32)
+# Reductions over at most this many elements unroll completely in code LLVM vectorizes
+# (EmitContext.unroll_short), so the loop around them (an output row) is the vectorized one: a log-sum-exp over 16 states of an 8 x 16 x 16
+# array then takes one vector exp per 16 outputs' term and one vector log per 16 outputs,
+# instead of a gather, a horizontal sum and a scalar log per output. LLVM unrolls such loops
+# by itself only when their body is small (a max or a sum of loads, not an exp).
+SHORT_REDUCE = 16
 
 
 def simple_reducer(comp: Computation) -> Opcode | None:
@@ -112,9 +119,10 @@ class Reducer:
 
 def accumulate_loops(ctx: EmitContext, bounds: list[tuple[ir.Value, ir.Value]],
                      init: list[ir.Value],
-                     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
-                     ) -> list[ir.Value]:
-    """Nested loops (outermost first) carrying accumulators in stack slots (SROA makes phis)."""
+                     body: Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]],
+                     unroll: bool = False) -> list[ir.Value]:
+    """Nested loops (outermost first) carrying accumulators in stack slots (SROA makes phis);
+    `unroll`: ask LLVM to unroll them completely (ctx.loop)."""
     b = ctx.builder
     slots = []
     for v in init:
@@ -122,7 +130,7 @@ def accumulate_loops(ctx: EmitContext, bounds: list[tuple[ir.Value, ir.Value]],
         b.store(v, slot)
         slots.append(slot)
     with contextlib.ExitStack() as stack:
-        ivs = [stack.enter_context(ctx.loop(lo, hi, "r")) for lo, hi in bounds]
+        ivs = [stack.enter_context(ctx.loop(lo, hi, "r", unroll=unroll)) for lo, hi in bounds]
         accs = [b.load(s, typ=v.type) for s, v in zip(slots, init, strict=True)]
         for s, v in zip(slots, body(ivs, accs), strict=True):
             b.store(v, s)
@@ -139,6 +147,7 @@ def reduce(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Gener
     order = [d for d in major_to_minor(in_shape) if d in dims]
     ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:n]]
     reducer = Reducer(ctx, instr.called[0], ets)
+    short = ctx.unroll_short and math.prod(in_shape.dims[d] for d in dims) <= SHORT_REDUCE
 
     def generate(index: Index) -> ir.Value:
         full: list[ir.Value] = [ctx.i64(0)] * in_shape.rank
@@ -152,7 +161,7 @@ def reduce(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -> Gener
 
         start = reducer.start([g([]) for g in inits])
         bounds = [(ctx.i64(0), ctx.i64(in_shape.dims[d])) for d in order]
-        accs = accumulate_loops(ctx, bounds, start, body)
+        accs = accumulate_loops(ctx, bounds, start, body, unroll=short)
         out = reducer.finish(accs)
         return tuple(out) if instr.shape.is_tuple else out[0]
 
