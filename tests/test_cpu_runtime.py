@@ -289,6 +289,50 @@ def test_fresh_output_memory_is_reused_only_once_let_go(tmp_path):
     assert address(corner) not in free
 
 
+MIDSIZE = """HloModule midsize
+ENTRY e {
+  x = f32[64,64]{1,0} parameter(0)
+  y = f32[64,64]{1,0} parameter(1)
+  s = f32[64,64]{1,0} add(x, y)
+  t = f32[64,64]{0,1} multiply(x, y)
+  n = f32[1,4]{1,0} slice(s), slice={[0:1], [0:4]}
+  ROOT out = (f32[64,64]{1,0}, f32[64,64]{0,1}, f32[1,4]{1,0}) tuple(s, t, n)
+}
+"""
+
+
+def test_midsize_outputs_are_copied_into_one_recycled_block(tmp_path):
+    """Outputs under FRESH_OUTPUT_BYTES are copied out; those of POOLED_OUTPUT_BYTES or more
+    share one block a run, recycled once every array viewing it is gone (malloc'd copies
+    were given back to the system and faulted in again every run). Each is an array of its
+    own, in logical order whatever its layout, and never written by a later run."""
+    from hloc.runtime.cpu.executable import FRESH_OUTPUT_BYTES, POOLED_OUTPUT_BYTES
+
+    assert POOLED_OUTPUT_BYTES <= 64 * 64 * 4 < FRESH_OUTPUT_BYTES
+    exe = load_cpu(compile_bundle(MIDSIZE, tmp_path / "m.bundle"))
+    rng = np.random.default_rng(2)
+    args = [[rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2)]
+            for _ in range(2)]
+    want = [interpret(MIDSIZE, a) for a in args]
+    first = exe.run(args[0])
+    assert_close(first, want[0], rtol=0, atol=0)
+    assert all(a.flags.c_contiguous and a.flags.writeable for a in first)
+    first[0][:] = 7  # one output's memory is no other's
+    np.testing.assert_array_equal(first[1], want[0][1])
+    second = exe.run(args[1])  # `first` is held: another block
+    assert_close(second, want[1], rtol=0, atol=0)
+    np.testing.assert_array_equal(first[1], want[0][1])
+    address = second[0].ctypes.data
+    del second
+    third = exe.run(args[1])  # `second` was let go: its block again
+    assert third[0].ctypes.data == address
+    assert third[1].ctypes.data == address + 64 * 64 * 4  # one block for both
+    assert_close(third, want[1], rtol=0, atol=0)
+    del third
+    free = [b.ctypes.data for blocks in exe._output_blocks._free.values() for b in blocks]
+    assert address in free
+
+
 PRODUCTS = """HloModule products
 ENTRY e {
   h = f32[32,256]{1,0} parameter(0)
