@@ -36,10 +36,11 @@ _SIMPLE = (Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.A
            Opcode.XOR)
 _F32 = elem_type(PrimitiveType.F32)
 # Reductions over at most this many elements unroll completely in code LLVM vectorizes
-# (EmitContext.unroll_short), so the loop around them (an output row) is the vectorized one: a log-sum-exp over 16 states of an 8 x 16 x 16
-# array then takes one vector exp per 16 outputs' term and one vector log per 16 outputs,
-# instead of a gather, a horizontal sum and a scalar log per output. LLVM unrolls such loops
-# by itself only when their body is small (a max or a sum of loads, not an exp).
+# (EmitContext.unroll_short), so the loop around them (an output row) is the vectorized one:
+# a log-sum-exp over 16 states of an 8 x 16 x 16 array then takes one vector exp per term for
+# 16 outputs and one vector log per 16 outputs, instead of a gather, a horizontal sum and a
+# scalar log per output. LLVM unrolls such loops by itself only when their body is small (a
+# max or a sum of loads, not an exp).
 SHORT_REDUCE = 16
 
 

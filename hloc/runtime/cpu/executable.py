@@ -23,7 +23,7 @@ from ...errors import InputError
 from ..executable import ProfileRow
 from . import blas, checks, gemm
 from .kernels import LoadedKernels
-from .memory import Memory, OutputBlocks, array_view, physical_order
+from .memory import Memory, OutputBlocks, array_view, physical_order, round_up
 from .program import LoadContext, Profiler, realize
 
 
@@ -137,7 +137,7 @@ class CpuExecutable:
             at = None  # offset in the pooled block, or None: a copy of its own
             if not fresh and shape.byte_size >= POOLED_OUTPUT_BYTES:
                 at = self._pooled_bytes
-                self._pooled_bytes += -(-shape.byte_size // 64) * 64
+                self._pooled_bytes += round_up(shape.byte_size)
             self._outputs.append((s, shape, fresh, at, self.memory.cell(s, shape)))
         for name, s in self.program.constants:
             instr = self._ctx.instruction(name)

@@ -29,7 +29,7 @@ ALIGN = 64
 SCRATCH = -1  # the allocation index of the runtime's own scratch space (composites)
 
 
-def _round_up(n: int, align: int = ALIGN) -> int:
+def round_up(n: int, align: int = ALIGN) -> int:
     return -(-n // align) * align
 
 
@@ -131,7 +131,7 @@ class Memory:
         offset = 0
         for index, size in sizes.items():
             self.base[index] = offset
-            offset += _round_up(max(size, 1))
+            offset += round_up(max(size, 1))
         self.size = offset
         self.arena = aligned_bytes(offset)
         self.sizes = sizes
