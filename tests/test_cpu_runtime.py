@@ -361,38 +361,39 @@ def test_native_products_follow_rebound_operands(tmp_path):
 
 GEMM_DRIVER = """HloModule gemm_driver
 cond {
-  p = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  p = (s32[], f32[16,256]{1,0}, f32[256,256]{1,0}) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   n = s32[] constant(3)
   ROOT lt = pred[] compare(i, n), direction=LT
 }
 body {
-  p = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  p = (s32[], f32[16,256]{1,0}, f32[256,256]{1,0}) parameter(0)
   i = s32[] get-tuple-element(p), index=0
-  h = f32[16,128]{1,0} get-tuple-element(p), index=1
-  w = f32[128,128]{1,0} get-tuple-element(p), index=2
-  d = f32[16,128]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  t = f32[16,128]{1,0} tanh(d)
+  h = f32[16,256]{1,0} get-tuple-element(p), index=1
+  w = f32[256,256]{1,0} get-tuple-element(p), index=2
+  d = f32[16,256]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[16,256]{1,0} tanh(d)
   one = s32[] constant(1)
   j = s32[] add(i, one)
-  ROOT r = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) tuple(j, t, w)
+  ROOT r = (s32[], f32[16,256]{1,0}, f32[256,256]{1,0}) tuple(j, t, w)
 }
 ENTRY e {
-  x = f32[16,128]{1,0} parameter(0)
-  w = f32[128,128]{1,0} parameter(1)
-  t = f32[16,128]{1,0} tanh(x)
-  d = f32[16,128]{1,0} dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  x = f32[16,256]{1,0} parameter(0)
+  w = f32[256,256]{1,0} parameter(1)
+  t = f32[16,256]{1,0} tanh(x)
+  d = f32[16,256]{1,0} dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   z = s32[] constant(0)
-  init = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) tuple(z, d, w)
-  loop = (s32[], f32[16,128]{1,0}, f32[128,128]{1,0}) while(init), condition=cond, body=body
-  ROOT h = f32[16,128]{1,0} get-tuple-element(loop), index=1
+  init = (s32[], f32[16,256]{1,0}, f32[256,256]{1,0}) tuple(z, d, w)
+  loop = (s32[], f32[16,256]{1,0}, f32[256,256]{1,0}) while(init), condition=cond, body=body
+  ROOT h = f32[16,256]{1,0} get-tuple-element(loop), index=1
 }
 """
 
 
 def test_products_run_inside_native_drivers(tmp_path):
     """Small f32 products join native drivers (hloc_gemm_list): here the whole program, a
-    loop included, is one driver; the weights are read in place from each run's array."""
+    loop included, is one driver; the weights are read in place from each run's array.
+    (256 columns: narrower products are tiled kernels, dot.NARROW_COLUMNS.)"""
     bundle = compile_bundle(GEMM_DRIVER, tmp_path / "g.bundle", passes="layout-assignment")
     (driver,) = kernels_json(bundle)["drivers"]
     assert [s for s in driver["slots"] if s[0] == "gemm"] == [["gemm", "d.1"], ["gemm", "d"]]
@@ -400,8 +401,8 @@ def test_products_run_inside_native_drivers(tmp_path):
     assert exe.describe()["steps"] == {"driver": 1}
     rng = np.random.default_rng(2)
     for _ in range(3):
-        args = [rng.standard_normal((16, 128)).astype(np.float32),
-                rng.standard_normal((128, 128)).astype(np.float32) / 8]
+        args = [rng.standard_normal((16, 256)).astype(np.float32),
+                rng.standard_normal((256, 256)).astype(np.float32) / 8]
         want = interpret(GEMM_DRIVER, args)
         assert_close(exe.run(args), want, rtol=1e-4, atol=1e-4)
         assert_close(exe.run_profiled(args)[0], want, rtol=1e-4, atol=1e-4)
@@ -409,8 +410,8 @@ def test_products_run_inside_native_drivers(tmp_path):
     script = ("import sys, numpy as np; from hloc.runtime import load; "
               "e = load(sys.argv[1], 'cpu'); print(e.describe()['steps']); "
               "r = np.random.default_rng(2); "
-              "a = [r.standard_normal((16, 128)).astype(np.float32), "
-              "r.standard_normal((128, 128)).astype(np.float32) / 8]; "
+              "a = [r.standard_normal((16, 256)).astype(np.float32), "
+              "r.standard_normal((256, 256)).astype(np.float32) / 8]; "
               "np.save(sys.argv[2], e.run(a)[0])")
     out = tmp_path / "blas.npy"
     done = subprocess.run([sys.executable, "-c", script, str(bundle), str(out)], text=True,
@@ -418,9 +419,56 @@ def test_products_run_inside_native_drivers(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "'gemm': 2" in done.stdout, done.stdout
     r = np.random.default_rng(2)
-    args = [r.standard_normal((16, 128)).astype(np.float32),
-            r.standard_normal((128, 128)).astype(np.float32) / 8]
+    args = [r.standard_normal((16, 256)).astype(np.float32),
+            r.standard_normal((256, 256)).astype(np.float32) / 8]
     assert_close([np.load(out)], interpret(GEMM_DRIVER, args), rtol=1e-4, atol=1e-4)
+
+
+BIG_LOOP = """HloModule big_loop
+cond {
+  p = (s32[], f32[512,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[512,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[512,1024]{1,0} get-tuple-element(p), index=1
+  t = f32[512,1024]{1,0} tanh(x)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[512,1024]{1,0}) tuple(j, t)
+}
+ENTRY e {
+  x = f32[512,1024]{1,0} parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[512,1024]{1,0}) tuple(z, x)
+  loop = (s32[], f32[512,1024]{1,0}) while(init), condition=cond, body=body
+  ROOT h = f32[512,1024]{1,0} get-tuple-element(loop), index=1
+}
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"HLOC_CPU_THREADS": "1"}, {"HLOC_CPU_GEMM": "blas"}])
+def test_big_kernels_run_inside_native_drivers_as_pool_jobs(env, tmp_path):
+    """A loop whose body holds a kernel of DRIVER_MAX_WORK or more stays one native driver:
+    the kernel runs as a job of the native pool (hloc_kernel_list) where there is one, else
+    the driver calls it over all its units (one thread; no native GEMM, so no pool)."""
+    bundle = compile_bundle(BIG_LOOP, tmp_path / "b.bundle")
+    (driver,) = kernels_json(bundle)["drivers"]
+    assert [s for s in driver["slots"] if s[0] == "kernel_job"] == [["kernel_job", "t"]]
+    script = ("import sys, numpy as np; from hloc.runtime import load; "
+              "e = load(sys.argv[1], 'cpu'); print(e.describe()['steps']); "
+              "x = np.random.default_rng(4).standard_normal((512, 1024)).astype(np.float32); "
+              "np.save(sys.argv[2], e.run([x])[0])")
+    out = tmp_path / "out.npy"
+    done = subprocess.run([sys.executable, "-c", script, str(bundle), str(out)], text=True,
+                          capture_output=True, env=dict(os.environ, **env))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'driver': 1}", done.stdout
+    x = np.random.default_rng(4).standard_normal((512, 1024)).astype(np.float32)
+    assert_close([np.load(out)], interpret(BIG_LOOP, [x]), rtol=1e-6, atol=1e-6)
 
 
 def test_wrong_argument_shape_is_a_clear_error(tmp_path):

@@ -187,9 +187,11 @@ def test_gemm_kernel_work_counts_multiply_adds(tmp_path):
     assert kernels_json(bundle)["kernels"][name]["work"] == 2 * 3 * 7 * 5
 
 
-@pytest.mark.parametrize("m,n,k,native", [(64, 64, 63, True), (64, 64, 64, False),
-                                           (128, 128, 128, False)])
+@pytest.mark.parametrize("m,n,k,native", [(32, 256, 31, True), (32, 256, 32, False),
+                                           (128, 256, 128, False)])
 def test_size_threshold(m, n, k, native, tmp_path):
+    """Above SMALL_DOT_WORK, products wider than NARROW_COLUMNS go to the library."""
+    assert n > small_dot.NARROW_COLUMNS
     assert (m * n * k < small_dot.SMALL_DOT_WORK) == native
     text = _module(f"f32[{m},{k}]{{1,0}}", f"f32[{k},{n}]{{1,0}}", f"f32[{m},{n}]{{1,0}}", LC1_RC0)
     rng = np.random.default_rng(3)
@@ -229,6 +231,40 @@ def test_batches_of_small_products_are_kernels(tmp_path):
     o = run_cases({"case": (text, [_random(lhs, rng), _random(rhs, rng)])}, tmp=tmp_path)["case"]
     _assert_close(o.got[0], o.want[0], "f32", out)
     assert assert_native_dots(o.artifact)
+
+
+@pytest.mark.parametrize("k,n,rhs_layout,native", [
+    (16, 8, "{1,0}", True),      # a k-means step's distances to 8 centers
+    (64, 128, "{1,0}", True),    # NARROW_COLUMNS
+    (64, 256, "{1,0}", False),   # wider: the library's packed GEMM
+])
+def test_narrow_products_of_any_size_are_kernels(k, n, rhs_layout, native, tmp_path):
+    """A product with few result columns read from contiguous rhs rows is a tiled kernel above
+    the small-dot size too (dot.narrow_product: 8192 x 16 x 8 took 0.40 of the library
+    path's time); wider ones, or ones whose rhs rows are strided, stay with the library."""
+    m = 4096
+    assert m * n * k >= small_dot.SMALL_DOT_WORK
+    assert (n <= small_dot.NARROW_COLUMNS and rhs_layout == "{1,0}") == native
+    lhs, rhs, out = f"f32[{m},{k}]{{1,0}}", f"f32[{k},{n}]{rhs_layout}", f"f32[{m},{n}]{{1,0}}"
+    rng = np.random.default_rng(8)
+    o = run_cases({"case": (_module(lhs, rhs, out, LC1_RC0),
+                            [_random(lhs, rng), _random(rhs, rng)])}, tmp=tmp_path)["case"]
+    _assert_close(o.got[0], o.want[0], "f32", out)
+    kernels = kernels_json(o.artifact)["kernels"]
+    assert any(k["segments"] == ["dot"] for k in kernels.values()) == native
+
+
+def test_narrow_products_need_contiguous_rhs_rows():
+    """Column-major rhs rows (no such dot survives dot canonicalization and layout assignment,
+    which copy rhs to [k, n] row-major first) would be a strided load per rhs row."""
+    from hloc.ir.text.parser import parse_module
+
+    def product(layout):
+        text = _module("f32[4096,16]{1,0}", f"f32[16,8]{layout}", "f32[4096,8]{1,0}", LC1_RC0)
+        return parse_module(text).entry.root
+
+    assert small_dot.narrow_product(product("{1,0}"))
+    assert not small_dot.narrow_product(product("{0,1}"))
 
 
 MATVECS = [

@@ -313,3 +313,30 @@ def test_a_drivers_lapack_slot_must_name_one_of_its_own_calls(tmp_path, lapack_l
     load(str(lapack_loop_bundle))
     _refused(repack(lapack_loop_bundle, tmp_path / "b.bundle",
                     edit_json={"kernels.json": _host_slot_to(pick)}), "kernels.json", "bad slot")
+
+
+@pytest.fixture(scope="module")
+def kernel_job_bundle(tmp_path_factory):
+    """A loop around a kernel big enough to run as a pool job inside its driver."""
+    from .test_cpu_runtime import BIG_LOOP
+
+    return compile_text(tmp_path_factory.mktemp("kjob"), BIG_LOOP, "loop")
+
+
+@pytest.mark.parametrize("pick", [
+    lambda d: "no_such_thunk",
+    lambda d: ["t"],
+    lambda d: next(s[1] for s in d["drivers"][0]["slots"] if s[0] == "slice"),
+], ids=["missing", "not-a-name", "a-slice"])
+def test_a_drivers_kernel_job_slot_must_name_one_of_its_own_kernels(tmp_path, kernel_job_bundle,
+                                                                    pick):
+    """The runtime builds a ["kernel_job", thunk] slot's job from that kernel's own pointer
+    array and units: a slot naming anything else is refused before any code runs."""
+    load(str(kernel_job_bundle))
+
+    def edit(doc):
+        slots = doc["drivers"][0]["slots"]
+        at = next(i for i, s in enumerate(slots) if s[0] == "kernel_job")
+        slots[at] = ["kernel_job", pick(doc)]
+    _refused(repack(kernel_job_bundle, tmp_path / "b.bundle",
+                    edit_json={"kernels.json": edit}), "kernels.json", "bad slot")

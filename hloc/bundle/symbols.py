@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 # What the hloc runtime defines for generated code: the stop flag native loops poll
-# (hloc/runtime/limits.py), the native GEMM's product-list entry (runtime/cpu/gemm.py) and
-# the host-step jobs' interpreter (runtime/cpu/hostops.py).
-RUNTIME_SYMBOLS = frozenset({"hloc_stop_flag", "hloc_gemm_list", "hloc_host_ops"})
+# (hloc/runtime/limits.py), the native GEMM's product-list and kernel-job entries
+# (runtime/cpu/gemm.py) and the host-step jobs' interpreter (runtime/cpu/hostops.py).
+RUNTIME_SYMBOLS = frozenset({"hloc_stop_flag", "hloc_gemm_list", "hloc_kernel_list",
+                             "hloc_host_ops"})
 
 # C memory primitives that LLVM lowers llvm.memcpy/memset/memmove to, and the heap calls of the
 # scratch buffers long sort rows use (codegen/cpu/sort.py: one malloc per kernel call, then free).

@@ -12,8 +12,9 @@ Checks (MemberProblem naming the member at the first failure):
 - every kernel, composite-step and driver symbol is defined in one of the objects;
 - every kernel / composite entry names a thunk of thunks.json with that many operand and
   output slices; composite refs and scratch ranges lie inside the thunk and scratch_bytes;
-- every driver names consecutive thunks that exist, and its slots are kernel thunks, Gemm
-  thunks or LAPACK custom-call thunks the driver runs, or slices inside their allocations.
+- every driver names consecutive thunks that exist, and its slots are kernel thunks (their
+  pointer arrays or pool jobs), Gemm thunks or LAPACK custom-call thunks the driver runs, or
+  slices inside their allocations.
 """
 
 from __future__ import annotations
@@ -238,6 +239,9 @@ def _check_drivers(fail, check: ProgramCheck, meta: dict, thunks: dict,
         for slot in d.get("slots") or ():
             kind, value = slot if isinstance(slot, list) and len(slot) == 2 else (None, None)
             if kind == "buffers" and value in meta["kernels"]:
+                continue
+            if kind == "kernel_job" and isinstance(value, str) and value in own \
+                    and value in meta["kernels"]:
                 continue
             if kind in ("gemm", "host") and isinstance(value, str) and value in own \
                     and own[value].kind == {"gemm": "gemm", "host": "custom-call"}[kind]:

@@ -31,7 +31,14 @@ from ...ir import Instruction, Opcode, PrimitiveType, Shape
 from ...util.record import dataclass
 from ..elemental.convert import convert_value
 from ..elemental.indexing import delinearize
-from ..elemental.memory import element_pointer, linear_offset, row_major, store_element, strides
+from ..elemental.memory import (
+    element_pointer,
+    linear_offset,
+    major_to_minor,
+    row_major,
+    store_element,
+    strides,
+)
 from ..elemental.registry import emits, generic_lowering
 from ..elemental.scalar import contractible
 from ..elemental.types import I32, ElemType, elem_type
@@ -169,16 +176,35 @@ def library_dot(instr: Instruction) -> bool:
 SMALL_BATCHED_PRODUCT = 1 << 12
 
 
+# Products with at most this many result columns (rhs-free positions), read from rhs rows
+# that are contiguous, are tiled kernels whatever their size. Packing the operands for the
+# library's GEMM pays off over many columns; over few, the tiles (which read lhs in place and
+# keep each rhs row in one or two vectors) were faster at every size measured, 1M to 1G
+# multiply-adds, f32 and f64, AVX-512 and x86-64-v3 (2 Zen 4 cores, minimum times): 8192 x 16
+# x 8 0.40 of the GEMM's time, 65536 x 64 x 64 0.61, 2048 x 256 x 128 0.84, 16384 x 1024 x 64
+# 0.86-0.88; at 256 columns (1024 x 256 x 256) 0.86-1.17.
+NARROW_COLUMNS = 128
+
+
+def narrow_product(instr: Instruction) -> bool:
+    """A product with at most NARROW_COLUMNS columns whose rhs rows are contiguous."""
+    form = DotForm.of(instr)
+    if not form.rf or major_to_minor(form.rhs)[-1] != form.rf[-1]:
+        return False
+    return math.prod(form.rhs.dims[d] for d in form.rf) <= NARROW_COLUMNS
+
+
 def kernel_gemm(instr: Instruction) -> bool:
-    """A Gemm thunk computed by a tiled kernel: a small dot; a batch of small products (512
-    matrix-vector products of 32 x 16 took 0.66 ms in the library, one call each); or one no
-    GEMM library takes (integers, mixed types: an int8 product accumulated in int32),
-    whatever its size: the runtime's other path for those is the reference interpreter."""
+    """A Gemm thunk computed by a tiled kernel: a small dot; a narrow product
+    (`narrow_product`); a batch of small products (512 matrix-vector products of 32 x 16 took
+    0.66 ms in the library, one call each); or one no GEMM library takes (integers, mixed
+    types: an int8 product accumulated in int32), whatever its size: the runtime's other path
+    for those is the reference interpreter."""
     if not tiled(instr):
         return False
     work, lhs = dot_work(instr), instr.operands[0].shape
     batch = math.prod(lhs.dims[d] for d in instr.attrs.dot_dnums.lhs_batch_dimensions)
-    return (work < SMALL_DOT_WORK or not library_dot(instr)
+    return (work < SMALL_DOT_WORK or not library_dot(instr) or narrow_product(instr)
             or (batch > 1 and work // batch <= SMALL_BATCHED_PRODUCT))
 
 

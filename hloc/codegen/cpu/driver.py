@@ -12,11 +12,15 @@ thunks are all of that kind.
 
 The table holds, per *slot*, a kernel's pointer array (["buffers", thunk name]), the
 address of a slice (["slice", [allocation, offset, size]]), a Gemm thunk's job (["gemm",
-thunk name]), a LAPACK call's job (["host", thunk name]) or a composite step's pointer array
-or job (["step", [thunk name, index]]); the runtime builds it at load time, and runs a
-driver's thunks one by one instead where it cannot prepare a job (no native GEMM on the
-host, no such routine in its LAPACK). Kernels with a lot of work stay outside drivers, so
-the runtime can split them across threads; other host thunks never go into drivers.
+thunk name]), a LAPACK call's job (["host", thunk name]), a big kernel's job (["kernel_job",
+thunk name]) or a composite step's pointer array or job (["step", [thunk name, index]]); the
+runtime builds it at load time, and runs a driver's thunks one by one instead where it
+cannot prepare a job (no native GEMM on the host, no such routine in its LAPACK). Kernels
+of DRIVER_MAX_WORK or more that can be split (several units) run as jobs of the runtime's
+native thread pool: the job's words name the pool, the kernel, its pointer array and its
+units, and the driver calls `hloc_kernel_list` on them, or the kernel itself over all its
+units where the job names no pool (one thread, or no native GEMM and so no pool). Other
+host thunks never go into drivers.
 
 A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
 stop flag (`hloc_stop_flag`, an i32 the runtime provides and sets on Ctrl-C or --timeout) once
@@ -35,13 +39,15 @@ from ...ir.custom_calls import lapack_flops, runs_as_job
 from ...util.record import dataclass
 from ..elemental.types import I1, I8, I32, I64, PTR
 
-# Kernels estimated at this many scalar operations or more are called by the runtime.
+# Kernels estimated at this many scalar operations or more run as jobs of the runtime's
+# native pool (split across threads), in drivers as outside them.
 DRIVER_MAX_WORK = 1 << 18
 # Products of fewer flops run inside drivers (bigger ones are split across threads).
 DRIVER_MAX_GEMM_FLOPS = 8000000
 _CONTROL = ("while", "conditional", "sequential")
 STOP_FLAG = "hloc_stop_flag"
 GEMM_LIST = "hloc_gemm_list"
+KERNEL_LIST = "hloc_kernel_list"  # hloc_kernel_job of the runtime's native pool
 HOST_OPS = "hloc_host_ops"  # codegen/cpu/hostops.py SYMBOL, provided by the runtime
 
 
@@ -71,8 +77,7 @@ class _Planner:
         if thunk.name in self.composites:
             return True
         if kind == "kernel" or thunk.name in self.kernels:
-            meta = self.kernels.get(thunk.name)
-            return meta is not None and int(meta["work"]) < DRIVER_MAX_WORK
+            return thunk.name in self.kernels
         if kind in ("copy", "memset"):
             return True
         if kind == "gemm":
@@ -216,9 +221,24 @@ class _Emitter:
         extent = int(meta["parallel_extent"])
         if extent == 0:
             return
-        buffers = self.slot(["buffers", t.name])
-        self.b.call(self.module.globals[meta["symbol"]],
-                    [buffers, ir.Constant(I64, 0), ir.Constant(I64, extent)])
+        kernel, units = self.module.globals[meta["symbol"]], ir.Constant(I64, extent)
+        if extent == 1 or int(meta["work"]) < DRIVER_MAX_WORK:
+            self.b.call(kernel, [self.slot(["buffers", t.name]), ir.Constant(I64, 0), units])
+            return
+        # A job of the native pool (pool.KERNEL_JOB_WORDS: pool state, pieces, kernel,
+        # pointer array, units), or the kernel itself where the job names no pool.
+        b = self.b
+        job = self.slot(["kernel_job", t.name])
+
+        def word(i: int) -> ir.Value:
+            return b.load(b.gep(job, [ir.Constant(I64, i)], inbounds=True, source_etype=I64),
+                          typ=I64)
+
+        with b.if_else(b.icmp_unsigned("!=", word(0), ir.Constant(I64, 0))) as (pool, alone):
+            with pool:
+                b.call(self.intrinsic(KERNEL_LIST, [PTR]), [job])
+            with alone:
+                b.call(kernel, [b.inttoptr(word(3), PTR), ir.Constant(I64, 0), units])
 
     def _gemm(self, t) -> None:
         products = self.slot(["gemm", t.name])

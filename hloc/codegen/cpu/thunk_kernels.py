@@ -228,6 +228,13 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
 
         plan = plan_of(item)
         return 0 if plan.empty else plan.batches * plan.pass_work()
+    if item.opcode == Opcode.SCATTER:
+        # Every update element is combined into the output (besides the operand's copy): a
+        # k-means step's segment sum of 4000 x 16 updates into 8 x 16 counted as 128
+        # elements, a small kernel, so scalar code (37 us a call).
+        n = (len(item.operands) - 1) // 2
+        updates = math.prod(item.operands[n + 1].shape.dims) * n
+        return updates + sum(math.prod(s.dims) for _, s in item.shape.leaves())
     if item.opcode in (Opcode.TOPK, Opcode.CUSTOM_CALL):
         # Top-k (or XLA's TopK custom-call) looks at every input element, log k each.
         values = next(s for _, s in item.shape.leaves())

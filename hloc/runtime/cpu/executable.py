@@ -80,8 +80,9 @@ class CpuExecutable:
         if (kernels.get("kernels") or kernels.get("composites")) and not objects:
             raise InputError("CPU bundle lists kernels but has no object code", path)
         imports = object_imports(objects)
-        if gemm.LIST_SYMBOL in imports:
-            gemm.provide_list_symbol()
+        for symbol in (gemm.LIST_SYMBOL, gemm.KERNEL_LIST_SYMBOL):
+            if symbol in imports:
+                gemm.provide_list_symbol(symbol)
         if HOST_OPS in imports:
             from .hostops import provide_symbol
 

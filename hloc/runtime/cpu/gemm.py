@@ -312,35 +312,42 @@ def work_floats() -> int:
     return 0 if lib is None else lib.work_floats
 
 
-LIST_SYMBOL = "hloc_gemm_list"  # what native drivers call (codegen/cpu/driver.py GEMM_LIST)
-# Once provided: [address] or [stub, address] (the ctypes stub must stay alive).
-_LIST_PROVIDED: list = []
+# What native drivers call (codegen/cpu/driver.py GEMM_LIST, KERNEL_LIST), and the native
+# GEMM library's function each resolves to.
+LIST_SYMBOL = "hloc_gemm_list"
+KERNEL_LIST_SYMBOL = "hloc_kernel_list"
+_LIST_FUNCTIONS = {LIST_SYMBOL: "hloc_sgemm_job", KERNEL_LIST_SYMBOL: "hloc_kernel_job"}
+# Once provided, by symbol: [address] or [stub, address] (the ctypes stub must stay alive).
+_LIST_PROVIDED: dict[str, list] = {}
 _LIST_LOCK = threading.Lock()
 
 
-def provide_list_symbol() -> None:
-    """Resolve `hloc_gemm_list` for generated code: hloc_sgemm_job of the native GEMM (a
-    driver's table slot holds the job product_job built, see contract.native_product_list). Without
-    one (no AVX2, HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks
-    run one by one), so the symbol resolves to a stub that stops the process if ever called."""
+def provide_list_symbol(symbol: str = LIST_SYMBOL) -> None:
+    """Resolve `hloc_gemm_list` (or `hloc_kernel_list`) for generated code: hloc_sgemm_job
+    (hloc_kernel_job) of the native GEMM; a driver's table slot holds the job the runtime built
+    (contract.native_product_list, kernels.kernel_job). Without a native GEMM (no AVX2,
+    HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks run one by
+    one), and kernel jobs name no pool, so that drivers call the kernel themselves: the symbol
+    resolves to a stub that stops the process if ever called."""
     import llvmlite.binding as llvm_binding
 
     with _LIST_LOCK:
-        if _LIST_PROVIDED:
+        if symbol in _LIST_PROVIDED:
             return
+        provided = _LIST_PROVIDED[symbol] = []
         lib = _library()
         if lib is not None:
-            address = lib.library.address("hloc_sgemm_job")
+            address = lib.library.address(_LIST_FUNCTIONS[symbol])
         else:
             def unreachable(_words) -> None:
-                os.write(2, b"hloc: internal error: a native driver called the GEMM without "
-                            b"one\n")
+                os.write(2, f"hloc: internal error: a native driver called {symbol} without "
+                            f"a native GEMM\n".encode())
                 os.abort()
             stub = _LIST_TYPE(unreachable)
-            _LIST_PROVIDED.append(stub)
+            provided.append(stub)
             address = ctypes.cast(stub, ctypes.c_void_p).value
-        llvm_binding.add_symbol(LIST_SYMBOL, address)
-        _LIST_PROVIDED.append(address)
+        llvm_binding.add_symbol(symbol, address)
+        provided.append(address)
 
 
 def pieces(batch: int, m: int, n: int, parts: int) -> list[tuple[int, ...]]:

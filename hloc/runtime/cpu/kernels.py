@@ -83,19 +83,29 @@ def kernel_runner(ctx: LoadContext, meta: dict, slices) -> Callable[[], None]:
     if extent > 1 and int(meta.get("work", 0)) >= parallel.MIN_PARALLEL_WORK:
         native = gemm.kernel_splitter()
         if native is not None:
-            job_fn, state = native
-            parts = min(extent, native_pool.threads() * parallel.CHUNKS_PER_THREAD)
-            job = (ctypes.c_int64 * KERNEL_JOB_WORDS)(
-                state, parts, ctx.loaded.library.address(meta["symbol"]),
-                ctypes.addressof(pointers), extent)
-            ctx.keep_alive.append(job)
-            return functools.partial(job_fn, ctypes.c_void_p(ctypes.addressof(job)))
+            job = kernel_job(ctx, meta, pointers)
+            return functools.partial(native[0], ctypes.c_void_p(ctypes.addressof(job)))
         pool = parallel.pool()
         if pool.threads > 1:
             parts = pool.threads * parallel.CHUNKS_PER_THREAD
             ranges = [(arg, lo, hi) for lo, hi in parallel.split(extent, parts)]
             return functools.partial(pool.run, fn, ranges)
     return functools.partial(fn, arg, 0, extent)
+
+
+def kernel_job(ctx: LoadContext, meta: dict, pointers):
+    """The words of a kernel's job for hloc_kernel_job (codegen/cpu/pool.py KERNEL_JOB_WORDS):
+    the native pool's state, or 0 where there is none (one thread, no native GEMM: a driver
+    then calls the kernel itself), the pieces, the kernel, its pointer array and its units.
+    Kept alive with the executable."""
+    native = gemm.kernel_splitter()
+    extent = int(meta["parallel_extent"])
+    parts = min(extent, native_pool.threads() * parallel.CHUNKS_PER_THREAD)
+    job = (ctypes.c_int64 * KERNEL_JOB_WORDS)(
+        native[1] if native is not None else 0, parts,
+        ctx.loaded.library.address(meta["symbol"]), ctypes.addressof(pointers), extent)
+    ctx.keep_alive.append(job)
+    return job
 
 
 def _nothing() -> None:
@@ -116,6 +126,11 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
             operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
+        elif kind == "kernel_job":
+            t = by_name[value]
+            pointers = pointer_array(ctx, list(t.reads()) + list(t.writes()))
+            table[index] = ctypes.addressof(kernel_job(ctx, ctx.kernels["kernels"][value],
+                                                       pointers))
         elif kind in ("gemm", "step", "host"):
             address = _native_address(ctx, by_name, kind, value)
             if address is None:
