@@ -19,8 +19,9 @@ cannot prepare a job (no native GEMM on the host, no such routine in its LAPACK)
 of DRIVER_MAX_WORK or more that can be split (several units) run as jobs of the runtime's
 native thread pool: the job's words name the pool, the kernel, its pointer array and its
 units, and the driver calls `hloc_kernel_list` on them, or the kernel itself over all its
-units where the job names no pool (one thread, or no native GEMM and so no pool). Other
-host thunks never go into drivers.
+units where the job names no pool (a process of one thread). Without a native GEMM (and so
+without its pool) but with several threads, such a driver's thunks run one by one, the
+kernel split across Python's threads. Other host thunks never go into drivers.
 
 A native loop cannot see Python's signal handlers, so every while loop polls the runtime's
 stop flag (`hloc_stop_flag`, an i32 the runtime provides and sets on Ctrl-C or --timeout) once

@@ -326,9 +326,10 @@ def provide_list_symbol(symbol: str = LIST_SYMBOL) -> None:
     """Resolve `hloc_gemm_list` (or `hloc_kernel_list`) for generated code: hloc_sgemm_job
     (hloc_kernel_job) of the native GEMM; a driver's table slot holds the job the runtime built
     (contract.native_product_list, kernels.kernel_job). Without a native GEMM (no AVX2,
-    HLOC_CPU_GEMM=blas) the runtime runs no driver with products (their thunks run one by
-    one), and kernel jobs name no pool, so that drivers call the kernel themselves: the symbol
-    resolves to a stub that stops the process if ever called."""
+    HLOC_CPU_GEMM=blas) the runtime runs no driver with products or with kernel jobs on a
+    pool (their thunks run one by one; a one-thread process's kernel jobs name no pool, so
+    its drivers call the kernel themselves): the symbol resolves to a stub that stops the
+    process if ever called."""
     import llvmlite.binding as llvm_binding
 
     with _LIST_LOCK:

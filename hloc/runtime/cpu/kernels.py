@@ -83,7 +83,7 @@ def kernel_runner(ctx: LoadContext, meta: dict, slices) -> Callable[[], None]:
     if extent > 1 and int(meta.get("work", 0)) >= parallel.MIN_PARALLEL_WORK:
         native = gemm.kernel_splitter()
         if native is not None:
-            job = kernel_job(ctx, meta, pointers)
+            job = kernel_job(ctx, meta, pointers, native[1])
             return functools.partial(native[0], ctypes.c_void_p(ctypes.addressof(job)))
         pool = parallel.pool()
         if pool.threads > 1:
@@ -93,19 +93,30 @@ def kernel_runner(ctx: LoadContext, meta: dict, slices) -> Callable[[], None]:
     return functools.partial(fn, arg, 0, extent)
 
 
-def kernel_job(ctx: LoadContext, meta: dict, pointers):
+def kernel_job(ctx: LoadContext, meta: dict, pointers, state: int):
     """The words of a kernel's job for hloc_kernel_job (codegen/cpu/pool.py KERNEL_JOB_WORDS):
-    the native pool's state, or 0 where there is none (one thread, no native GEMM: a driver
-    then calls the kernel itself), the pieces, the kernel, its pointer array and its units.
-    Kept alive with the executable."""
-    native = gemm.kernel_splitter()
+    the native pool's `state` (0: none, a driver then calls the kernel itself), the pieces,
+    the kernel, its pointer array and its units. Kept alive with the executable."""
     extent = int(meta["parallel_extent"])
     parts = min(extent, native_pool.threads() * parallel.CHUNKS_PER_THREAD)
     job = (ctypes.c_int64 * KERNEL_JOB_WORDS)(
-        native[1] if native is not None else 0, parts,
-        ctx.loaded.library.address(meta["symbol"]), ctypes.addressof(pointers), extent)
+        state, parts, ctx.loaded.library.address(meta["symbol"]), ctypes.addressof(pointers),
+        extent)
     ctx.keep_alive.append(job)
     return job
+
+
+def _driver_kernel_job(ctx: LoadContext, thunk) -> int | None:
+    """A driver's job for a big kernel: on the native pool, or on the calling thread alone
+    where this process has one thread; None where only Python's threads could split it (no
+    native GEMM: the thunks then run one by one, the kernel split as kernel_runner does)."""
+    native = gemm.kernel_splitter()
+    if native is None and parallel.pool().threads > 1:
+        return None
+    pointers = pointer_array(ctx, list(thunk.reads()) + list(thunk.writes()))
+    job = kernel_job(ctx, ctx.kernels["kernels"][thunk.name], pointers,
+                     native[1] if native is not None else 0)
+    return ctypes.addressof(job)
 
 
 def _nothing() -> None:
@@ -126,12 +137,7 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
             operands, outputs = t.reads(), t.writes()
             pointers = pointer_array(ctx, list(operands) + list(outputs))
             table[index] = ctypes.addressof(pointers)
-        elif kind == "kernel_job":
-            t = by_name[value]
-            pointers = pointer_array(ctx, list(t.reads()) + list(t.writes()))
-            table[index] = ctypes.addressof(kernel_job(ctx, ctx.kernels["kernels"][value],
-                                                       pointers))
-        elif kind in ("gemm", "step", "host"):
+        elif kind in ("gemm", "step", "host", "kernel_job"):
             address = _native_address(ctx, by_name, kind, value)
             if address is None:
                 return None
@@ -147,10 +153,13 @@ def build_driver_step(ctx: LoadContext, driver: dict, thunks) -> Step | None:
 
 
 def _native_address(ctx: LoadContext, by_name: dict, kind: str, value) -> int | None:
-    """A driver slot's job (a Gemm thunk's, a LAPACK call's, or a composite's product step)
-    or pointer array (a composite's kernel step); None where one cannot run natively."""
+    """A driver slot's job (a Gemm thunk's, a big kernel's, a LAPACK call's, or a composite's
+    product step) or pointer array (a composite's kernel step); None where one cannot run
+    natively."""
     if kind == "gemm":
         return native_product_list(ctx, by_name[value])
+    if kind == "kernel_job":
+        return _driver_kernel_job(ctx, by_name[value])
     if kind == "host":
         from .hostops import thunk_job
 
