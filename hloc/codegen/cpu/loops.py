@@ -9,6 +9,7 @@ vectorizer wants.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from ...ir import Instruction, Opcode, Shape
 from ..elemental.compose import flatten
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
+from ..elemental.regions import regions, split_points
 from .kernel import KernelBuild, RootItem, Segment
 from .kernel_spec import KernelSpec
 
@@ -27,6 +29,8 @@ BLOCK = 8192
 # every load a gather and every store a scatter (an HMM step's 8 x 16 x 16 add: 3.6 us). The
 # unrolled row is contiguous, so the SLP vectorizer makes it full-width loads and stores.
 ROW_VECTOR_MIN = 8
+# Copies of a loop body, at most, when a nest is split into regions (elemental.regions).
+MAX_REGIONS = 16
 
 
 class Nest:
@@ -58,19 +62,73 @@ class Nest:
         outer = delinearize(b, row, outer_dims, fold_unit_dims=False)
         return outer, start, stop
 
-    def emit(self, ctx, lo: ir.Value, hi: ir.Value, body: Callable[[list[ir.Value]], None]):
-        """Call body(index) for every index of units [lo, hi)."""
+    def emit(self, ctx, lo: ir.Value, hi: ir.Value, body: Callable[[list[ir.Value]], None],
+             points: list[set[int]] | None = None):
+        """Call body(index) for every index of units [lo, hi). `points` (per dimension, from
+        elemental.regions.split_points) splits the nest into regions, each emitted with its
+        index ranges assumed; at most MAX_REGIONS copies of the body."""
         if self.shape.rank == 0:
             body([])
             return
+        cuts = self._regions(points)
         with ctx.loop(lo, hi, "unit", vectorize=self.inner < ROW_VECTOR_MIN) as unit:
             outer, start, stop = self.unit_bounds(ctx, unit)
-            with ctx.loop(start, stop, "j") as j:
-                index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
-                for d, v in zip(self.order[:-1], outer, strict=True):
-                    index[d] = v
-                index[self.order[-1]] = j
-                body(index)
+
+            def rows(index: list[ir.Value]) -> None:
+                inner = self.order[-1]
+                for a, z in cuts[inner]:
+                    first, last = start, stop
+                    if (a, z) != (0, self.inner):
+                        first = ctx.call("llvm.smax.i64", [start, ctx.i64(a)])
+                        last = ctx.call("llvm.smin.i64", [stop, ctx.i64(z)])
+                    with ctx.loop(first, last, "j") as j, self._assume(ctx, j, inner, a, z):
+                        index[inner] = j
+                        body(list(index))
+
+            index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
+            for d, v in zip(self.order[:-1], outer, strict=True):
+                index[d] = v
+            self._outer_regions(ctx, index, cuts, list(self.order[:-1]), rows)
+
+    def _regions(self, points: list[set[int]] | None) -> dict[int, list[tuple[int, int]]]:
+        """Per dimension, the [lo, hi) regions to emit apart: the contiguous dimension's
+        first (its loops vectorize), then outer ones, innermost first, while the product of
+        the counts stays within MAX_REGIONS."""
+        dims = self.shape.dims
+        cuts = {d: [(0, dims[d])] for d in range(self.shape.rank)}
+        total = 1
+        for d in reversed(self.order) if points else ():
+            split = regions(points[d], dims[d])
+            if total * len(split) <= MAX_REGIONS:
+                cuts[d] = split
+                total *= len(split)
+        return cuts
+
+    def _outer_regions(self, ctx, index, cuts, dims: list[int], emit) -> None:
+        """emit(index) once per combination of the outer dimensions' regions, each behind the
+        branches that select it and with its ranges assumed."""
+        if not dims:
+            emit(index)
+            return
+        d, rest = dims[-1], dims[:-1]
+        (a, z), later = cuts[d][0], cuts[d][1:]
+        if not later:
+            with self._assume(ctx, index[d], d, a, z):
+                self._outer_regions(ctx, index, cuts, rest, emit)
+            return
+        b = ctx.builder
+        with b.if_else(b.icmp_signed("<", index[d], ctx.i64(z))) as (then, otherwise):
+            with then, ctx.assume(index[d], a, z):
+                self._outer_regions(ctx, index, cuts, rest, emit)
+            with otherwise:
+                self._outer_regions(ctx, index, {**cuts, d: later}, [*rest, d], emit)
+
+    def _assume(self, ctx, value, d: int, a: int, z: int):
+        """ctx.assume for a region, nothing for a dimension that is not split (its code stays
+        as it was before regions existed)."""
+        if (a, z) == (0, self.shape.dims[d]):
+            return contextlib.nullcontext()
+        return ctx.assume(value, a, z)
 
 
 def element_work(instr: Instruction) -> int:
@@ -132,4 +190,5 @@ class LoopSegment(Segment):
                 for k, v in zip(item.outputs, values, strict=True):
                     store_element(kb.ctx, self.spec.output_shapes[k], kb.outputs[k], index, v)
 
-        self.nest.emit(kb.ctx, lo, hi, body)
+        points = split_points([item.instr for item in self.items], self.nest.shape.rank)
+        self.nest.emit(kb.ctx, lo, hi, body, points)

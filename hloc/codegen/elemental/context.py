@@ -37,6 +37,9 @@ class EmitContext:
         self.unroll_short = unroll_short
         self._tables: dict[object, ir.GlobalVariable] = {}
         self._counter = 0
+        # Index values known to lie in [lo, hi), by id: (value, lo, hi). Set by loop nests
+        # split into regions (elemental.regions) while they emit each region.
+        self._ranges: dict[int, tuple[ir.Value, int, int]] = {}
 
     @property
     def target_kind(self) -> str:
@@ -92,6 +95,41 @@ class EmitContext:
             glob.align = 64
             self._tables[key] = glob
         return glob
+
+    # ---- index ranges ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def assume(self, value: ir.Value, lo: int, hi: int) -> Iterator[None]:
+        """Within the `with`, integer `value` is known to lie in [lo, hi): the code emitted
+        there runs only where that holds."""
+        saved = self._ranges.get(id(value))
+        self._ranges[id(value)] = (value, lo, hi)
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self._ranges[id(value)]
+            else:
+                self._ranges[id(value)] = saved
+
+    def value_range(self, v: ir.Value) -> tuple[int, int] | None:
+        """[lo, hi) that integer value `v` is known to lie in: a constant, an assumed value,
+        or a sum, difference or product of those."""
+        if isinstance(v, ir.Constant):
+            return (v.constant, v.constant + 1) if isinstance(v.constant, int) else None
+        known = self._ranges.get(id(v))
+        if known is not None:
+            return known[1], known[2]
+        if not isinstance(v, ir.Instruction) or v.opname not in ("add", "sub", "mul"):
+            return None
+        x, y = (self.value_range(o) for o in v.operands)
+        if x is None or y is None:
+            return None
+        if v.opname == "add":
+            return x[0] + y[0], x[1] + y[1] - 1
+        if v.opname == "sub":
+            return x[0] - (y[1] - 1), x[1] - y[0]
+        ends = [p * q for p in (x[0], x[1] - 1) for q in (y[0], y[1] - 1)]
+        return min(ends), max(ends) + 1
 
     # ---- control flow -------------------------------------------------------------------------
     def alloca(self, ty: ir.Type, count: int = 1, name: str = "") -> ir.Value:

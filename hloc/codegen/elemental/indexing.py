@@ -242,6 +242,12 @@ def pad(ctx, instr, gens):
         operand = []
         for i, p, n in zip(index, cfg, src, strict=True):
             t = b.sub(i, ctx.i64(p.low)) if p.low else i
+            known = None if p.interior else ctx.value_range(t)
+            if known is not None and (known[1] <= 0 or known[0] >= n):
+                return value_gen([])  # a region of padding alone
+            if known is not None and 0 <= known[0] and known[1] <= n:
+                operand.append(t)  # a region inside the operand: no test, no clamp
+                continue
             q = t
             valid = b.and_(valid, b.icmp_signed(">=", t, ctx.i64(0)))
             if p.interior:
@@ -250,6 +256,8 @@ def pad(ctx, instr, gens):
                 valid = b.and_(valid, b.icmp_signed("==", b.srem(t, step), ctx.i64(0)))
             valid = b.and_(valid, b.icmp_signed("<", q, ctx.i64(n)))
             operand.append(clamp_index(ctx, q, 0, n - 1))
+        if isinstance(valid, ir.Constant):
+            return operand_gen(operand)
         # Reading the operand at a clamped index and selecting keeps the loop branch-free.
         return b.select(valid, operand_gen(operand), value_gen([]))
 
@@ -269,14 +277,26 @@ def concatenate(ctx, instr, gens):
         shifted[axis] = b.sub(index[axis], ctx.i64(start)) if start else index[axis]
         return gen(shifted)
 
-    def pick(k, index):
-        if k == len(parts) - 1:
+    def pick(k, last, index):
+        if k == last:
             return read(k, index)
         end = parts[k][1] + parts[k][2]
         inside = b.icmp_signed("<", index[axis], ctx.i64(end))
-        return ctx.select_branch(inside, lambda: read(k, index), lambda: pick(k + 1, index))
+        return ctx.select_branch(inside, lambda: read(k, index),
+                                 lambda: pick(k + 1, last, index))
 
-    return lambda index: pick(0, index)
+    def generate(index):
+        # Only the parts that the index's known range (a loop split into regions) overlaps.
+        first, last = 0, len(parts) - 1
+        known = ctx.value_range(index[axis])
+        if known is not None:
+            inside = [k for k, (_, start, n) in enumerate(parts)
+                      if start < known[1] and known[0] < start + n]
+            if inside:
+                first, last = inside[0], inside[-1]
+        return pick(first, last, index)
+
+    return generate
 
 
 # ---- values from nothing -------------------------------------------------------------------------------
