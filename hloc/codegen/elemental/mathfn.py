@@ -171,7 +171,13 @@ def float_power(ctx, instr, v, et):
 
 # ---- CPU: f64 as XLA CPU computes it: its own exp, tanh, log1p, libm for the rest ------------
 
-_LIBM = {Opcode.EXP: "exp", Opcode.EXPM1: "expm1", Opcode.LOG: "log", Opcode.LOG1P: "log1p",
+# log goes through LLVM's intrinsic, which the backend lowers to the same libm call: a loop
+# around it vectorizes (llvm.log.v4f64, one call per lane, the rest of the body in vectors),
+# where a call to `log` itself, which may set errno, kept the whole loop scalar. XLA CPU's
+# loops take it the same way. (sin and cos stay calls: LLVM joins a sin and a cos of one
+# value into a `sincos` call, which no bundle may import.)
+LOG_F64 = "llvm.log.f64"
+_LIBM = {Opcode.EXP: "exp", Opcode.EXPM1: "expm1", Opcode.LOG: LOG_F64, Opcode.LOG1P: "log1p",
          Opcode.SIN: "sin", Opcode.COS: "cos", Opcode.TAN: "tan", Opcode.TANH: "tanh",
          Opcode.ERF: "erf", Opcode.CBRT: "cbrt", Opcode.ATAN2: "atan2", Opcode.POWER: "pow",
          Opcode.LOGISTIC: "exp"}
@@ -251,10 +257,11 @@ def xla_log1p_f64(ctx, x: ir.Value) -> ir.Value:
     small = m.mul(m.mul(x, x2), m.div(m.poly(x, _LOG1P_F64_N[::-1]), m.poly(x, _LOG1P_F64_D[::-1])))
     small = m.add(x, m.add(m.mul(m.c(-0.5), x2), small))
     is_small = m.lt(m.abs(x), m.c(0.41421356237309504880))
-    # libm's log only where it is taken: a call per element made a softplus 2x slower.
+    # libm's log only where it is taken: a call per element made a scalar softplus 2x
+    # slower. (LLVM's vectorizer still if-converts the branch: the intrinsic is speculatable.)
     before = b.block
     with b.if_then(b.not_(is_small)):
-        large = ctx.call("log", [m.add(x, m.c(1.0))])
+        large = ctx.call(LOG_F64, [m.add(x, m.c(1.0))])
         large_block = b.block
     result = b.phi(F64)
     result.add_incoming(small, before)
