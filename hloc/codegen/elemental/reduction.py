@@ -42,6 +42,9 @@ _F32 = elem_type(PrimitiveType.F32)
 # scalar log per output. LLVM unrolls such loops by itself only when their body is small (a
 # max or a sum of loads, not an exp).
 SHORT_REDUCE = 16
+# The same for reduce-window: windows of at most this many taps (XLA's tree reductions sum
+# windows of 32).
+SHORT_WINDOW = 32
 
 
 def simple_reducer(comp: Computation) -> Opcode | None:
@@ -178,14 +181,28 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
     ets = [elem_type(o.shape.element_type, complex_ok=True) for o in instr.operands[:n]]
     reducer = Reducer(ctx, instr.called[0], ets)
     b = ctx.builder
+    out_shape = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+    inside = [_always_inside(wd, n_out, n_in)
+              for wd, n_out, n_in in zip(window, out_shape.dims, in_shape.dims, strict=True)]
+    # A short window unrolls, so that the loop vectorized is the output row's (contiguous
+    # loads of each tap) rather than the taps' (a gather per tap): a bf16 sum over windows of
+    # 32 rows took 6.5 ns an element. Only where the row's own taps never leave the operand:
+    # a clamped position would make every tap a gather.
+    minor = major_to_minor(out_shape)
+    short = (ctx.unroll_short and math.prod(wd.size for wd in window) <= SHORT_WINDOW
+             and (not minor or inside[minor[-1]]))
 
     def generate(index: Index) -> ir.Value:
         def body(ivs, accs):
             valid = ir.Constant(ir.IntType(1), 1)
             pos = []
-            for o, w, wd, size in zip(index, ivs, window, in_shape.dims, strict=True):
+            for o, w, wd, size, known in zip(index, ivs, window, in_shape.dims, inside,
+                                             strict=True):
                 p = b.sub(b.add(b.mul(o, ctx.i64(wd.stride)), b.mul(w, ctx.i64(wd.window_dilation))),
                           ctx.i64(wd.padding_low))
+                if known:
+                    pos.append(p)  # every tap of every window lies inside the operand
+                    continue
                 if wd.base_dilation > 1:
                     step = ctx.i64(wd.base_dilation)
                     valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
@@ -194,6 +211,8 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
                 valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
                 pos.append(_clamp(ctx, p, size))
             new = reducer.combine(accs, [g(pos) for g in inputs])
+            if isinstance(valid, ir.Constant):
+                return new
             return [b.select(valid, nv, a) for nv, a in zip(new, accs, strict=True)]
 
         start = reducer.start([g([]) for g in inits])
@@ -201,11 +220,20 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
             accs = start
         else:
             bounds = [(ctx.i64(0), ctx.i64(wd.size)) for wd in window]
-            accs = accumulate_loops(ctx, bounds, start, body)
+            accs = accumulate_loops(ctx, bounds, start, body, unroll=short)
         out = reducer.finish(accs)
         return tuple(out) if instr.shape.is_tuple else out[0]
 
     return generate
+
+
+def _always_inside(wd, n_out: int, n_in: int) -> bool:
+    """Whether every tap of every window along one dimension reads the operand itself (no
+    padding, no dilation holes): its position needs no test and no clamp."""
+    if wd.base_dilation != 1 or wd.padding_low > 0 or n_out == 0:
+        return False
+    last = (n_out - 1) * wd.stride + (wd.size - 1) * wd.window_dilation - wd.padding_low
+    return last < n_in
 
 
 def _clamp(ctx: EmitContext, v: ir.Value, size: int) -> ir.Value:
