@@ -290,11 +290,11 @@ def test_result_shapes_that_do_not_fit_the_call_are_refused(target, opts, result
         evaluate_computation(comp, [a])
 
 
-@pytest.mark.parametrize("n,single", [(16, True), (256, False)])
+@pytest.mark.parametrize("n,single", [(16, True), (256, True), (640, False)])
 def test_small_calls_run_on_one_blas_thread(n, single, monkeypatch):
     """A small factorization keeps LAPACK's BLAS calls on the calling thread (OpenBLAS' pool
-    made a 32 x 32 eigh take 15 ms instead of 0.1 while other processes held the cores); a
-    big one keeps the pool."""
+    made a 32 x 32 eigh take 15 ms instead of 0.1, and a 200 x 200 Cholesky up to 400 ms
+    instead of 0.2, while other processes held the cores); a big one keeps the pool."""
     from hloc.runtime.cpu import blas
 
     if blas._setter() is None:

@@ -353,11 +353,11 @@ def _unpack_pairs(packed: np.ndarray, imag: np.ndarray) -> np.ndarray:
 def _on_one_thread_if_small(run, instr):
     """LAPACK's BLAS calls split even a 32 x 32 eigendecomposition across OpenBLAS' threads,
     which hand work over by spinning: with another process on the cores, such a call took
-    15 ms instead of 0.1. Calls of fewer than blas.SINGLE_THREAD_FLOPS (about n^3 per
-    matrix) run on the calling thread, as small products do."""
-    from .cpu.blas import single_threaded
+    15 ms instead of 0.1. Calls of fewer than blas.LAPACK_SINGLE_THREAD_FLOPS (about n^3
+    per matrix: up to 512 x 512) run on the calling thread."""
+    from .cpu.blas import LAPACK_SINGLE_THREAD_FLOPS, single_threaded
 
-    return single_threaded(run, lapack_flops(instr))
+    return single_threaded(run, lapack_flops(instr), LAPACK_SINGLE_THREAD_FLOPS)
 
 
 _IMPLS = {"potrf": _potrf, "getrf": _getrf, "geqrf": _geqrf, "orgqr": _orgqr,

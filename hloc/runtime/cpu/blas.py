@@ -30,6 +30,12 @@ from . import gemm, native_pool, parallel
 
 # Products below this many flops use one BLAS thread.
 SINGLE_THREAD_FLOPS = 2000000
+# LAPACK calls below this size (lapack_flops: about n^3 per matrix) use one BLAS thread.
+# Factorizations split worse than products and OpenBLAS' threads meet at barriers many times
+# per call: a 200 x 200 Cholesky took 0.17 ms on one thread, 0.34 on two, and, with another
+# process on the cores, 10-400 ms; at 400 the two were even, at 800 two threads took 0.91 of
+# one thread's time and at 1600 0.76 (2-core Zen 4, idle, numpy's OpenBLAS 0.3.31).
+LAPACK_SINGLE_THREAD_FLOPS = 1 << 27
 _AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})
 
 
@@ -83,11 +89,11 @@ def prefer_avx512_kernels(host_features: frozenset[str]) -> str | None:
     return core_name()
 
 
-def single_threaded(run, flops: int):
+def single_threaded(run, flops: int, limit: int = SINGLE_THREAD_FLOPS):
     """`run(*args)` (a product or a LAPACK call) wrapped to use one BLAS thread when it is
-    small (fewer than SINGLE_THREAD_FLOPS)."""
+    small (fewer than `limit` flops)."""
     setter = _setter()
-    if setter is None or flops >= SINGLE_THREAD_FLOPS:
+    if setter is None or flops >= limit:
         return run
 
     def small(*args):

@@ -29,7 +29,7 @@ from ...ir.custom_calls import lapack_flops
 from ...util.objcache import cache_key, cached_object
 from ..lapack import Call, native_call
 from ..layouts import memory_order
-from .blas import SINGLE_THREAD_FLOPS, _setter
+from .blas import LAPACK_SINGLE_THREAD_FLOPS, _setter
 from .program import LoadContext
 
 _JOB_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -219,7 +219,7 @@ def lapack_job(call: Call, operands: list[Place], outputs: list[Place]) -> Job |
         return None
     b = _Builder(batch)
     b.keep.append(call)
-    setter = _setter() if lapack_flops(call.instr) < SINGLE_THREAD_FLOPS else None
+    setter = _setter() if lapack_flops(call.instr) < LAPACK_SINGLE_THREAD_FLOPS else None
     threads = ctypes.cast(setter, ctypes.c_void_p).value if setter else 0
     try:
         for k, scratch in call.ins:
