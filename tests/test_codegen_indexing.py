@@ -222,6 +222,32 @@ ENTRY e {
   x = s32[9,17,36]{2,1,0} parameter(0)
   ROOT t = s32[36,9,17]{2,1,0} transpose(x), dimensions={2,0,1}
 }""",
+    # Converted after the transpose (a bf16 gradient rounded back to f32), computed in the
+    # input's order into a tile buffer (transpose.py staged): both tile edges partial.
+    "converted": """HloModule t
+ENTRY e {
+  x = f32[37,70]{1,0} parameter(0)
+  y = f32[37,70]{1,0} parameter(1)
+  m = f32[37,70]{1,0} multiply(x, y)
+  c = bf16[37,70]{1,0} convert(m)
+  t = bf16[70,37]{1,0} transpose(c), dimensions={1,0}
+  ROOT o = f32[70,37]{1,0} convert(t)
+}""",
+    # A staged predicate and an f64 value.
+    "staged_pred": """HloModule t
+ENTRY e {
+  x = f64[40,50]{1,0} parameter(0)
+  z = f64[] constant(0)
+  bz = f64[40,50]{1,0} broadcast(z), dimensions={}
+  g = pred[40,50]{1,0} compare(x, bz), direction=GT
+  ROOT t = pred[50,40]{1,0} transpose(g), dimensions={1,0}
+}""",
+    "staged_f64": """HloModule t
+ENTRY e {
+  x = f64[2,40,50]{2,1,0} parameter(0)
+  e = f64[2,40,50]{2,1,0} multiply(x, x)
+  ROOT t = f64[2,50,40]{2,1,0} transpose(e), dimensions={0,2,1}
+}""",
     # An attention head split: reshapes around the transpose that only rename the bytes.
     "head_split": """HloModule t
 ENTRY e {

@@ -41,19 +41,10 @@ def int_min(et: ElemType) -> ir.Constant:
 def finish(ctx, et: ElemType, value: ir.Value) -> ir.Value:
     """Round an f32 result to the narrow float type `et` (identity for other types)."""
     if et.ptype == PrimitiveType.BF16:
-        value = _bf16_quiet_nan(ctx, value)
+        return lowfloat.round_to_bf16_quiet(ctx, value)
     if et.is_narrow_float:
         return lowfloat.round_to(ctx, et, value)
     return value
-
-
-def _bf16_quiet_nan(ctx, value: ir.Value) -> ir.Value:
-    """XLA CPU's f32 -> bf16 conversion turns every NaN into the quiet NaN of its sign
-    (0x7fc0 / 0xffc0): the payload is dropped, unlike f16, which keeps it."""
-    b = ctx.builder
-    bits = b.bitcast(value, I32)
-    quiet = b.or_(b.and_(bits, ir.Constant(I32, 0x80000000)), ir.Constant(I32, 0x7FC00000))
-    return b.select(is_nan(ctx, value), b.bitcast(quiet, value.type), value)
 
 
 def float_suffix(value: ir.Value) -> str:
