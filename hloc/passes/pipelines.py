@@ -61,9 +61,11 @@ def _cpu(pipeline: list[str]) -> list[str]:
     """A native pipeline with conv-phases before layout assignment: the CPU runtime multiplies
     every tap of a base-dilated input, holes included, so transposed convolutions are split
     into one convolution per output phase. CUDA's loop kernel skips the holes itself
-    (windows.TapSequence) and cuDNN takes the dilated form."""
+    (windows.TapSequence) and cuDNN takes the dilated form. And with topk-rewriter, as XLA
+    CPU's pipeline has: a sort that only feeds its first k becomes a TopK custom call, which
+    the CPU back end computes by selection."""
     at = pipeline.index("layout-assignment")
-    return [*pipeline[:at], "conv-phases", *pipeline[at:]]
+    return [*pipeline[:at], "topk-rewriter", "conv-phases", *pipeline[at:]]
 
 
 # Dots of at most this many multiply-adds read a dynamic-slice operand in their own kernel on

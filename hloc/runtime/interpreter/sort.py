@@ -232,8 +232,31 @@ def _merge_level(perm, pos, width, n, less, r):
         lo = np.where(active & goes_before, mid + 1, lo)
         hi = np.where(active & ~goes_before, mid, hi)
     new_pos = (run // 2) * 2 * width + (pos - run * width) + lo
+    if not (np.sort(new_pos, axis=1) == pos).all():
+        # The comparator is no strict weak order (a float compare meeting NaN): the counts
+        # disagree and would leave slots unwritten. Merge step by step instead, which yields
+        # a permutation whatever the comparator says (XLA leaves the order unspecified).
+        return _merge_level_stepwise(perm, width, n, less, r)
     out = np.empty_like(perm)
     out[r, new_pos] = perm
+    return out
+
+
+def _merge_level_stepwise(perm, width, n, less, r):
+    """_merge_level by taking one element at a time from the front of either run (the right
+    one only when it goes strictly before the left one), all rows at once."""
+    rows = perm.shape[0]
+    out = np.empty_like(perm)
+    for start in range(0, n, 2 * width):
+        mid, end = min(start + width, n), min(start + 2 * width, n)
+        li, ri = np.full(rows, start), np.full(rows, mid)
+        for k in range(start, end):
+            lv = perm[r[:, 0], np.minimum(li, n - 1)]
+            rv = perm[r[:, 0], np.minimum(ri, n - 1)]
+            before = less(rv[:, None], lv[:, None])[:, 0]
+            right = (ri < end) & ((li >= mid) | before)
+            out[:, k] = np.where(right, rv, lv)
+            ri, li = ri + right, li + ~right
     return out
 
 
