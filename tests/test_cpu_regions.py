@@ -86,7 +86,7 @@ def test_a_roll_stencil_has_no_gathers_and_matches(cpu, tmp_path):
     np.testing.assert_array_equal(o.got[0], o.want[0])
     kernel = _kernel(members(o.artifact)["module.opt.ll"].decode())
     assert "masked.gather" not in kernel, kernel[:3000]
-    assert "<8 x float>" in kernel or "<16 x float>" in kernel  # vectorized at all
+    assert re.search(r"<\d+ x float>", kernel)  # vectorized at all, at the target's width
 
 
 PAD_STENCIL = """HloModule padst

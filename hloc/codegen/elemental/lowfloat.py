@@ -139,8 +139,7 @@ def round_to_bf16_quiet(ctx, value: ir.Value) -> ir.Value:
     0x7fc0), the same bits as quieting first and rounding after, which took 17."""
     b = ctx.builder
     bits = nanbits.float_bits(ctx, value)
-    lsb = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 1))
-    rounded = b.and_(b.add(bits, b.add(lsb, _c(I32, 0x7FFF))), _c(I32, 0xFFFF0000))
+    rounded = b.and_(_round_half_even_at_16(b, bits), _c(I32, 0xFFFF0000))
     quiet = b.or_(b.and_(bits, _c(I32, 0x80000000)), _c(I32, 0x7FC00000))
     return b.bitcast(b.select(is_nan(b, value), quiet, rounded), F32)
 
@@ -153,11 +152,16 @@ def _bf16_round_bits(ctx, value: ir.Value) -> ir.Value:
     """
     b = ctx.builder
     bits = nanbits.float_bits(ctx, value)
-    lsb = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 1))
-    rounded = b.add(bits, b.add(lsb, _c(I32, 0x7FFF)))
+    rounded = _round_half_even_at_16(b, bits)
     lost = b.icmp_unsigned("==", b.and_(bits, _c(I32, 0x007F0000)), _c(I32, 0))
     nan = b.select(lost, b.or_(bits, _c(I32, 0x00400000)), bits)
     return b.select(_is_nan_bits(b, bits), nan, rounded)
+
+
+def _round_half_even_at_16(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """f32 bits plus the rounding add that makes the top 16 the nearest-even bf16."""
+    lsb = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 1))
+    return b.add(bits, b.add(lsb, _c(I32, 0x7FFF)))
 
 
 def _is_nan_bits(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
