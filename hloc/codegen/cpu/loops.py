@@ -19,7 +19,7 @@ from ...ir import Instruction, Opcode, Shape
 from ..elemental.compose import flatten
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
-from ..elemental.regions import regions, split_points
+from ..elemental.regions import Splits, analyze, regions
 from .kernel import KernelBuild, RootItem, Segment
 from .kernel_spec import KernelSpec
 
@@ -31,6 +31,12 @@ BLOCK = 8192
 ROW_VECTOR_MIN = 8
 # Copies of a loop body, at most, when a nest is split into regions (elemental.regions).
 MAX_REGIONS = 16
+# Copies of a loop body, at most, when the contiguous dimension's regions also run copies per
+# residue class (two per class: the whole periods' and the edges').
+MAX_COPIES = 64
+# A region is emitted by residue classes when it is at least this many periods long; shorter
+# regions next to each other become one, emitted by the plain loop.
+RESIDUE_MIN_PERIODS = 4
 
 
 class Nest:
@@ -63,24 +69,30 @@ class Nest:
         return outer, start, stop
 
     def emit(self, ctx, lo: ir.Value, hi: ir.Value, body: Callable[[list[ir.Value]], None],
-             points: list[set[int]] | None = None):
-        """Call body(index) for every index of units [lo, hi). `points` (per dimension, from
-        elemental.regions.split_points) splits the nest into regions, each emitted with its
-        index ranges assumed; at most MAX_REGIONS copies of the body."""
+             splits: Splits | None = None):
+        """Call body(index) for every index of units [lo, hi). `splits` (elemental.regions)
+        splits the nest into regions, each emitted with its index ranges assumed, and where
+        interior padding interleaves, into residue classes, each emitted with its residue
+        assumed; at most MAX_REGIONS (MAX_COPIES with residues) copies of the body."""
         if self.shape.rank == 0:
             body([])
             return
-        cuts = self._regions(points)
+        # Small kernels (scalar, optimized for size) keep the per-element choice.
+        cuts, periods = self._regions(splits, residues=ctx.unroll_short)
+        inner = self.order[-1]
+        period = periods[inner]
         with ctx.loop(lo, hi, "unit", vectorize=self.inner < ROW_VECTOR_MIN) as unit:
             outer, start, stop = self.unit_bounds(ctx, unit)
 
             def rows(index: list[ir.Value]) -> None:
-                inner = self.order[-1]
                 for a, z in cuts[inner]:
                     first, last = start, stop
                     if (a, z) != (0, self.inner):
                         first = ctx.call("llvm.smax.i64", [start, ctx.i64(a)])
                         last = ctx.call("llvm.smin.i64", [stop, ctx.i64(z)])
+                    if _by_residues(a, z, period):
+                        self._residue_loops(ctx, index, first, last, (a, z), period, body)
+                        continue
                     with ctx.loop(first, last, "j") as j, self._assume(ctx, j, inner, a, z):
                         index[inner] = j
                         body(list(index))
@@ -88,25 +100,84 @@ class Nest:
             index: list[ir.Value] = [ctx.i64(0)] * self.shape.rank
             for d, v in zip(self.order[:-1], outer, strict=True):
                 index[d] = v
-            self._outer_regions(ctx, index, cuts, list(self.order[:-1]), rows)
+            self._outer_regions(ctx, index, cuts, periods, list(self.order[:-1]), rows)
 
-    def _regions(self, points: list[set[int]] | None) -> dict[int, list[tuple[int, int]]]:
-        """Per dimension, the [lo, hi) regions to emit apart: the contiguous dimension's
-        first (its loops vectorize), then outer ones, innermost first, while the product of
-        the counts stays within MAX_REGIONS."""
+    def _regions(self, splits: Splits | None, residues: bool = True
+                 ) -> tuple[dict[int, list[tuple[int, int]]], dict[int, int]]:
+        """Per dimension, the [lo, hi) regions to emit apart and the residue period (1: none).
+
+        Residue classes come first (they spare 2^levels work per element, a region only a
+        choice), then regions, the contiguous dimension's first (its loops vectorize), then
+        outer ones, innermost first, while the copies of the body stay within budget. An outer
+        dimension's classes are a switch per row; the contiguous dimension's apply to its long
+        regions (runs of short ones become one, emitted plainly), two copies per class."""
         dims = self.shape.dims
         cuts = {d: [(0, dims[d])] for d in range(self.shape.rank)}
+        periods = dict.fromkeys(range(self.shape.rank), 1)
+        if splits is None:
+            return cuts, periods
         total = 1
-        for d in reversed(self.order) if points else ():
-            split = regions(points[d], dims[d])
-            if total * len(split) <= MAX_REGIONS:
+        for d in reversed(self.order) if residues else ():
+            period = splits.periods[d]
+            if period == 1:
+                continue
+            split = _coalesce(regions(splits.points_for(d, period), dims[d]), period)
+            if d == self.order[-1]:
+                copies = sum(2 * period if _by_residues(a, z, period) else 1 for a, z in split)
+                if copies == len(split):
+                    continue  # no region long enough
+            else:
+                copies = len(split) * period
+            if total * copies <= MAX_COPIES:
+                cuts[d], periods[d] = split, period
+                total *= copies
+        limit = MAX_COPIES if total > 1 else MAX_REGIONS
+        for d in reversed(self.order):
+            split = regions(splits.points[d], dims[d])
+            if periods[d] == 1 and total * len(split) <= limit:
                 cuts[d] = split
                 total *= len(split)
-        return cuts
+        return cuts, periods
 
-    def _outer_regions(self, ctx, index, cuts, dims: list[int], emit) -> None:
-        """emit(index) once per combination of the outer dimensions' regions, each behind the
-        branches that select it and with its ranges assumed."""
+    def _residue_loops(self, ctx, index, first, last, region, period, body) -> None:
+        """body over [first, last) of the contiguous dimension: a loop over whole periods with
+        a copy of the body per residue class, its residue and range assumed, and one loop over
+        the elements before the first period and after the last, switching on the residue.
+        (A copy emitted for any residue would be the per-element choice, 2^levels deep, that
+        residues avoid; copies behind a test of the bounds each ran the whole loop 1.7x
+        slower.)"""
+        b = ctx.builder
+        d, step = self.order[-1], ctx.i64(period)
+        aligned = b.mul(b.udiv(b.add(first, ctx.i64(period - 1)), step), step)
+        head_end = ctx.call("llvm.smin.i64", [aligned, last])
+        tail_start = ctx.call("llvm.smax.i64", [b.mul(b.udiv(last, step), step), head_end])
+        with ctx.loop(head_end, tail_start, "jp", step=period, vectorize=False) as base, \
+                ctx.assume_residue(base, period, 0):
+            for r in range(period):
+                j = b.add(base, ctx.i64(r), flags=["nsw"]) if r else base
+                with ctx.assume(j, *region):
+                    index[d] = j
+                    body(list(index))
+        head = b.sub(head_end, first)
+        edges = b.add(head, b.sub(last, tail_start))
+        with ctx.loop(ctx.i64(0), edges, "je", vectorize=False) as k:
+            j = b.select(b.icmp_signed("<", k, head), b.add(first, k),
+                         b.add(tail_start, b.sub(k, head)))
+            done = b.append_basic_block("je.done")
+            switch = b.switch(b.urem(j, step), done)
+            for r in range(period):
+                case = b.append_basic_block(f"je.{r}")
+                switch.add_case(ctx.i64(r), case)
+                b.position_at_end(case)
+                with ctx.assume_residue(j, period, r), ctx.assume(j, *region):
+                    index[d] = j
+                    body(list(index))
+                b.branch(done)
+            b.position_at_end(done)
+
+    def _outer_regions(self, ctx, index, cuts, periods, dims: list[int], emit) -> None:
+        """emit(index) once per combination of the outer dimensions' regions and residue
+        classes, each behind the branches that select it, its ranges and residues assumed."""
         if not dims:
             emit(index)
             return
@@ -114,14 +185,33 @@ class Nest:
         (a, z), later = cuts[d][0], cuts[d][1:]
         if not later:
             with self._assume(ctx, index[d], d, a, z):
-                self._outer_regions(ctx, index, cuts, rest, emit)
+                self._outer_residues(ctx, index, cuts, periods, d, rest, emit)
             return
         b = ctx.builder
         with b.if_else(b.icmp_signed("<", index[d], ctx.i64(z))) as (then, otherwise):
             with then, ctx.assume(index[d], a, z):
-                self._outer_regions(ctx, index, cuts, rest, emit)
+                self._outer_residues(ctx, index, cuts, periods, d, rest, emit)
             with otherwise:
-                self._outer_regions(ctx, index, {**cuts, d: later}, [*rest, d], emit)
+                self._outer_regions(ctx, index, {**cuts, d: later}, periods, [*rest, d], emit)
+
+    def _outer_residues(self, ctx, index, cuts, periods, d: int, rest: list[int], emit) -> None:
+        """The rest of _outer_regions, once per residue class of outer dimension d (a switch
+        on index[d] modulo its period)."""
+        period = periods[d]
+        if period == 1:
+            self._outer_regions(ctx, index, cuts, periods, rest, emit)
+            return
+        b = ctx.builder
+        done = b.append_basic_block("residue.done")
+        switch = b.switch(b.urem(index[d], ctx.i64(period)), done)
+        for r in range(period):
+            case = b.append_basic_block(f"residue.{r}")
+            switch.add_case(ctx.i64(r), case)
+            b.position_at_end(case)
+            with ctx.assume_residue(index[d], period, r):
+                self._outer_regions(ctx, index, cuts, periods, rest, emit)
+            b.branch(done)
+        b.position_at_end(done)
 
     def _assume(self, ctx, value, d: int, a: int, z: int):
         """ctx.assume for a region, nothing for a dimension that is not split (its code stays
@@ -129,6 +219,21 @@ class Nest:
         if (a, z) == (0, self.shape.dims[d]):
             return contextlib.nullcontext()
         return ctx.assume(value, a, z)
+
+
+def _by_residues(a: int, z: int, period: int) -> bool:
+    return period > 1 and z - a >= RESIDUE_MIN_PERIODS * period
+
+
+def _coalesce(split: list[tuple[int, int]], period: int) -> list[tuple[int, int]]:
+    """Regions with runs of short ones (too short for residue classes) merged into one."""
+    out: list[tuple[int, int]] = []
+    for a, z in split:
+        if out and not _by_residues(*out[-1], period) and not _by_residues(a, z, period):
+            out[-1] = (out[-1][0], z)
+        else:
+            out.append((a, z))
+    return out
 
 
 def element_work(instr: Instruction) -> int:
@@ -190,5 +295,5 @@ class LoopSegment(Segment):
                 for k, v in zip(item.outputs, values, strict=True):
                     store_element(kb.ctx, self.spec.output_shapes[k], kb.outputs[k], index, v)
 
-        points = split_points([item.instr for item in self.items], self.nest.shape.rank)
-        self.nest.emit(kb.ctx, lo, hi, body, points)
+        splits = analyze([item.instr for item in self.items], self.nest.shape.rank)
+        self.nest.emit(kb.ctx, lo, hi, body, splits)

@@ -7,6 +7,7 @@ the entry block and counted loops. Kernel emitters (cpu/, cuda/) create one per 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 
 from llvmlite import ir
@@ -40,6 +41,9 @@ class EmitContext:
         # Index values known to lie in [lo, hi), by id: (value, lo, hi). Set by loop nests
         # split into regions (elemental.regions) while they emit each region.
         self._ranges: dict[int, tuple[ir.Value, int, int]] = {}
+        # Index values known to be r modulo m, by id: (value, m, r). Set by loop nests that
+        # emit one copy of their body per residue class (cpu.loops, elemental.regions).
+        self._residues: dict[int, tuple[ir.Value, int, int]] = {}
 
     @property
     def target_kind(self) -> str:
@@ -96,30 +100,38 @@ class EmitContext:
             self._tables[key] = glob
         return glob
 
-    # ---- index ranges ------------------------------------------------------------------------
+    # ---- index ranges and residues ----------------------------------------------------------
     @contextlib.contextmanager
     def assume(self, value: ir.Value, lo: int, hi: int) -> Iterator[None]:
         """Within the `with`, integer `value` is known to lie in [lo, hi): the code emitted
         there runs only where that holds."""
-        saved = self._ranges.get(id(value))
-        self._ranges[id(value)] = (value, lo, hi)
-        try:
+        with _known(self._ranges, value, (value, lo, hi)):
             yield
-        finally:
-            if saved is None:
-                del self._ranges[id(value)]
-            else:
-                self._ranges[id(value)] = saved
+
+    @contextlib.contextmanager
+    def assume_residue(self, value: ir.Value, modulus: int, residue: int) -> Iterator[None]:
+        """Within the `with`, integer `value` is known to be `residue` modulo `modulus`."""
+        with _known(self._residues, value, (value, modulus, residue % modulus)):
+            yield
+
+    def carry_residue(self, source: ir.Value, value: ir.Value) -> None:
+        """`value` has `source`'s residue wherever it is used: an index clamped into bounds,
+        whose clamping matters only where the element is masked out (a pad's select)."""
+        m, r = self.value_residue(source)
+        if m != 1:
+            self._residues[id(value)] = (value, m, r)
 
     def value_range(self, v: ir.Value) -> tuple[int, int] | None:
         """[lo, hi) that integer value `v` is known to lie in: a constant, an assumed value,
-        or a sum, difference or product of those."""
+        or a sum, difference, product, quotient by a constant, or smin / smax of those."""
         if isinstance(v, ir.Constant):
             return (v.constant, v.constant + 1) if isinstance(v.constant, int) else None
         known = self._ranges.get(id(v))
         if known is not None:
             return known[1], known[2]
-        if not isinstance(v, ir.Instruction) or v.opname not in ("add", "sub", "mul"):
+        if isinstance(v, ir.CallInstr) and v.callee.name in _CLAMPS:
+            return _clamp_range(v.callee.name, [self.value_range(o) for o in v.operands[1:]])
+        if not isinstance(v, ir.Instruction) or v.opname not in _ARITH:
             return None
         x, y = (self.value_range(o) for o in v.operands)
         if x is None or y is None:
@@ -128,8 +140,46 @@ class EmitContext:
             return x[0] + y[0], x[1] + y[1] - 1
         if v.opname == "sub":
             return x[0] - (y[1] - 1), x[1] - y[0]
+        if v.opname in ("sdiv", "ashr"):
+            if y != (y[0], y[0] + 1) or y[0] <= 0:
+                return None
+            div = (lambda a: a >> y[0]) if v.opname == "ashr" else (lambda a: _trunc_div(a, y[0]))
+            return div(x[0]), div(x[1] - 1) + 1
         ends = [p * q for p in (x[0], x[1] - 1) for q in (y[0], y[1] - 1)]
         return min(ends), max(ends) + 1
+
+    def value_residue(self, v: ir.Value) -> tuple[int, int]:
+        """(m, r): integer value `v` is r modulo m (m = 0: v == r exactly; m = 1: nothing is
+        known), through constants, assumed residues, sums, differences, products and
+        quotients by a constant that divides the value."""
+        if isinstance(v, ir.Constant):
+            return (0, v.constant) if isinstance(v.constant, int) else (1, 0)
+        known = self._residues.get(id(v))
+        if known is not None:
+            return known[1], known[2]
+        if not isinstance(v, ir.Instruction) or v.opname not in _ARITH:
+            return 1, 0
+        (mx, rx), (my, ry) = (self.value_residue(o) for o in v.operands)
+        if v.opname in ("add", "sub"):
+            m = math.gcd(mx, my)
+            r = rx + ry if v.opname == "add" else rx - ry
+            return (m, r % m) if m else (0, r)
+        if v.opname == "mul":
+            m = math.gcd(mx * my, mx * ry, my * rx)
+            return (m, rx * ry % m) if m else (0, rx * ry)
+        # A quotient by a constant d (ashr: 2^d) that divides both m and r: the value is d * k.
+        d = 1 << ry if v.opname == "ashr" else ry
+        if my != 0 or d <= 0 or mx % d or rx % d:
+            return 1, 0
+        return mx // d, rx // d
+
+    def exact_quotient(self, v: ir.Value, d: int) -> ir.Value:
+        """v / d for a v that value_residue says d divides (a shift for a power of two). Not
+        LLVM's `exact`: where the residue came through carry_residue, v may be another value
+        in lanes that are masked out, and must not become poison there."""
+        if d & (d - 1) == 0:
+            return self.builder.ashr(v, self.i64(d.bit_length() - 1))
+        return self.builder.sdiv(v, self.i64(d))
 
     # ---- control flow -------------------------------------------------------------------------
     def alloca(self, ty: ir.Type, count: int = 1, name: str = "") -> ir.Value:
@@ -213,3 +263,37 @@ class EmitContext:
             phi.add_incoming(c, else_block)
             merged.append(phi)
         return merged
+
+
+@contextlib.contextmanager
+def _known(table: dict, value: ir.Value, fact: tuple) -> Iterator[None]:
+    """Files `fact` under id(value) for the `with`, restoring what was there before."""
+    saved = table.get(id(value))
+    table[id(value)] = fact
+    try:
+        yield
+    finally:
+        if saved is None:
+            del table[id(value)]
+        else:
+            table[id(value)] = saved
+
+
+_ARITH = ("add", "sub", "mul", "sdiv", "ashr")
+_CLAMPS = ("llvm.smin.i64", "llvm.smax.i64")
+_UNBOUNDED = (-(1 << 63), 1 << 63)
+
+
+def _clamp_range(name: str, ranges: list) -> tuple[int, int] | None:
+    """The range of smin / smax of operands in `ranges` (None: unknown)."""
+    if all(r is None for r in ranges):
+        return None
+    x, y = (r if r is not None else _UNBOUNDED for r in ranges)
+    pick = min if name == "llvm.smin.i64" else max
+    lo, hi = pick(x[0], y[0]), pick(x[1] - 1, y[1] - 1) + 1
+    return None if (lo, hi) == _UNBOUNDED or lo <= _UNBOUNDED[0] or hi >= _UNBOUNDED[1] else (lo, hi)
+
+
+def _trunc_div(x: int, d: int) -> int:
+    """x / d rounded toward zero (LLVM's sdiv), d > 0."""
+    return x // d if x >= 0 else -(-x // d)

@@ -242,7 +242,16 @@ def pad(ctx, instr, gens):
         operand = []
         for i, p, n in zip(index, cfg, src, strict=True):
             t = b.sub(i, ctx.i64(p.low)) if p.low else i
-            known = None if p.interior else ctx.value_range(t)
+            interior = p.interior
+            if interior:
+                m, r = ctx.value_residue(t)
+                if m % (interior + 1) == 0 and r % (interior + 1):
+                    return value_gen([])  # a residue class of interior padding alone
+                if m % (interior + 1) == 0:
+                    # A residue class of operand elements: the exact quotient, whose range
+                    # is known where t's is (a loop split into regions and residues).
+                    t, interior = ctx.exact_quotient(t, interior + 1), 0
+            known = None if interior else ctx.value_range(t)
             if known is not None and (known[1] <= 0 or known[0] >= n):
                 return value_gen([])  # a region of padding alone
             if known is not None and 0 <= known[0] and known[1] <= n:
@@ -250,12 +259,14 @@ def pad(ctx, instr, gens):
                 continue
             q = t
             valid = b.and_(valid, b.icmp_signed(">=", t, ctx.i64(0)))
-            if p.interior:
-                step = ctx.i64(p.interior + 1)
+            if interior:
+                step = ctx.i64(interior + 1)
                 q = b.sdiv(t, step)
                 valid = b.and_(valid, b.icmp_signed("==", b.srem(t, step), ctx.i64(0)))
             valid = b.and_(valid, b.icmp_signed("<", q, ctx.i64(n)))
-            operand.append(clamp_index(ctx, q, 0, n - 1))
+            clamped = clamp_index(ctx, q, 0, n - 1)
+            ctx.carry_residue(q, clamped)  # the clamp matters only where `valid` is false
+            operand.append(clamped)
         if isinstance(valid, ir.Constant):
             return operand_gen(operand)
         # Reading the operand at a clamped index and selecting keeps the loop branch-free.

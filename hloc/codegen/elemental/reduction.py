@@ -13,6 +13,7 @@ accumulator and round once at the end.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable
 
@@ -28,6 +29,7 @@ from .context import EmitContext, Generator, Index
 from .convert import convert_value
 from .lowfloat import round_to
 from .memory import major_to_minor
+from .regions import analyze
 from .registry import emits
 from .scalar import const, contractible, finish, fmax, fmin
 from .types import ElemType, elem_type
@@ -192,8 +194,19 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
     short = (ctx.unroll_short and math.prod(wd.size for wd in window) <= SHORT_WINDOW
              and (not minor or inside[minor[-1]]))
 
+    periods = _tap_periods(ctx, instr)
+
     def generate(index: Index) -> ir.Value:
         def body(ivs, accs):
+            # A dimension with a residue period steps its loop a period at a time: a copy of
+            # the tap per class, in the taps' order.
+            taps = [[iv] if p == 1 else [b.add(b.mul(iv, ctx.i64(p)), ctx.i64(r)) for r in range(p)]
+                    for iv, p in zip(ivs, periods, strict=True)]
+            for ws in itertools.product(*taps):
+                accs = tap(list(ws), accs)
+            return accs
+
+        def tap(ivs, accs):
             valid = ir.Constant(ir.IntType(1), 1)
             pos = []
             for o, w, wd, size, known in zip(index, ivs, window, in_shape.dims, inside,
@@ -219,12 +232,32 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
         if 0 in in_shape.dims:
             accs = start
         else:
-            bounds = [(ctx.i64(0), ctx.i64(wd.size)) for wd in window]
+            bounds = [(ctx.i64(0), ctx.i64(wd.size // p)) for wd, p in zip(window, periods,
+                                                                            strict=True)]
             accs = accumulate_loops(ctx, bounds, start, body, unroll=short)
         out = reducer.finish(accs)
         return tuple(out) if instr.shape.is_tuple else out[0]
 
     return generate
+
+
+def _tap_periods(ctx: EmitContext, instr: Instruction) -> list[int]:
+    """Per window dimension, the residue period its taps run in (1: none): where interior
+    padding below interleaves along it (an associative scan's down-sweep summed in windows;
+    elemental.regions), a period that divides the window's size and stride, so that every
+    tap's residue is known, the largest such dimension only; none in small kernels."""
+    window = instr.attrs.window.dims
+    periods = [1] * len(window)
+    if not ctx.unroll_short:
+        return periods
+    n = len(instr.operands) // 2
+    found = analyze(instr.operands[:n], len(window)).periods
+    best = max(range(len(window)), key=lambda d: math.gcd(found[d], window[d].size,
+                                                            window[d].stride))
+    wd = window[best]
+    if wd.base_dilation == 1:
+        periods[best] = math.gcd(found[best], wd.size, wd.stride)
+    return periods
 
 
 def _always_inside(wd, n_out: int, n_in: int) -> bool:
