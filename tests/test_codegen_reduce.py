@@ -145,6 +145,36 @@ def test_reduce_window():
     check_hlo(REDUCE_WINDOW, rtol=1e-6, atol=1e-6, chunks=3)
 
 
+# Windows that reach padding loop over their own taps inside the operand only (reduction.py
+# _tap_bounds): a cumulative window (every output's bounds differ), SAME pooling with
+# strides, windows wholly in padding (no tap: the init value), and padding on one side of a
+# long row (not unrolled), next to a dilated window, which keeps its per-tap test.
+PADDED_WINDOWS = """HloModule m
+""" + reducer("maximum", "f32") + reducer("add", "s32") + reducer("minimum", "s32") + """
+ENTRY e {
+  a = f32[40,37] parameter(0)
+  i = s32[3,100] parameter(1)
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  big = s32[] constant(2147483647)
+  cum = s32[3,100] reduce-window(i, zero), window={size=1x100 pad=0_0x99_0}, to_apply=r_add_s32
+  cmin = s32[3,100] reduce-window(i, big), window={size=1x16 pad=0_0x15_0}, to_apply=r_minimum_s32
+  pool = f32[20,13] reduce-window(a, ninf), window={size=7x9 stride=2x3 pad=3_3x4_4}, to_apply=r_maximum_f32
+  holes = f32[10,6] reduce-window(a, ninf), window={size=3x2 stride=6x9 pad=10_10x8_8}, to_apply=r_maximum_f32
+  dil = f32[36,36] reduce-window(a, ninf), window={size=3x2 pad=1_1x1_1 rhs_dilate=3x3}, to_apply=r_maximum_f32
+  ROOT t = (s32[3,100], s32[3,100], f32[20,13], f32[10,6], f32[36,36]) tuple(cum, cmin, pool, holes, dil)
+}
+"""
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_windows_reaching_padding_run_their_inside_taps(chunks):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((40, 37)).astype(np.float32)
+    i = rng.integers(-1000, 1000, (3, 100)).astype(np.int32)
+    check_hlo(PADDED_WINDOWS, [a, i], chunks=chunks)
+
+
 def test_reduce_inside_loop_fusion():
     text = """HloModule m
 """ + ADD_F32 + """

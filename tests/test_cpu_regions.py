@@ -165,6 +165,26 @@ ENTRY e {
   ROOT o = f32[7,6,9]{0,2,1} copy(p)
 }
 """, [(5, 6, 7)]),
+    "pools": ("""HloModule pl
+mx {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] maximum(x, y)
+}
+sm {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] add(x, y)
+}
+ENTRY e {
+  x = f32[37,41]{1,0} parameter(0)
+  ninf = f32[] constant(-inf)
+  zero = f32[] constant(0)
+  a = f32[19,41]{1,0} reduce-window(x, ninf), window={size=5x3 stride=2x1 pad=2_2x1_1}, to_apply=mx
+  b = f32[19,41]{1,0} reduce-window(x, zero), window={size=3x5 stride=2x1 pad=1_1x4_0 rhs_dilate=1x1}, to_apply=sm
+  ROOT o = f32[19,41]{1,0} add(a, b)
+}
+""", [(37, 41)]),
     "int_rows": ("""HloModule ir
 ENTRY e {
   x = s32[4,33]{1,0} parameter(0)
@@ -187,3 +207,31 @@ def test_region_boundaries_match_the_interpreter(backend, tmp_path):
                 else rng.standard_normal(s).astype(dtype) for s in shapes]
         cases[name] = (text, args)
     compare_with_interpreter(cases, backend, tmp=tmp_path)
+
+
+POOL = """HloModule pool
+mx {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] maximum(x, y)
+}
+ENTRY e {
+  a = f32[128,128]{1,0} parameter(0)
+  ninf = f32[] constant(-inf)
+  ROOT p = f32[128,128]{1,0} reduce-window(a, ninf), window={size=3x3 pad=1_1x1_1}, to_apply=mx
+}
+"""
+
+
+@pytest.mark.parametrize("cpu", ["", "x86-64-v3"])
+def test_a_padded_pool_interior_reads_without_gathers(cpu, tmp_path):
+    """Windows that reach padding start and stop at the edges: the loop nest splits there,
+    and inside, every tap reads the operand (no test, no clamp), unrolled and vectorized
+    with contiguous loads; a clamped tap position made every load a gather (13 of them)."""
+    args = [np.random.default_rng(8).standard_normal((128, 128)).astype(np.float32)]
+    options = {"cpu": cpu} if cpu else {}
+    o = run_cases({"pool": (POOL, args)}, tmp=tmp_path, **options)["pool"]
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    kernel = _kernel(members(o.artifact)["module.opt.ll"].decode())
+    assert "masked.gather" not in kernel, kernel[:3000]
+    assert re.search(r"<\d+ x float>", kernel)

@@ -197,6 +197,25 @@ def _pad(instr, amap, walk):
     return [(operand, tuple(shifted))]
 
 
+def _reduce_window(instr, amap, walk):
+    """The outputs where windows start and stop reaching padding: in between, taps need no
+    test (the reduce-window lowering reads value_range). Its operand is not followed."""
+    for a, wd, n in zip(amap, instr.attrs.window.dims, instr.operands[0].shape.dims,
+                        strict=True):
+        if a is not None and wd.base_dilation == 1:
+            for at in window_interior(wd, n):
+                walk.boundary(a, at)
+    return []
+
+
+def window_interior(wd, n_in: int) -> tuple[int, int]:
+    """[lo, hi): the outputs whose windows along one dimension lie inside the operand (base
+    dilation 1)."""
+    lo = -(-wd.padding_low // wd.stride)
+    hi = (n_in - 1 + wd.padding_low - (wd.size - 1) * wd.window_dilation) // wd.stride + 1
+    return lo, hi
+
+
 def regions(points: set[int], size: int) -> list[tuple[int, int]]:
     """[lo, hi) intervals covering range(size), split at the points inside it."""
     cuts = [0, *sorted(p for p in points if 0 < p < size), size]
@@ -205,4 +224,4 @@ def regions(points: set[int], size: int) -> list[tuple[int, int]]:
 
 _FOLLOW = {Opcode.SLICE: _slice, Opcode.BROADCAST: _broadcast, Opcode.TRANSPOSE: _transpose,
            Opcode.REVERSE: _reverse, Opcode.RESHAPE: _reshape, Opcode.CONCATENATE: _concatenate,
-           Opcode.PAD: _pad}
+           Opcode.PAD: _pad, Opcode.REDUCE_WINDOW: _reduce_window}
