@@ -60,8 +60,10 @@ def _run(name: str, options: dict, device: str, tmp_path):
 
 
 @pytest.mark.parametrize("options,device", TARGETS, ids=["cpu", "x86-64-v3", "interpreter"])
+# `fft`: numpy's pocketfft in f32 (runtime/interpreter/fftn.py) gives DUCC's bits there; its
+# f64 loop, which numpy picked for forward c64 transforms, missed 353 of 546 values.
 @pytest.mark.parametrize("name", ["ops/long_scans", "ops/sum_order", "ops/divide_order",
-                                  "ops/fma_contraction", "ops/f64_math"])
+                                  "ops/fma_contraction", "ops/f64_math", "fft"])
 def test_compiled_modules_round_like_xla(name, options, device, tmp_path):
     got = _run(name, options, device, tmp_path)
     expected = sample_arrays(name, "expected")

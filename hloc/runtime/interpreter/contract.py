@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Opcode, TriangularSolveOptions, Window, WindowDimension
 from ...ir.custom_calls import check_dims, lapack_options, lapack_targets
+from . import fftn
 from .control import custom_call_target
 from .reduce import dilate_and_pad
 from .registry import impl
@@ -126,26 +127,15 @@ def _conv_nchw(x, w, window, out_spatial, groups, batch_groups):
 
 # ---- fft -------------------------------------------------------------------------------------
 
-_FFT, _IFFT, _RFFT, _IRFFT = 0, 1, 2, 3
-
-
 @impl(Opcode.FFT)
 def fft(ctx, instr, ops):
     (x,) = ops
     lengths = tuple(instr.attrs.fft_length)
-    axes = tuple(range(x.ndim - len(lengths), x.ndim))
     kind = instr.attrs.fft_type or 0
     if 0 in instr.shape.dims or 0 in x.shape:
         return np.zeros(instr.shape.dims, instr.shape.np_dtype)
-    if kind == _FFT:
-        out = np.fft.fftn(x, axes=axes)
-    elif kind == _IFFT:
-        out = np.fft.ifftn(x, axes=axes)
-    elif kind == _RFFT:
-        out = np.fft.rfftn(x, s=lengths, axes=axes)
-    else:
-        out = np.fft.irfftn(x, s=lengths, axes=axes)
-    return out.astype(instr.shape.np_dtype)
+    out = fftn.transform(kind, x, lengths)
+    return out.astype(instr.shape.np_dtype, copy=False)
 
 
 # ---- linear algebra --------------------------------------------------------------------------
