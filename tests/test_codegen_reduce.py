@@ -8,6 +8,7 @@ import pytest
 from hloc.codegen.cpu import KernelSpec
 from hloc.ir.text.parser import parse_module
 
+from .support.hlo import reducer_text as reducer
 from .support.kernels import Compiled, check_hlo, reference
 from .support.values import assert_matches, random_inputs
 
@@ -19,16 +20,6 @@ add {
   y = f32[] parameter(1)
   ROOT s = f32[] add(x, y)
 }
-"""
-
-
-def reducer(op: str, t: str) -> str:
-    return f"""
-r_{op}_{t} {{
-  x = {t}[] parameter(0)
-  y = {t}[] parameter(1)
-  ROOT s = {t}[] {op}(x, y)
-}}
 """
 
 

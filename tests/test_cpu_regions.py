@@ -13,6 +13,7 @@ from hloc.codegen.elemental.regions import regions, split_points
 from hloc.ir.text.parser import parse_module
 
 from .support.bundles import members
+from .support.hlo import reducer_text
 from .support.run import compare_with_interpreter, run_cases
 
 pytestmark = pytest.mark.cpu
@@ -165,18 +166,8 @@ ENTRY e {
   ROOT o = f32[7,6,9]{0,2,1} copy(p)
 }
 """, [(5, 6, 7)]),
-    "pools": ("""HloModule pl
-mx {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT m = f32[] maximum(x, y)
-}
-sm {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT m = f32[] add(x, y)
-}
-ENTRY e {
+    "pools": ("HloModule pl\n" + reducer_text("maximum", name="mx") + reducer_text("add", name="sm")
+              + """ENTRY e {
   x = f32[37,41]{1,0} parameter(0)
   ninf = f32[] constant(-inf)
   zero = f32[] constant(0)
@@ -209,13 +200,7 @@ def test_region_boundaries_match_the_interpreter(backend, tmp_path):
     compare_with_interpreter(cases, backend, tmp=tmp_path)
 
 
-POOL = """HloModule pool
-mx {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT m = f32[] maximum(x, y)
-}
-ENTRY e {
+POOL = "HloModule pool\n" + reducer_text("maximum", name="mx") + """ENTRY e {
   a = f32[128,128]{1,0} parameter(0)
   ninf = f32[] constant(-inf)
   ROOT p = f32[128,128]{1,0} reduce-window(a, ninf), window={size=3x3 pad=1_1x1_1}, to_apply=mx

@@ -15,6 +15,7 @@ from hloc.codegen.elemental.regions import analyze
 from hloc.ir.text.parser import parse_module
 
 from .support.bundles import members
+from .support.hlo import reducer_text
 from .support.run import compare_with_interpreter, run_cases
 
 pytestmark = pytest.mark.cpu
@@ -72,8 +73,8 @@ def _downsweep(levels: int, base: int, rows: int | None = None, *, cut: int = 0,
         last = "win"
     lines[-1] = lines[-1].replace(f"  {last} =", f"  ROOT {last} =")
     params = [s if rows is None else (*s, rows) for s in shapes]
-    text = "HloModule downsweep\n\nsum {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n" \
-           "  ROOT r = f32[] add(x, y)\n}\n\nENTRY e {\n" + "\n".join(lines) + "\n}\n"
+    text = "HloModule downsweep\n" + reducer_text("add", name="sum") + "\nENTRY e {\n" + \
+        "\n".join(lines) + "\n}\n"
     return text, params
 
 

@@ -72,6 +72,17 @@ def reducer(opcode: Opcode, dtype: str = "f32", name: str = "") -> Computation:
     return b.finish(b.op(opcode, f"{dtype}[]" if opcode != Opcode.COMPARE else "pred[]", x, y))
 
 
+def reducer_text(op: str, dtype: str = "f32", name: str = "") -> str:
+    """HLO text of a scalar computation `name` (default r_OP_DTYPE): op(x, y)."""
+    return f"""
+{name or f"r_{op}_{dtype}"} {{
+  x = {dtype}[] parameter(0)
+  y = {dtype}[] parameter(1)
+  ROOT s = {dtype}[] {op}(x, y)
+}}
+"""
+
+
 def run_passes(module: Module, spec: str) -> bool:
     """Run a pass spec with the verifier after every pass (the test configuration)."""
     return PassRunner(parse_spec(spec), verify=True).run(module)
