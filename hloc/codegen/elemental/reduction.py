@@ -29,7 +29,7 @@ from .context import EmitContext, Generator, Index
 from .convert import convert_value
 from .lowfloat import round_to
 from .memory import major_to_minor
-from .regions import analyze
+from .regions import analyze, window_interior
 from .registry import emits
 from .scalar import const, contractible, finish, fmax, fmin
 from .types import ElemType, elem_type
@@ -308,10 +308,8 @@ def _inside(wd, outputs: tuple[int, int], n_in: int) -> bool:
     lo, hi = outputs
     if wd.base_dilation != 1 or hi <= lo:
         return False
-    first = lo * wd.stride - wd.padding_low
-    last = (hi - 1) * wd.stride + (wd.size - 1) * wd.window_dilation - wd.padding_low
-    return first >= 0 and last < n_in
-
+    first, end = window_interior(wd, n_in)
+    return first <= lo and hi <= end
 
 
 def _clamp(ctx: EmitContext, v: ir.Value, size: int) -> ir.Value:
