@@ -105,6 +105,8 @@ CASES = {
     "rows_cut_reversed": _downsweep(2, 301, rows=40, cut=1, reverse=True),
     "windows": _downsweep(3, 700, window=16),
     "row_windows": _downsweep(4, 64, rows=32, window=32),
+    # windows of more than 32 taps: swept a row at a time (codegen/cpu/reduce_window.py)
+    "long_row_windows": _downsweep(4, 64, rows=32, window=64),
 }
 
 

@@ -33,7 +33,7 @@ from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import Reducer, simple_reducer
 from ..elemental.types import elem_type
-from .kernel import KernelBuild, RootItem, Segment, special_segment
+from .kernel import KernelBuild, RootItem, Segment
 from .kernel_spec import KernelSpec
 
 # Contiguous positions per unit where the scan runs along another dimension.
@@ -106,12 +106,6 @@ def as_scan(instr: Instruction) -> Scan | None:
         start = n_out - 1 - wd.padding_low  # the last window's first position
         return Scan(axis, False, start, (min(n, max(0, start + 1)), n))
     return None
-
-
-@special_segment(Opcode.REDUCE_WINDOW)
-def plan_scan(spec: KernelSpec, item: RootItem):
-    scan = as_scan(item.instr)
-    return None if scan is None else ScanSegment(spec, item, scan)
 
 
 class ScanSegment(Segment):

@@ -196,7 +196,7 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
     b = ctx.builder
     out_shape = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
     minor = major_to_minor(out_shape)
-    periods = _tap_periods(ctx, instr)
+    periods = tap_periods(ctx, instr)
 
     def plan(index: Index) -> tuple[list[bool], bool, list[bool]]:
         """Per dimension, whether every tap of the windows emitted here lies inside the
@@ -237,24 +237,11 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
             return accs
 
         def tap(ivs, accs):
-            valid = ir.Constant(ir.IntType(1), 1)
-            pos = []
-            for o, w, wd, size, known, ranged in zip(index, ivs, window, in_shape.dims, inside,
-                                                     bounded, strict=True):
-                p = b.sub(b.add(b.mul(o, ctx.i64(wd.stride)), b.mul(w, ctx.i64(wd.window_dilation))),
-                          ctx.i64(wd.padding_low))
-                if known or ranged:
-                    pos.append(p)  # the taps run lie inside the operand
-                    continue
-                if wd.base_dilation > 1:
-                    step = ctx.i64(wd.base_dilation)
-                    valid = b.and_(valid, b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
-                    p = b.sdiv(p, step)
-                valid = b.and_(valid, b.icmp_signed(">=", p, ctx.i64(0)))
-                valid = b.and_(valid, b.icmp_signed("<", p, ctx.i64(size)))
-                pos.append(_clamp(ctx, p, size))
+            # The taps run where `known` or `ranged` lie inside the operand.
+            pos, valid = tap_positions(ctx, index, ivs, window, in_shape.dims,
+                                       [not (k or r) for k, r in zip(inside, bounded, strict=True)])
             new = reducer.combine(accs, [g(pos) for g in inputs])
-            if isinstance(valid, ir.Constant):
+            if valid is None:
                 return new
             return [b.select(valid, nv, a) for nv, a in zip(new, accs, strict=True)]
 
@@ -273,6 +260,32 @@ def reduce_window(ctx: EmitContext, instr: Instruction, gens: list[Generator]) -
     return generate
 
 
+def tap_positions(ctx: EmitContext, index: Index, taps: Index, window, sizes,
+                  checked: list[bool]) -> tuple[list[ir.Value], ir.Value | None]:
+    """The operand position of tap `taps` of output `index`'s window, and whether it reads
+    the operand rather than padding (None: it does). Only dimensions `checked` are tested
+    (and their positions clamped, so that a padding tap reads some element)."""
+    b = ctx.builder
+    valid = None
+    pos = []
+    for o, w, wd, size, check in zip(index, taps, window, sizes, checked, strict=True):
+        p = b.sub(b.add(b.mul(o, ctx.i64(wd.stride)), b.mul(w, ctx.i64(wd.window_dilation))),
+                  ctx.i64(wd.padding_low))
+        if not check:
+            pos.append(p)
+            continue
+        tests = []
+        if wd.base_dilation > 1:
+            step = ctx.i64(wd.base_dilation)
+            tests.append(b.icmp_signed("==", b.srem(p, step), ctx.i64(0)))
+            p = b.sdiv(p, step)
+        tests += [b.icmp_signed(">=", p, ctx.i64(0)), b.icmp_signed("<", p, ctx.i64(size))]
+        for t in tests:
+            valid = t if valid is None else b.and_(valid, t)
+        pos.append(_clamp(ctx, p, size))
+    return pos, valid
+
+
 def _tap_bounds(ctx: EmitContext, o: ir.Value, wd, size: int) -> tuple[ir.Value, ir.Value]:
     """[lo, hi) of the taps of output o's window that read the operand (dilation 1): position
     o * stride + t - padding_low in [0, size)."""
@@ -283,7 +296,7 @@ def _tap_bounds(ctx: EmitContext, o: ir.Value, wd, size: int) -> tuple[ir.Value,
     return lo, hi
 
 
-def _tap_periods(ctx: EmitContext, instr: Instruction) -> list[int]:
+def tap_periods(ctx: EmitContext, instr: Instruction) -> list[int]:
     """Per window dimension, the residue period its taps run in (1: none): where interior
     padding below interleaves along it (an associative scan's down-sweep summed in windows;
     elemental.regions), a period that divides the window's size and stride, so that every

@@ -1,7 +1,11 @@
-"""Cumulative reduce-windows emitted as scans (codegen/cpu/scan.py): output j is output j - 1
-combined with the one element its window adds, in the taps' order, so the results are the
-elemental form's bits (and the interpreter's) for any reducer; reverse scans only for
-reducers whose result does not depend on the order."""
+"""Reduce-window roots with kernel segments of their own (codegen/cpu/reduce_window.py).
+
+- Cumulative windows run as scans (codegen/cpu/scan.py): output j is output j - 1 combined
+  with the one element its window adds, in the taps' order, so the results are the elemental
+  form's bits (and the interpreter's) for any reducer; reverse scans only for reducers whose
+  result does not depend on the order.
+- Long windows that leave the contiguous dimension alone sweep a block of it per tap, the
+  taps in the same order: the interpreter's bits again."""
 
 from __future__ import annotations
 
@@ -162,3 +166,49 @@ def test_scans_after_the_rewriter_keep_the_optimized_modules_bits(tmp_path):
         kinds = {s for k in kernels_json(outcome.artifact)["kernels"].values()
                  for s in k["segments"]}
         assert "scan" in kinds, (name, kinds)
+
+
+def rows_text(dtype: str, shape, window: str, out, reducer: str = "add", init: str = "0") -> str:
+    dims = ",".join(map(str, shape))
+    return f"""HloModule rows
+{reducer_text(reducer, dtype)}
+ENTRY e {{
+  x = {dtype}[{dims}] parameter(0)
+  z = {dtype}[] constant({init})
+  ROOT r = {dtype}[{",".join(map(str, out))}] reduce-window(x, z), window={{{window}}}, to_apply=r_{reducer}_{dtype}
+}}
+"""
+
+
+ROWS = {
+    # XLA's tree reduction of a complex sum over batch and time: windows of 4 x 32
+    "complex_tree": (rows_text("c64", (8, 64, 40), "size=4x32x1 stride=4x32x1", (2, 2, 40),
+                               init="(0, 0)"),
+                     "c64", (8, 64, 40)),
+    "bf16_tree": (rows_text("bf16", (66, 24), "size=33x1 stride=33x1", (2, 24)), "bf16", (66, 24)),
+    # taps in padding (skipped) on an outer dimension, a block per unit of 1100 columns
+    "padded": (rows_text("f32", (9, 5, 1100), "size=5x8x1 pad=2_2x3_4x0_0", (9, 5, 1100)),
+               "f32", (9, 5, 1100)),
+    "base_dilated": (rows_text("f32", (6, 7, 16), "size=3x12x1 pad=1_1x5_5x0_0 lhs_dilate=2x1x1",
+                               (11, 6, 16), "maximum", "-inf"), "f32", (6, 7, 16)),
+    "int_product": (rows_text("s32", (40, 12), "size=36x1 stride=2x1 pad=3_0x0_0", (4, 12),
+                              "multiply", "1"),
+                    "s32", (40, 12)),
+}
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_long_windows_sweep_rows_with_the_interpreters_bits(chunks):
+    modules = {name: parse_module(text) for name, (text, _, _) in ROWS.items()}
+    specs = {name: entry_spec(m, f"k_{name}") for name, m in modules.items()}
+    compiled = Compiled(list(specs.values()))
+    for n, (name, (_, dtype, shape)) in enumerate(ROWS.items()):
+        if dtype == "c64":
+            rng = np.random.default_rng(n)
+            inputs = [(rng.standard_normal(shape) + 1j * rng.standard_normal(shape))
+                      .astype(np.complex64)]
+        else:
+            inputs = _inputs(dtype, shape, n)
+        got = compiled.run(specs[name].name, inputs, chunks=chunks)
+        assert_same_bits(got, reference(modules[name].entry, inputs), name)
+        assert compiled.emitted.metadata.kernels[specs[name].name].segments == ("window-rows",)
