@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hloc.op_coverage import HOST_FALLBACK, coverage
+from hloc.runtime.cpu import hostops
 from hloc.runtime.interpreter import registry
 
 from .support.hlo import binary, unary
@@ -207,3 +208,37 @@ def test_fused_convolution_epilogue(tmp_path):
             rng.standard_normal((3, 3, 3, 4)).astype(np.float32),
             rng.standard_normal(4).astype(np.float32)]
     compare_with_interpreter({"case": (FUSED_CONV, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-4)
+
+
+def _windows(x: np.ndarray, span: int, step: int, reverse: bool) -> np.ndarray:
+    """An im2col-style view of x (N, H, W, C): (N, OH, OW, KH, KW, C), taps `step` apart."""
+    view = np.lib.stride_tricks.sliding_window_view(x, (span, span), axis=(1, 2))
+    taps = slice(None, None, -step) if reverse else slice(None, None, step)
+    return view[:, :, :, :, taps, taps].transpose(0, 1, 2, 4, 5, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_copy_jobs_copy_strided_views(dtype, reverse):
+    """The native copy job (im2col gathers) gives np.copyto's array for views with runs of
+    contiguous elements, reversed windows (negative strides) and transposes (no runs)."""
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 11, 12, 5)) * 100).astype(dtype)
+    for src in (_windows(x, 5, 2, reverse), _windows(x, 3, 1, reverse),
+                x.transpose(3, 1, 2, 0), x[:, ::-2, 1::3, :2]):
+        dst = np.zeros(src.shape, dtype)
+        job = hostops.copy_job(dst, src)
+        assert job is not None
+        job.run()
+        np.testing.assert_array_equal(dst, src)
+        job.run()  # a job runs again from the start of its batch
+        np.testing.assert_array_equal(dst, src)
+
+
+def test_copy_jobs_refuse_what_they_cannot_copy():
+    a = np.zeros((4, 5), np.float32)
+    assert hostops.copy_job(a, np.zeros((4, 5), np.float64)) is None
+    assert hostops.copy_job(a, np.zeros((5, 4), np.float32)) is None
+    assert hostops.copy_job(np.zeros(6, np.float32), np.zeros(6, np.float32)) is None
+    assert hostops.copy_job(np.zeros((2, 3), np.int16), np.zeros((2, 3), np.int16)) is None
+    assert hostops.copy_job(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) is None

@@ -48,6 +48,7 @@ CALL_ARGS = 16
 OP_WORDS = {END: 1, COPY: 10, CALL: 2 + CALL_ARGS, CONVERT: 8, NAN_TRIANGLE_IF: 9,
             NONZERO: 4, THREADS: 2, RESTORE: 2}
 HEADER_WORDS = 4
+MAX_BATCH_DIMS = 16  # batch dimensions a job may step through
 _NAN = {4: 0x7FC00000, 8: 0x7FF8000000000000}
 
 
@@ -101,7 +102,18 @@ def _copy(e: _Emitter, q) -> None:
         with _loop(b, _c(0), rows, name="r") as i, _loop(b, _c(0), cols, name="c") as j:
             value = b.load(e.at(src, i, src_row, j, src_col), typ=t)
             b.store(value, e.at(dst, i, dst_row, j, dst_col))
-    e.by_size(elem, emit)
+
+    # Rows contiguous on both sides (an im2col gather's runs of channels): one memcpy a row.
+    runs = b.and_(b.icmp_unsigned("==", src_col, elem), b.icmp_unsigned("==", dst_col, elem))
+    with b.if_else(runs) as (whole, single):
+        with whole:
+            size = b.mul(cols, elem)
+            memcpy = b.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+            with _loop(b, _c(0), rows, name="r") as i:
+                b.call(memcpy, [e.at(dst, i, dst_row), e.at(src, i, src_row), size,
+                                ir.Constant(ir.IntType(1), 0)])
+        with single:
+            e.by_size(elem, emit)
 
 
 def _call(e: _Emitter, q) -> None:
@@ -203,25 +215,33 @@ def build_module() -> ir.Module:
     count, ndims, entries, start = (e.word(job, k) for k in range(4))
     stride = b.add(ndims, _c(2))
     first_entry = b.add(ndims, _c(HEADER_WORDS))
+    # The batch's multi-index, stepped like an odometer (the minor-most dimension fastest):
+    # no division per dimension and entry at every step.
+    index = b.alloca(I64, size=MAX_BATCH_DIMS, name="index")
+    with _loop(b, _c(0), ndims, name="z") as d:
+        b.store(_c(0), b.gep(index, [d], source_etype=I64))
     offset = b.alloca(I64, name="offset")
-    rest = b.alloca(I64, name="rest")
-    with _loop(b, _c(0), count, name="it") as it:
+    carry = b.alloca(I64, name="carry")
+    with _loop(b, _c(0), count, name="it"):
         with _loop(b, _c(0), entries, name="e") as k:
             entry = b.add(first_entry, b.mul(k, stride))
             b.store(_c(0), offset)
-            b.store(it, rest)
             with _loop(b, _c(0), ndims, name="d") as d:
-                dim = b.sub(b.sub(ndims, _c(1)), d)  # the minor-most dimension first
-                extent = e.word(job, b.add(_c(HEADER_WORDS), dim))
-                r = b.load(rest, typ=I64)
-                index = b.urem(r, extent)
-                b.store(b.udiv(r, extent), rest)
-                step = e.word(job, b.add(entry, b.add(_c(2), dim)))
-                b.store(b.add(b.load(offset, typ=I64), b.mul(index, step)), offset)
+                at = b.load(b.gep(index, [d], source_etype=I64), typ=I64)
+                step = e.word(job, b.add(entry, b.add(_c(2), d)))
+                b.store(b.add(b.load(offset, typ=I64), b.mul(at, step)), offset)
             word = e.word(job, entry)
             address = b.add(e.word(job, b.add(entry, _c(1))), b.load(offset, typ=I64))
             b.store(address, b.gep(job, [word], source_etype=I64))
         b.call(body, [b.gep(job, [start], source_etype=I64)])
+        b.store(_c(1), carry)
+        with _loop(b, _c(0), ndims, name="n") as n:
+            dim = b.sub(b.sub(ndims, _c(1)), n)
+            slot = b.gep(index, [dim], source_etype=I64)
+            bumped = b.add(b.load(slot, typ=I64), b.load(carry, typ=I64))
+            wrap = b.icmp_unsigned(">=", bumped, e.word(job, b.add(_c(HEADER_WORDS), dim)))
+            b.store(b.select(wrap, _c(0), bumped), slot)
+            b.store(b.zext(wrap, I64), carry)
     b.ret_void()
     return module
 

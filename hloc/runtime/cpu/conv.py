@@ -138,12 +138,22 @@ def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kerne
     gather, patches = _patches(x, form)
     matrix = np.empty(patches.shape, patches.dtype)
     product = matmul_runner(_FixedMatrix(matrix.reshape(rows, taps)), kernel, out, flops)
+    copy = im2col_copy(matrix, patches)
 
     def run() -> None:
         gather()
-        np.copyto(matrix, patches)
+        copy()
         product()
     return run
+
+
+def im2col_copy(matrix: np.ndarray, patches: np.ndarray):
+    """A runner filling `matrix` from the `patches` view: a native copy job
+    (runtime/cpu/hostops.py) where one applies, else np.copyto."""
+    from .hostops import copy_job
+
+    job = copy_job(matrix, patches)
+    return job.run if job is not None else (lambda: np.copyto(matrix, patches))
 
 
 def _nothing() -> None:

@@ -118,6 +118,8 @@ def _matrix(shape, strides) -> tuple[int, int, int, int]:
 
 class _Builder:
     def __init__(self, batch):
+        if len(batch) > ops.MAX_BATCH_DIMS:
+            raise _NoNativeForm
         self.batch = tuple(batch)
         self.body: list[int] = []
         self.entries: list[tuple[int, Place]] = []  # (body word, place)
@@ -259,6 +261,24 @@ def array_place(a: np.ndarray) -> Place:
     def register(words, index: int) -> None:
         words[index] = a.ctypes.data
     return Place(a.shape, a.strides, a.itemsize, register)
+
+
+def copy_job(dst: np.ndarray, src: np.ndarray) -> Job | None:
+    """A job copying `src` into `dst`, arrays fixed for the job's life with the same shape
+    and 4- or 8-byte items: one COPY of the last two dimensions per index of the others.
+    For copies NumPy walks slowly: an im2col gather of short runs (a weight gradient's
+    windows of 16 x 16 taps over 16 channels, 4.7 MB) took 4.8 ms as np.copyto. None for
+    other arrays."""
+    if dst.shape != src.shape or dst.dtype != src.dtype or dst.itemsize not in (4, 8) \
+            or not 2 <= dst.ndim <= ops.MAX_BATCH_DIMS + 2 or dst.size == 0:
+        return None
+    batch = dst.shape[:-2]
+    b = _Builder(batch)
+    b.keep += [dst, src]
+    places = [Place(a.shape, a.strides, a.itemsize, array_place(a).register, len(batch))
+              for a in (src, dst)]
+    _copy(b, *places)
+    return b.job()
 
 
 def thunk_job(ctx: LoadContext, thunk) -> Job | None:
