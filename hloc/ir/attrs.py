@@ -20,6 +20,13 @@ class WindowDimension:
     base_dilation: int = 1
     window_reversal: bool = False
 
+    @property
+    def trivial(self) -> bool:
+        """One tap, no stride, padding or dilation: the output along it is the operand."""
+        return (self.size == 1 and self.stride == 1 and self.padding_low == 0
+                and self.padding_high == 0 and self.window_dilation == 1
+                and self.base_dilation == 1)
+
 
 @dataclass(frozen=True)
 class Window:

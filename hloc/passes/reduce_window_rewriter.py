@@ -31,11 +31,6 @@ Op = Opcode
 _b = Emit()
 
 
-def _is_trivial(w: WindowDimension) -> bool:
-    return (w.size == 1 and w.stride == 1 and w.padding_low == 0 and w.padding_high == 0
-            and w.window_dilation == 1 and w.base_dilation == 1)
-
-
 @dataclass(frozen=True)
 class _Scan:
     """A reduce-window recognized as a scan along `axis`."""
@@ -51,7 +46,7 @@ def as_scan(instr: Instruction, base: int) -> _Scan | None:
     if instr.opcode != Op.REDUCE_WINDOW or len(instr.operands) != 2 or not instr.shape.is_array:
         return None
     window = instr.attrs.window
-    axes = [d for d, w in enumerate(window.dims) if not _is_trivial(w)]
+    axes = [d for d, w in enumerate(window.dims) if not w.trivial]
     if len(axes) != 1:
         return None
     axis = axes[0]

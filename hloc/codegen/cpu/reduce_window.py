@@ -22,13 +22,13 @@ import math
 from llvmlite import ir
 
 from ...ir import Opcode
-from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import SHORT_WINDOW, Reducer, tap_periods, tap_positions
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
 from .loops import ROW_VECTOR_MIN
+from .row_blocks import RowBlocks
 from .scan import ScanSegment, as_scan
 
 # Contiguous positions per unit (as column reductions: accumulators in L1).
@@ -44,11 +44,6 @@ def plan_reduce_window(spec: KernelSpec, item: RootItem):
     return RowsSegment(spec, item) if swept_by_rows(instr) else None
 
 
-def _trivial(wd) -> bool:
-    return (wd.size == 1 and wd.stride == 1 and wd.padding_low == 0 and wd.padding_high == 0
-            and wd.window_dilation == 1 and wd.base_dilation == 1)
-
-
 def swept_by_rows(instr) -> bool:
     """A long window that leaves the output's contiguous dimension alone, over a row wide
     enough to vectorize."""
@@ -57,7 +52,7 @@ def swept_by_rows(instr) -> bool:
         return False
     window = instr.attrs.window.dims
     minor = major_to_minor(shape)[-1]
-    return (_trivial(window[minor]) and shape.dims[minor] >= ROW_VECTOR_MIN
+    return (window[minor].trivial and shape.dims[minor] >= ROW_VECTOR_MIN
             and math.prod(wd.size for wd in window) > SHORT_WINDOW)
 
 
@@ -66,16 +61,12 @@ class RowsSegment(Segment):
 
     def __init__(self, spec: KernelSpec, item: RootItem):
         self.spec, self.item = spec, item
-        instr = item.instr
-        self.n_inputs = len(instr.operands) // 2
+        self.n_inputs = len(item.instr.operands) // 2
         self.out_shape = spec.output_shapes[item.outputs[0]]
         order = major_to_minor(self.out_shape)
         self.col = order[-1]
-        self.outer = order[:-1]
-        n_col = self.out_shape.dims[self.col]
-        self.block = min(n_col, BLOCK)
-        self.blocks = -(-n_col // self.block)
-        self.extent = math.prod(self.out_shape.dims[d] for d in self.outer) * self.blocks
+        self.rows = RowBlocks.of(self.out_shape, order[:-1], self.col, BLOCK)
+        self.extent = self.rows.extent
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx, b = kb.ctx, kb.ctx.builder
@@ -88,22 +79,13 @@ class RowsSegment(Segment):
         reducer = Reducer(ctx, instr.called[0], ets, reassoc=False)
         inputs = [kb.gen(o) for o in instr.operands[:self.n_inputs]]
         inits = [kb.gen(o) for o in instr.operands[self.n_inputs:]]
-        slots = [ctx.alloca(t, self.block) for t in types]
+        slots = [ctx.alloca(t, self.rows.block) for t in types]
         periods = tap_periods(ctx, instr)
         # Padding and base dilation are tested; windows without either stay inside.
         checked = [wd.padding_low > 0 or wd.padding_high > 0 or wd.base_dilation > 1
                    for wd in window]
         with ctx.loop(lo, hi, "unit") as unit:
-            row = b.udiv(unit, ctx.i64(self.blocks)) if self.blocks > 1 else unit
-            index: list[ir.Value] = [ctx.i64(0)] * self.out_shape.rank
-            digits = delinearize(b, row, [self.out_shape.dims[d] for d in self.outer],
-                                 fold_unit_dims=False)
-            for d, v in zip(self.outer, digits, strict=True):
-                index[d] = v
-            start = (b.mul(b.urem(unit, ctx.i64(self.blocks)), ctx.i64(self.block))
-                     if self.blocks > 1 else ctx.i64(0))
-            stop = ctx.call("llvm.smin.i64", [b.add(start, ctx.i64(self.block)),
-                                              ctx.i64(self.out_shape.dims[self.col])])
+            index, start, stop = self.rows.unit(ctx, unit)
 
             @contextlib.contextmanager
             def block(name):

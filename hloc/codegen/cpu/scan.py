@@ -23,18 +23,17 @@ accumulator on the stack, swept together (a vectorizable inner loop) at every st
 from __future__ import annotations
 
 import contextlib
-import math
 
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode
 from ...util.record import dataclass
-from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
 from ..elemental.reduction import Reducer, simple_reducer
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment
 from .kernel_spec import KernelSpec
+from .row_blocks import RowBlocks
 
 # Contiguous positions per unit where the scan runs along another dimension.
 BLOCK = 1024
@@ -66,11 +65,6 @@ class Scan:
         return lo, min(max(hi, lo), n_out)
 
 
-def _trivial(wd) -> bool:
-    return (wd.size == 1 and wd.stride == 1 and wd.padding_low == 0 and wd.padding_high == 0
-            and wd.window_dilation == 1 and wd.base_dilation == 1)
-
-
 def _order_free(instr: Instruction) -> bool:
     n = len(instr.operands) // 2
     if n != 1:
@@ -88,7 +82,7 @@ def as_scan(instr: Instruction) -> Scan | None:
     if instr.opcode != Opcode.REDUCE_WINDOW:
         return None
     window = instr.attrs.window.dims
-    axes = [d for d, wd in enumerate(window) if not _trivial(wd)]
+    axes = [d for d, wd in enumerate(window) if not wd.trivial]
     if len(axes) != 1:
         return None
     axis = axes[0]
@@ -122,12 +116,9 @@ class ScanSegment(Segment):
         minor = order[-1] if order else scan.axis
         # The contiguous dimension, when it is not the scan's: swept in blocks.
         self.col = None if minor == scan.axis else minor
-        self.outer = [d for d in order if d not in (scan.axis, self.col)]
-        n_col = 1 if self.col is None else self.out_shape.dims[self.col]
-        self.block = min(n_col, BLOCK)
-        self.blocks = -(-n_col // self.block) if n_col else 0
-        rows = math.prod(self.out_shape.dims[d] for d in self.outer)
-        self.extent = rows * self.blocks if self.n_out else 0
+        self.rows = RowBlocks.of(self.out_shape, [d for d in order if d not in (scan.axis, self.col)],
+                                 self.col, BLOCK)
+        self.extent = self.rows.extent if self.n_out else 0
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx, b = kb.ctx, kb.ctx.builder
@@ -138,22 +129,9 @@ class ScanSegment(Segment):
         self.types = [et.value_type for et in ets]
         inputs = [kb.gen(o) for o in instr.operands[:self.n_inputs]]
         inits = [kb.gen(o) for o in instr.operands[self.n_inputs:]]
-        slots = [ctx.alloca(et.value_type, self.block) for et in ets]
-        rank = self.out_shape.rank
+        slots = [ctx.alloca(et.value_type, self.rows.block) for et in ets]
         with ctx.loop(lo, hi, "unit") as unit:
-            row = b.udiv(unit, ctx.i64(self.blocks)) if self.blocks > 1 else unit
-            index: list[ir.Value] = [ctx.i64(0)] * rank
-            digits = delinearize(b, row, [self.out_shape.dims[d] for d in self.outer],
-                                 fold_unit_dims=False)
-            for d, v in zip(self.outer, digits, strict=True):
-                index[d] = v
-            if self.col is None:
-                start, stop = ctx.i64(0), ctx.i64(1)
-            else:
-                start = b.mul(b.urem(unit, ctx.i64(self.blocks)), ctx.i64(self.block)) \
-                    if self.blocks > 1 else ctx.i64(0)
-                stop = ctx.call("llvm.smin.i64", [b.add(start, ctx.i64(self.block)),
-                                                  ctx.i64(self.out_shape.dims[self.col])])
+            index, start, stop = self.rows.unit(ctx, unit)
 
             def columns(name):
                 """The block's positions (one, where the scan is the contiguous dimension):
