@@ -119,17 +119,17 @@ class ScanSegment(Segment):
         self.rows = RowBlocks.of(self.out_shape, [d for d in order if d not in (scan.axis, self.col)],
                                  self.col, BLOCK)
         self.extent = self.rows.extent if self.n_out else 0
+        self.ets = [elem_type(o.shape.element_type, complex_ok=True)
+                    for o in instr.operands[:self.n_inputs]]
+        self.types = [et.value_type for et in self.ets]
 
     def emit(self, kb: KernelBuild, lo: ir.Value, hi: ir.Value) -> None:
         ctx, b = kb.ctx, kb.ctx.builder
         instr, scan = self.item.instr, self.scan
-        ets = [elem_type(o.shape.element_type, complex_ok=True)
-               for o in instr.operands[:self.n_inputs]]
-        reducer = Reducer(ctx, instr.called[0], ets, reassoc=False)
-        self.types = [et.value_type for et in ets]
+        reducer = Reducer(ctx, instr.called[0], self.ets, reassoc=False)
         inputs = [kb.gen(o) for o in instr.operands[:self.n_inputs]]
         inits = [kb.gen(o) for o in instr.operands[self.n_inputs:]]
-        slots = [ctx.alloca(et.value_type, self.rows.block) for et in ets]
+        slots = [ctx.alloca(t, self.rows.block) for t in self.types]
         with ctx.loop(lo, hi, "unit") as unit:
             index, start, stop = self.rows.unit(ctx, unit)
 
