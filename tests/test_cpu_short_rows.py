@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from .support.bundles import members
+from .support.hlo import reducer_text
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -52,13 +53,7 @@ def test_short_rows_are_vectorized_within_the_row(row, tmp_path):
         assert "masked.gather" not in kernel and "masked.scatter" not in kernel, kernel[:2000]
 
 
-LSE = """HloModule lse
-sum {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-ENTRY e {{
+LSE = """ENTRY e {{
   x = f32[{m},{n}]{{1,0}} parameter(0)
   t = f32[{n},16]{{1,0}} parameter(1)
   bx = f32[{m},{n},16]{{2,1,0}} broadcast(x), dimensions={{0,1}}
@@ -78,7 +73,7 @@ def test_short_reductions_unroll_so_the_output_row_vectorizes(n, tmp_path):
     (reduction.SHORT_REDUCE), the output row is the vectorized loop, with contiguous loads of
     `t`'s rows; left rolled, LLVM vectorized the reduction itself, gathering `t`'s columns.
     Longer reductions (over 32 here) stay loops."""
-    text = LSE.format(m=512, n=n)
+    text = "HloModule lse\n" + reducer_text("add", name="sum") + LSE.format(m=512, n=n)
     rng = np.random.default_rng(4)
     args = [rng.standard_normal((512, n)).astype(np.float32),
             rng.standard_normal((n, 16)).astype(np.float32)]
@@ -122,13 +117,7 @@ def test_column_reductions_never_vectorize_across_the_reduced_rows(tmp_path):
     assert "masked.gather" not in kernel, kernel[:2000]
 
 
-WINDOW_SUM = """HloModule wsum
-add {{
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  ROOT s = bf16[] add(a, b)
-}}
-ENTRY e {{
+WINDOW_SUM = """ENTRY e {{
   x = bf16[128,256]{{1,0}} parameter(0)
   z = bf16[] constant(0)
   ROOT r = bf16[{rows},256]{{1,0}} reduce-window(x, z), window={{size=32x{cols} stride=32x1 pad=0_0x{pad}}}, to_apply=add
@@ -143,7 +132,8 @@ def test_short_windows_unroll_where_the_row_stays_inside(cols, pad, unrolled, tm
     rolled, LLVM vectorized the taps, a gather each (6.5 ns an element, now 0.3). A window
     padded along the row keeps its loop: a clamped position would be a gather per tap."""
     rows = 128 // 32
-    text = WINDOW_SUM.format(rows=rows, cols=cols, pad=pad)
+    text = ("HloModule wsum\n" + reducer_text("add", "bf16", name="add")
+            + WINDOW_SUM.format(rows=rows, cols=cols, pad=pad))
     rng = np.random.default_rng(6)
     import ml_dtypes
 
