@@ -13,6 +13,7 @@ A backend path says how a backend runs an opcode, in the order the backend decid
   "planner"    a special GPU kernel (codegen.cuda.parts.ITEM_PLANNERS)
   "elemental"  a loop kernel from the elemental emitter (codegen.elemental LOWERINGS)
   "expanded"   rewritten into other opcodes by a pass before code generation
+  "custom-call" rewritten into a custom call the backend runs natively (CPU_CUSTOM_CALLS)
   "host"       no native code: the reference implementation runs on the host
   ""           unsupported
 `cpu` / `cuda` are true for the native paths (all but "expanded", "host" and "").
@@ -51,8 +52,10 @@ EXPANDED_BY_PASSES = frozenset({O.BATCH_NORM_GRAD, O.BATCH_NORM_INFERENCE,
                                 O.BATCH_NORM_TRAINING, O.RNG_BIT_GENERATOR})
 # The documented CPU host fallbacks: opcodes without native CPU code, run by the reference
 # implementation on the host (tests/test_cpu_runtime_ops.py checks the list is exact).
-HOST_FALLBACK = frozenset({O.CHOLESKY, O.TRIANGULAR_SOLVE, O.RNG, O.STOCHASTIC_CONVERT,
-                           O.GET_DIMENSION_SIZE})
+HOST_FALLBACK = frozenset({O.CHOLESKY, O.RNG, O.STOCHASTIC_CONVERT, O.GET_DIMENSION_SIZE})
+# Rewritten by a pass of every CPU pipeline into a custom call with a CPU path of its own:
+# triangular-solve into jax's LAPACK trsm call (a kernel up to order 128, else LAPACK).
+CPU_CUSTOM_CALLS = frozenset({O.TRIANGULAR_SOLVE})
 
 COLUMNS = ("opcode", "shape_inference", "interpreter", "cpu", "cpu_path", "host_fallback",
            "cuda", "cuda_path")
@@ -105,6 +108,8 @@ class _Registries:
         kind = THUNK_KINDS.get(op)
         if op in self.no_thunk:
             return "no-op"
+        if op in CPU_CUSTOM_CALLS:
+            return "custom-call"
         if op == O.FUSION:
             return "fusion"
         if kind in CPU_NATIVE_THUNKS or kind in self.native_kinds:

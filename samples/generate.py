@@ -2134,6 +2134,41 @@ def _f64_math(rng):
     return f, (x,)
 
 
+@op_case("triangular_solves", "Batched triangular solves as jax lowers them on CPU: a Gaussian "
+         "mixture's per-component solves (lapack_strsm_ffi with a batch dimension), every "
+         "side / triangle / transpose / unit-diagonal option, one of order 130 (LAPACK's "
+         "size), and an f16 solve, which jax leaves as the HLO triangular-solve opcode. The CPU "
+         "back end solves matrices up to order 128 in kernels (codegen/cpu/trsm.py).",
+         rtol=2e-3, atol=2e-3)
+def _triangular_solves(rng):
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.linalg import solve_triangular
+
+    k, d, n = 4, 8, 300
+
+    def tri(shape, dtype=np.float32):
+        return (0.3 * normal(rng, shape) + 2.0 * np.eye(shape[-1])).astype(dtype)
+
+    chol, x, means = tri((k, d, d)), normal(rng, (n, d)), normal(rng, (k, d))
+    small, rhs = tri((3, 5, 5)), normal(rng, (3, 5, 6))
+    big, big_rhs = tri((130, 130)), normal(rng, (130, 3))
+    half, half_rhs = tri((2, 4, 4), np.float16), normal(rng, (2, 4, 3)).astype(np.float16)
+
+    def f(chol, x, means, small, rhs, big, big_rhs, half, half_rhs):
+        lower = jnp.tril(chol)
+        z = solve_triangular(lower, jnp.swapaxes(x[None] - means[:, None], 1, 2), lower=True)
+        loglik = jax.nn.logsumexp(-0.5 * jnp.sum(z * z, axis=1), axis=0)
+        variants = [solve_triangular(small, rhs, lower=lo, trans=t, unit_diagonal=u)
+                    for lo in (True, False) for t in (0, 1) for u in (False, True)]
+        right = jax.lax.linalg.triangular_solve(small, jnp.swapaxes(rhs, 1, 2), left_side=False,
+                                                lower=True, transpose_a=True)
+        return (loglik, jnp.stack(variants), right, solve_triangular(big, big_rhs, lower=False),
+                jax.lax.linalg.triangular_solve(half, half_rhs, left_side=True, lower=True))
+
+    return f, (chol, x, means, small, rhs, big, big_rhs, half, half_rhs)
+
+
 # --------------------------------------------------------------------------------------
 # HLO text helpers: opcode histograms, fusion / instruction counts, custom-call targets
 # --------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ PASS_MODULES = tuple(f"hloc.passes.{name}" for name in (
     "divide_by_constant", "dot_canonicalizer",
     "expand_batch_norm", "expand_comparison", "expand_logistic", "expand_rng_bit_generator", "float_normalization",
     "fusion.fusion", "fusion.multi_output", "fusion.update", "layout_assignment", "reduce_window_rewriter",
-    "topk_rewriter", "tree_reduction_rewriter", "tuple_simplifier",
+    "topk_rewriter", "tree_reduction_rewriter", "triangular_solve_rewriter", "tuple_simplifier",
     "while_loop_simplifier"))
 PASSES: Registry[str, type[Pass]] = Registry("pass", modules=PASS_MODULES)
 # Short spec names: alias -> pass name.

@@ -170,10 +170,14 @@ def _assign(comp: Computation, cache: dict[Shape, Shape]) -> bool:
 
 
 def _constrain_custom_calls(comp: Computation) -> bool:
+    """Copies into the operand layouts custom calls ask for, except jax's LAPACK calls: hloc
+    copies each of their matrices into LAPACK's column-major scratch from any layout
+    (runtime/lapack.py), or solves it in place (codegen/cpu/trsm.py), so the layouts jax asks
+    for would only add a transposing copy of each operand."""
     changed = False
     for instr in list(comp.instructions):
         wanted = instr.attrs.operand_layout_constraints if instr.opcode == Op.CUSTOM_CALL else None
-        if not wanted:
+        if not wanted or (instr.attrs.custom_call_target or "").startswith("lapack_"):
             continue
         for k, want in enumerate(wanted):
             operand = instr.operands[k]

@@ -65,7 +65,14 @@ def _cpu(pipeline: list[str]) -> list[str]:
     CPU's pipeline has: a sort that only feeds its first k becomes a TopK custom call, which
     the CPU back end computes by selection."""
     at = pipeline.index("layout-assignment")
-    return [*pipeline[:at], "topk-rewriter", "conv-phases", *pipeline[at:]]
+    return _cpu_lowering([*pipeline[:at], "topk-rewriter", "conv-phases", *pipeline[at:]])
+
+
+def _cpu_lowering(pipeline: list[str]) -> list[str]:
+    """The CPU rewrites every level needs: a triangular-solve becomes jax's LAPACK trsm call
+    (the CPU back end has no other native form of the opcode)."""
+    at = pipeline.index("layout-assignment")
+    return [*pipeline[:at], "triangular-solve-rewriter", *pipeline[at:]]
 
 
 # Dots of at most this many multiply-adds read a dynamic-slice operand in their own kernel on
@@ -108,7 +115,7 @@ PIPELINES: dict[tuple[str, int], list[str]] = {
     ("interpreter", 3): _REQUIRED + [_SIMPLIFY, *_CONTROL_FLOW, "cse", _SIMPLIFY,
                                      "fusion{max-ops=1024,duplicate=8}", "multi-output-fusion",
                                      "update-fusion", "dce"],
-    ("cpu", 0): _NATIVE_O0,
+    ("cpu", 0): _cpu_lowering(_NATIVE_O0),
     ("cpu", 1): _cpu(_NATIVE_O1),
     ("cpu", 2): _cpu(_NATIVE_O2),
     ("cpu", 3): _cpu(_NATIVE_O3),

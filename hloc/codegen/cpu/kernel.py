@@ -54,8 +54,8 @@ class Segment:
 # registered with `@special_segment(Opcode.X)` by the modules listed here.
 SPECIAL_SEGMENTS: Registry[Opcode, Callable] = Registry("CPU kernel segment", modules=tuple(
     f"hloc.codegen.cpu.{name}" for name in (
-        "conv", "dot", "fft", "inplace", "reduce", "reduce_window", "selscatter", "sort",
-        "topk", "transpose")))
+        "conv", "custom_calls", "dot", "fft", "inplace", "reduce", "reduce_window",
+        "selscatter", "sort", "topk", "transpose")))
 special_segment = SPECIAL_SEGMENTS.register
 
 

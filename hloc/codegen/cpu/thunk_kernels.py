@@ -51,7 +51,7 @@ UNKNOWN_TRIPS = 8
 # runtime implementation (it is no host fallback).
 NATIVE_KINDS: Registry[str, tuple[Callable[[Instruction], bool], int]] = Registry(
     "native thunk kernel", modules=tuple(
-        f"hloc.codegen.cpu.{name}" for name in ("conv", "fft", "sort", "topk")))
+        f"hloc.codegen.cpu.{name}" for name in ("conv", "custom_calls", "fft", "sort")))
 
 
 def native_kind(kind: str, min_opt_level: int = 0):
@@ -235,11 +235,14 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
         n = (len(item.operands) - 1) // 2
         updates = math.prod(item.operands[n + 1].shape.dims) * n
         return updates + sum(math.prod(s.dims) for _, s in item.shape.leaves())
-    if item.opcode in (Opcode.TOPK, Opcode.CUSTOM_CALL):
-        # Top-k (or XLA's TopK custom-call) looks at every input element, log k each.
-        values = next(s for _, s in item.shape.leaves())
-        k = values.dims[-1] if values.dims else 1
-        return sum(math.prod(o.shape.dims) for o in item.operands) * max(1, k.bit_length())
+    if item.opcode == Opcode.TOPK:
+        from .topk import topk_work
+
+        return topk_work(item)
+    if item.opcode == Opcode.CUSTOM_CALL:
+        from .custom_calls import custom_call_work
+
+        return custom_call_work(item)
     elements = sum(math.prod(s.dims) for _, s in item.shape.leaves())
     return elements * element_work(item)
 

@@ -15,6 +15,8 @@ largest first, without one.
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode
@@ -23,19 +25,14 @@ from ..elemental.compare import total_order_key, total_order_of_bits
 from ..elemental.context import EmitContext
 from ..elemental.memory import element_pointer, from_storage, store_element
 from ..elemental.types import I1, I64, ElemType, elem_type
+from .custom_calls import CUSTOM_CALL_KERNELS, CustomCallKernel
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
 from .rowsort import RowOrder, computation_key, copy_bytes, while_loop
 from .sort import STACK_BYTES, Rows, StagedRows, check_row, raw_reader, raw_store, storage_bytes
-from .thunk_kernels import native_kind
 
 SELECT_MAX = 64  # selection for k up to this, or up to n / SELECT_RATIO
 SELECT_RATIO = 8
-
-
-@native_kind("custom-call")
-def _topk_custom_call(instr: Instruction) -> bool:
-    return instr.opcode == Opcode.CUSTOM_CALL and instr.attrs.custom_call_target == "TopK"
 
 
 # ---- orders ------------------------------------------------------------------------------------
@@ -90,14 +87,21 @@ def plan_topk(spec: KernelSpec, item: RootItem):
     return TopKSegment(spec, item, total_order(et, largest))
 
 
-@special_segment(Opcode.CUSTOM_CALL)
 def plan_custom_call(spec: KernelSpec, item: RootItem):
     instr = item.instr
-    if instr.attrs.custom_call_target != "TopK":
-        return None
     et = elem_type(instr.operands[0].shape.element_type)
     order = comparator_order(et, instr) if instr.called else total_order(et, True)
     return TopKSegment(spec, item, order)
+
+
+def topk_work(instr: Instruction) -> int:
+    """Top-k (or XLA's TopK custom-call) looks at every input element, log k each."""
+    values = next(s for _, s in instr.shape.leaves())
+    k = values.dims[-1] if values.dims else 1
+    return sum(math.prod(o.shape.dims) for o in instr.operands) * max(1, k.bit_length())
+
+
+CUSTOM_CALL_KERNELS.add("TopK", CustomCallKernel(lambda instr: True, plan_custom_call, topk_work))
 
 
 class TopKSegment(Segment):
