@@ -78,6 +78,10 @@ def plan_segments(spec: KernelSpec) -> list[Segment]:
     for item in items:
         planner = SPECIAL_SEGMENTS.get(item.instr.opcode)
         special = planner(spec, item) if planner is not None else None
+        if special is None:
+            from .reduce import plan_epilogue
+
+            special = plan_epilogue(spec, item)
         if special is not None:
             segments.append(special)
         else:

@@ -15,10 +15,12 @@ import math
 
 from llvmlite import ir
 
-from ...ir import Opcode
+from ...ir import Instruction, Opcode
+from ...ir.opcodes import ELEMENTWISE
+from ..elemental.compose import regenerate
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor, store_element
-from ..elemental.reduction import Reducer
+from ..elemental.reduction import SHORT_REDUCE, Reducer
 from ..elemental.types import elem_type
 from .kernel import KernelBuild, RootItem, Segment, special_segment
 from .kernel_spec import KernelSpec
@@ -33,23 +35,75 @@ from .loops import ROW_VECTOR_MIN
 BLOCK = 2048
 
 
-@special_segment(Opcode.REDUCE)
-def plan_reduce(spec: KernelSpec, item: RootItem):
-    instr = item.instr
+def _column_reduce(instr: Instruction) -> bool:
+    """A single-output reduce that keeps its input's contiguous dimension."""
+    if instr.opcode != Opcode.REDUCE:
+        return False
     shape = instr.operands[0].shape
     if shape.rank == 0 or not instr.dimensions:
-        return None
+        return False
     inner = major_to_minor(shape)[-1]
-    if inner in instr.dimensions or shape.dims[inner] == 1:
+    return inner not in instr.dimensions and shape.dims[inner] != 1
+
+
+@special_segment(Opcode.REDUCE)
+def plan_reduce(spec: KernelSpec, item: RootItem):
+    return ColumnReduceSegment(spec, item) if _column_reduce(item.instr) else None
+
+
+def plan_epilogue(spec: KernelSpec, item: RootItem):
+    """A column reduction under elementwise operations (a logsumexp over rows: the log and
+    the max added back after the sum), as one column-reduce segment that applies them to
+    each block of results; None for any other root. Without it the root's loop computed
+    each output's reduction on its own, a strided, scalar sweep down a column (a 512 x 64
+    x 16 logsumexp over the 64: 0.33 -> 0.11 ms; over 16, which that loop unrolls, the same
+    0.06 ms either way, and it keeps the loop)."""
+    root = item.instr
+    if root.opcode not in ELEMENTWISE or len(item.outputs) != 1 or not root.shape.is_array:
         return None
-    return ColumnReduceSegment(spec, item)
+    found: set[Instruction] = set()
+    fine: dict[int, bool] = {}
+    reaches: dict[int, bool] = {}
+
+    def reaches_reduce(instr: Instruction) -> bool:
+        if id(instr) not in reaches:
+            reaches[id(instr)] = instr.opcode == Opcode.REDUCE or any(
+                reaches_reduce(o) for o in instr.operands)
+        return reaches[id(instr)]
+
+    def walk(instr: Instruction) -> bool:
+        """Whether `instr` is fine: reaches no reduce, or reaches one column reduce
+        through elementwise ops of the root's dimensions only."""
+        if id(instr) in fine:
+            return fine[id(instr)]
+        if instr.opcode == Opcode.REDUCE and _column_reduce(instr) and \
+                instr.shape.dims == root.shape.dims:
+            found.add(instr)
+            ok = True
+        elif instr.opcode in ELEMENTWISE and instr.shape.dims == root.shape.dims:
+            ok = all([walk(o) for o in instr.operands])
+        else:
+            ok = not reaches_reduce(instr)
+        fine[id(instr)] = ok
+        return ok
+
+    if not walk(root) or len(found) != 1:
+        return None
+    (reduced,) = found
+    shape = reduced.operands[0].shape
+    if len(reduced.operands) != 2 or \
+            math.prod(shape.dims[d] for d in reduced.dimensions) <= SHORT_REDUCE:
+        return None  # short: the root's loop unrolls it within the vectorized output row
+    return ColumnReduceSegment(spec, RootItem(reduced, item.outputs), epilogue=root)
 
 
 class ColumnReduceSegment(Segment):
     kind = "column-reduce"
 
-    def __init__(self, spec: KernelSpec, item: RootItem):
-        self.spec, self.item = spec, item
+    def __init__(self, spec: KernelSpec, item: RootItem, epilogue: Instruction | None = None):
+        """`item`: the reduce and its outputs; `epilogue`: the elementwise root computed
+        from the reduce's results (plan_epilogue), written to those outputs instead."""
+        self.spec, self.item, self.epilogue = spec, item, epilogue
         instr = item.instr
         self.n = len(instr.operands) // 2
         shape = instr.operands[0].shape
@@ -128,5 +182,11 @@ class ColumnReduceSegment(Segment):
             ptrs = self._slot_ptrs(kb, slots, j, start)
             accs = [b.load(p, typ=s.allocated_type) for p, s in zip(ptrs, slots, strict=True)]
             out_index = [index[d] for d in self.kept]
-            for k, v in zip(self.item.outputs, reducer.finish(accs), strict=True):
+            results = reducer.finish(accs)
+            if self.epilogue is not None:
+                reduced = self.item.instr
+                gen = regenerate(ctx, self.epilogue, kb.gens,
+                                 {id(reduced): lambda _index: results[0]})
+                results = [gen(out_index)]
+            for k, v in zip(self.item.outputs, results, strict=True):
                 store_element(ctx, self.spec.output_shapes[k], kb.outputs[k], out_index, v)

@@ -66,6 +66,29 @@ def computation_generators(ctx, comp: Computation,
     return gens
 
 
+def regenerate(ctx, root: Instruction, gens: dict[int, Generator],
+               replaced: dict[int, Generator]) -> Generator:
+    """`root`'s generator with the generators of some instructions below it replaced
+    (`replaced`, by id): every instruction between them and `root` gets a new generator on
+    the new operands; the rest keep theirs (`gens`)."""
+    fresh = dict(replaced)
+    depends: dict[int, bool] = {}
+
+    def build(instr: Instruction) -> bool:
+        key = id(instr)
+        if key not in depends:
+            below = [build(o) for o in instr.operands]  # operands first: post order
+            depends[key] = key in replaced or any(below)
+            if depends[key] and key not in replaced:
+                lowering = lookup(instr, ctx.target_kind)
+                operand_gens = [fresh.get(id(o), gens[id(o)]) for o in instr.operands]
+                fresh[key] = cached(ctx, lowering(ctx, instr, operand_gens))
+        return depends[key]
+
+    build(root)
+    return fresh.get(id(root), gens[id(root)])
+
+
 def _unsupported(error: UnsupportedError) -> Generator:
     def generate(index):
         raise error
