@@ -12,6 +12,7 @@ import pytest
 
 from hloc.errors import InputError, UnsupportedError
 from hloc.ir import Attrs, Computation, Opcode, Shape
+from hloc.ir.custom_calls import lapack_config
 from hloc.runtime import lapack
 from hloc.runtime.cpu import hostops
 from hloc.runtime.interpreter import evaluate_computation
@@ -73,10 +74,6 @@ def assert_same_bits(got, want) -> None:
         np.testing.assert_array_equal(g, w)  # NaN where NaN: bit for bit for these results
 
 
-def config(**options: str) -> str:
-    return "{" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in options.items()) + "}"
-
-
 def spd(batch, n, dtype):
     a = RNG.standard_normal(batch + (n, n)).astype(dtype)
     return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=dtype)).astype(dtype)
@@ -94,7 +91,7 @@ def test_potrf(p, dtype, batch, uplo):
     a[..., 0, 5] = a[..., 5, 0] = 0.25  # the triangle LAPACK must leave alone
     a[..., 5, 0] += 1.0 if uplo == "L" else 0.0
     out = Shape.tuple_of([arr(a.shape, dtype), arr(batch, np.int32)])
-    (fac, ok), (ref, ref_ok) = both(f"lapack_{p}potrf_ffi", out, [a], config(uplo=uplo))
+    (fac, ok), (ref, ref_ok) = both(f"lapack_{p}potrf_ffi", out, [a], lapack_config(uplo=uplo))
     assert_close(fac, ref, **tol(dtype))
     assert fac.dtype == dtype and np.array_equal(ok, ref_ok) and not ok.any()
     other = np.triu(np.ones((6, 6), bool), 1) if uplo == "L" else np.tril(np.ones((6, 6), bool), -1)
@@ -105,7 +102,7 @@ def test_potrf_of_a_matrix_that_is_not_positive_definite_is_nan_and_status_1():
     a = spd((2,), 4, np.float32)
     a[1, 2, 2] = -50.0
     out = Shape.tuple_of([arr(a.shape, np.float32), arr((2,), np.int32)])
-    (fac, ok), (ref, ref_ok) = both("lapack_spotrf_ffi", out, [a], config(uplo="L"))
+    (fac, ok), (ref, ref_ok) = both("lapack_spotrf_ffi", out, [a], lapack_config(uplo="L"))
     assert ok.tolist() == ref_ok.tolist() == [0, 1]
     np.testing.assert_array_equal(np.isnan(fac), np.isnan(ref))
     assert np.isnan(fac[1][np.tril(np.ones((4, 4), bool))]).all() and not np.isnan(fac[0]).any()
@@ -151,7 +148,7 @@ def test_syevd(p, dtype, mode):
     a = spd((3,), 5, dtype)
     out = Shape.tuple_of([arr(a.shape, dtype), arr((3, 5), dtype), arr((3,), np.int32)])
     (vec, val, info), (ref_vec, ref_val, ref_info) = both(
-        f"lapack_{p}syevd_ffi", out, [a], config(mode=mode, uplo="L"))
+        f"lapack_{p}syevd_ffi", out, [a], lapack_config(mode=mode, uplo="L"))
     assert_close(val, ref_val, **tol(dtype))
     assert np.array_equal(info, ref_info)
     if mode == "V":  # each vector up to its sign
@@ -169,7 +166,7 @@ def test_trsm(p, dtype, side, uplo, trans, diag):
     a = (RNG.standard_normal((2, n, n)) + 4 * np.eye(n)).astype(dtype)
     b = RNG.standard_normal((5, 3)).astype(dtype)  # broadcast over a's batch
     x, ref = both(f"lapack_{p}trsm_ffi", arr((2, 5, 3), dtype), [a, b],
-                  config(side=side, uplo=uplo, trans_x=trans, diag=diag))
+                  lapack_config(side=side, uplo=uplo, trans_x=trans, diag=diag))
     assert_close(x, ref, **tol(dtype))
 
 
@@ -219,7 +216,7 @@ def test_gesdd(p, dtype, mode, rows, cols):
     out = Shape.tuple_of([arr((2, rows, cols), dtype), arr((2, k), dtype),
                        arr((2, rows, ucols), dtype), arr((2, vrows, cols), dtype),
                        Shape.array("s32", (2,))])
-    comp = _custom_call(f"lapack_{p}gesdd_ffi", out, [a], config(mode=mode))
+    comp = _custom_call(f"lapack_{p}gesdd_ffi", out, [a], lapack_config(mode=mode))
     _, s, u, vt, info = lapack.native_impl(comp.root)(None, comp.root, [a])
     assert list(info) == [0, 1] and np.isnan(s[1]).all()
     assert_close(s[0], np.linalg.svd(a[0].astype(np.float64), compute_uv=False).astype(dtype),
@@ -241,14 +238,15 @@ def test_geev_right_vectors_and_complex_pairs(p, dtype):
     out = Shape.tuple_of([arr((2, 3), dtype), arr((2, 3), dtype), arr((2, 3, 3), c),
                        arr((2, 3, 3), c), Shape.array("s32", (2,))])
     comp = _custom_call(f"lapack_{p}geev_ffi", out, [g],
-                        config(compute_left="N", compute_right="V"))
+                        lapack_config(compute_left="N", compute_right="V"))
     wr, wi, _, vr, info = lapack.native_impl(comp.root)(None, comp.root, [g])
     assert list(info) == [0, -4] and np.isnan(wr[1]).all()
     w = wr[0] + 1j * wi[0]
     assert sorted(np.round(wi[0], 3)) != [0, 0, 0]  # a complex pair
     np.testing.assert_allclose(g[0] @ vr[0], vr[0] * w, **tol(dtype))
     assert_close(np.linalg.norm(vr[0], axis=0), np.ones(3, dtype), **tol(dtype))
-    left = _custom_call(f"lapack_{p}geev_ffi", out, [g], config(compute_left="V", compute_right="N"))
+    left = _custom_call(f"lapack_{p}geev_ffi", out, [g],
+                        lapack_config(compute_left="V", compute_right="N"))
     assert lapack.native_impl(left.root) is None
     with pytest.raises(UnsupportedError, match="left eigenvectors"):
         evaluate_computation(left, [g])
@@ -288,7 +286,7 @@ def test_result_shapes_that_do_not_fit_the_call_are_refused(target, opts, result
     types = ["f32", "f32", "c64" if "geev" in target else "f32",
              "c64" if "geev" in target else "f32", "s32"]
     out = Shape.tuple_of([Shape.array(t, d) for t, d in zip(types, results, strict=True)])
-    comp = _custom_call(target, out, [a], config(**opts))
+    comp = _custom_call(target, out, [a], lapack_config(**opts))
     with pytest.raises(InputError, match="cannot have results"):
         lapack.native_impl(comp.root)
     with pytest.raises(InputError, match="cannot have results"):

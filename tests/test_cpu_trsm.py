@@ -13,6 +13,7 @@ import pytest
 
 from hloc.codegen.cpu import trsm
 from hloc.codegen.cpu.kernel import RootItem
+from hloc.ir.custom_calls import lapack_config
 from hloc.ir.text.parser import parse_module
 
 from .support import kernels
@@ -24,11 +25,6 @@ RNG = np.random.default_rng(11)
 OPTIONS = list(itertools.product("LR", "LU", "NTC", "NU"))
 
 
-def _config(side, uplo, trans, diag) -> str:
-    return (f"{{diag = {ord(diag)} : ui8, side = {ord(side)} : ui8, "
-            f"trans_x = {ord(trans)} : ui8, uplo = {ord(uplo)} : ui8}}")
-
-
 def trsm_text(dtype, batch, n, m, side, uplo, trans, diag, b_layout="", alias=False) -> str:
     b_dims = (*batch, n, m) if side == "L" else (*batch, m, n)
     a_shape = f"{dtype}[{','.join(map(str, (*batch, n, n)))}]"
@@ -38,7 +34,7 @@ def trsm_text(dtype, batch, n, m, side, uplo, trans, diag, b_layout="", alias=Fa
 ENTRY e {{
   a = {a_shape} parameter(0)
   b = {b_shape}{b_layout} parameter(1)
-  ROOT x = {b_shape} custom-call(a, b), custom_call_target="lapack_{dtype[0].replace('f', 's') if dtype == 'f32' else 'd'}trsm_ffi"{aliasing}, backend_config={_config(side, uplo, trans, diag)}
+  ROOT x = {b_shape} custom-call(a, b), custom_call_target="lapack_{dtype[0].replace('f', 's') if dtype == 'f32' else 'd'}trsm_ffi"{aliasing}, backend_config={lapack_config(diag=diag, side=side, trans_x=trans, uplo=uplo)}
 }}
 """
 

@@ -58,6 +58,12 @@ def lapack_options(instr) -> dict[str, str]:
     return {k: chr(int(v)) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)\s*:\s*ui8", text)}
 
 
+def lapack_config(**options: str) -> str:
+    """The backend_config jax writes for LAPACK call options (lapack_options reads it):
+    lapack_config(uplo="L") == "{uplo = 76 : ui8}"."""
+    return "{" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in options.items()) + "}"
+
+
 def expected_dims(instr) -> list[tuple[int, ...] | None]:
     """The result dims a LAPACK call's operands and options imply (a tuple's elements in
     order; one entry for an array result; None: not written, any dims), for check_dims."""

@@ -16,7 +16,7 @@ f16 and bf16 solves are converted to f32 around the call (LAPACK has no half pre
 from __future__ import annotations
 
 from ..ir import Module, Opcode, PrimitiveType, Shape
-from ..ir.custom_calls import SUPPORTED_TARGETS
+from ..ir.custom_calls import SUPPORTED_TARGETS, lapack_config
 from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit
@@ -31,10 +31,9 @@ _TRANS = {2: "T", 3: "C"}  # transpose_a: 1 (or unset) NO_TRANSPOSE, 2 TRANSPOSE
 
 
 def trsm_config(left_side: bool, lower: bool, unit_diagonal: bool, transpose_a: int) -> str:
-    """jax's backend_config for its trsm call: each option one ASCII character as ui8."""
-    options = {"diag": "U" if unit_diagonal else "N", "side": "L" if left_side else "R",
-               "trans_x": _TRANS.get(transpose_a, "N"), "uplo": "L" if lower else "U"}
-    return "{" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in options.items()) + "}"
+    """jax's backend_config for its trsm call."""
+    return lapack_config(diag="U" if unit_diagonal else "N", side="L" if left_side else "R",
+                         trans_x=_TRANS.get(transpose_a, "N"), uplo="L" if lower else "U")
 
 
 @TRSM_RULES.rule(P(Opcode.TRIANGULAR_SOLVE))

@@ -36,7 +36,7 @@ BLOCK = 2048
 
 
 def _column_reduce(instr: Instruction) -> bool:
-    """A single-output reduce that keeps its input's contiguous dimension."""
+    """A reduce that keeps its input's contiguous dimension."""
     if instr.opcode != Opcode.REDUCE:
         return False
     shape = instr.operands[0].shape
