@@ -339,7 +339,8 @@ class _ConvEmitter:
                     t = stack.enter_context(ctx.loop(seq.start, seq.stop, "tap"))
                     tap, pos = seq.tap(ctx, t)
                 else:
-                    tap = stack.enter_context(ctx.loop(0, wd.size, "tap"))
+                    tap = stack.enter_context(ctx.loop(0, wd.size, "tap",
+                                                       unroll=False if self.geo.depthwise else None))
                     ok, pos = window_tap(ctx, out_pos, tap, wd, size)
                     stack.enter_context(b.if_then(ok))
                 li[dn.input_spatial_dimensions[i]] = pos

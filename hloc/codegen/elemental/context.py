@@ -199,10 +199,12 @@ class EmitContext:
 
     @contextlib.contextmanager
     def loop(self, start: ir.Value | int, stop: ir.Value | int, name: str = "i",
-             step: int = 1, vectorize: bool = True, unroll: bool = False) -> Iterator[ir.Value]:
+             step: int = 1, vectorize: bool = True, unroll: bool | None = None
+             ) -> Iterator[ir.Value]:
         """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable;
         `vectorize=False` asks LLVM's loop vectorizer to leave it alone, `unroll=True` asks
-        for complete unrolling (constant bounds; llvm.loop metadata).
+        for complete unrolling (constant bounds), `unroll=False` for none (llvm.loop
+        metadata; None: LLVM's choice).
 
         The body is emitted inside the `with`; the builder ends in the loop's exit block.
         """
@@ -223,11 +225,11 @@ class EmitContext:
         nxt = b.add(index, self.i64(step), name=f"{name}.next", flags=["nsw"])
         index.add_incoming(nxt, b.block)
         latch = b.branch(head)
-        if not vectorize or unroll:
+        if not vectorize or unroll is not None:
             latch.set_metadata("llvm.loop", self._loop_id(vectorize, unroll))
         b.position_at_end(exit_)
 
-    def _loop_id(self, vectorize: bool, unroll: bool) -> ir.MDValue:
+    def _loop_id(self, vectorize: bool, unroll: bool | None) -> ir.MDValue:
         """A loop ID with the hints `loop` takes: self-referential, as LLVM requires, and one
         per loop (llvmlite interns metadata by its operands: a unique name first)."""
         module = self.builder.module
@@ -236,8 +238,9 @@ class EmitContext:
             options.append(module.add_metadata([
                 ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
                 ir.Constant(ir.IntType(1), 0)]))
-        if unroll:
-            options.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.full")]))
+        if unroll is not None:
+            hint = "llvm.loop.unroll.full" if unroll else "llvm.loop.unroll.disable"
+            options.append(module.add_metadata([ir.MetaDataString(module, hint)]))
         unique = ir.MetaDataString(module, module.get_unique_name("hloc.loop"))
         loop_id = module.add_metadata([*options, unique])
         loop_id.operands = (loop_id, *options)
