@@ -123,7 +123,7 @@ class TransposeSegment(Segment):
             if self.staged:
                 self._emit_staged(kb, index, bounds)
                 return
-            with ctx.loop(*bounds[0], "ta") as a:
+            with ctx.loop(*bounds[0], "ta", unroll=False) as a:
                 with ctx.loop(*bounds[1], "tb") as j:
                     index[self.a_dim], index[self.b_dim] = a, j
                     (value,) = flatten(kb.gen(self.value)(list(index)))
