@@ -282,3 +282,20 @@ def test_a_worker_that_found_its_core_taken_sends_jobs_to_the_caller(pool):
             break
     else:
         pytest.skip("no worker claimed a piece in five jobs (a very busy machine)")
+
+
+@pytest.mark.parametrize("op,t,weighted", [("exponential", "f32", True), ("tanh", "bf16", True),
+                                           ("multiply", "f32", False), ("power", "s32", False)])
+def test_transcendental_elements_count_as_more_work(op, t, weighted, tmp_path):
+    """A kernel's work (what decides the runtime's split across threads) counts each element
+    of a float transcendental op as TRANSCENDENTAL_WORK operations: 65536 exps are split
+    (2^18), 65536 multiplies or integer powers are not."""
+    from hloc.codegen.cpu.thunk_kernels import TRANSCENDENTAL_WORK
+    from hloc.runtime.cpu.parallel import MIN_PARALLEL_WORK
+
+    operands = "x, x" if op in ("multiply", "power") else "x"
+    text = (f"HloModule w\nENTRY e {{\n  x = {t}[256,256] parameter(0)\n"
+            f"  ROOT y = {t}[256,256] {op}({operands})\n}}\n")
+    (kernel,) = kernels_json(compile_bundle(text, tmp_path / "w.bundle"))["kernels"].values()
+    assert kernel["work"] == 256 * 256 * (TRANSCENDENTAL_WORK if weighted else 1)
+    assert (kernel["work"] >= MIN_PARALLEL_WORK) == weighted

@@ -209,11 +209,37 @@ def work(spec: KernelSpec) -> int:
     return total + sum(dot_work(i) for i in spec.computation.post_order() if buffered(i))
 
 
+# Float ops computed by a long instruction sequence (a polynomial and its range reduction):
+# an element of a kernel that applies one costs about as much as TRANSCENDENTAL_WORK plain
+# ones. Sinkhorn's logsumexp over a 256 x 256 matrix (65536 exps) took 47 us on one thread,
+# a multiply-subtract over the same matrix 5.5 us: counted as 65536 operations, it stayed
+# below the runtime's parallel split (2^18) and ran on one core.
+TRANSCENDENTAL_WORK = 4
+TRANSCENDENTAL = frozenset({
+    Opcode.EXP, Opcode.EXPM1, Opcode.LOG, Opcode.LOG1P, Opcode.LOGISTIC, Opcode.TANH,
+    Opcode.SIN, Opcode.COS, Opcode.TAN, Opcode.ATAN2, Opcode.POWER, Opcode.ERF, Opcode.CBRT,
+})
+
+
+def _math_weight(item: Instruction) -> int:
+    """TRANSCENDENTAL_WORK where `item` computes a float transcendental op, else 1."""
+    seen, stack = set(), [item]
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode in TRANSCENDENTAL and i.shape.is_array and i.shape.dtype.is_float:
+            return TRANSCENDENTAL_WORK
+        stack.extend(i.operands)
+    return 1
+
+
 def _item_work(spec: KernelSpec, item: Instruction) -> int:
     if item.opcode == Opcode.DOT:
         return dot_work(item)
     if item.opcode == Opcode.REDUCE:
-        return math.prod(item.operands[0].shape.dims)
+        return math.prod(item.operands[0].shape.dims) * _math_weight(item)
     if item.opcode == Opcode.DYNAMIC_UPDATE_SLICE and spec.aliases:
         return math.prod(item.operands[1].shape.dims)  # in place: only the update is written
     if item.opcode == Opcode.SORT:
@@ -244,7 +270,7 @@ def _item_work(spec: KernelSpec, item: Instruction) -> int:
 
         return custom_call_work(item)
     elements = sum(math.prod(s.dims) for _, s in item.shape.leaves())
-    return elements * element_work(item)
+    return elements * element_work(item) * _math_weight(item)
 
 
 def kernel_json(info: KernelInfo, spec: KernelSpec) -> dict:
