@@ -146,3 +146,48 @@ def test_short_windows_unroll_where_the_row_stays_inside(cols, pad, unrolled, tm
     if unrolled:
         kernel = _kernel(optimized, r"hloc_\w+")
         assert "masked.gather" not in kernel, kernel[:2000]
+
+
+ARGMIN_ROWS = """HloModule argmin
+argmin {{
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  lt = pred[] compare(a, b), direction=LT
+  nan = pred[] compare(a, a), direction=NE
+  first = pred[] or(lt, nan)
+  v = f32[] select(first, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lower = pred[] compare(ai, bi), direction=LT
+  tie = pred[] and(eq, lower)
+  pick = pred[] or(first, tie)
+  i = s32[] select(pick, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}}
+ENTRY e {{
+  x = f32[512,{n}]{{1,0}} parameter(0)
+  io = s32[512,{n}]{{1,0}} iota(), iota_dimension=1
+  inf = f32[] constant(inf)
+  z = s32[] constant(0)
+  r = (f32[512], s32[512]) reduce(x, io, inf, z), dimensions={{1}}, to_apply=argmin
+  v = f32[512] get-tuple-element(r), index=0
+  i = s32[512] get-tuple-element(r), index=1
+  ROOT o = (f32[512], s32[512]) tuple(v, i)
+}}
+"""
+
+
+@pytest.mark.parametrize("n", [32, 33])
+def test_short_argmins_unroll_so_the_output_row_vectorizes(n, tmp_path):
+    """An argmin over rows of up to 32 (reduction.SHORT_VARIADIC_REDUCE; k-means' assignment
+    step) unrolls so that lanes hold neighbouring rows: each row's compare-and-select chain
+    was one long dependency. Ties keep the lowest index, a NaN wins, as in the reducer."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, (512, n)).astype(np.float32)  # many ties
+    x[rng.random((512, n)) < 0.01] = np.nan
+    o = run_cases({"case": (ARGMIN_ROWS.format(n=n), [x])}, tmp=tmp_path)["case"]
+    np.testing.assert_array_equal(o.got[1], o.want[1])
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    raw = members(o.artifact)["module.ll"].decode()
+    assert ("llvm.loop.unroll.full" in raw) == (n <= 32)
