@@ -41,6 +41,37 @@ def _invariant_elements(body: Computation) -> set[int]:
             and op.attrs.tuple_index == k}
 
 
+def _physical_order(shape) -> list[int]:
+    """The shape's dimensions from the slowest-varying to the contiguous one."""
+    layout = shape.layout
+    if layout is None or len(layout.minor_to_major) != shape.rank:
+        return list(range(shape.rank))
+    return list(reversed(layout.minor_to_major))
+
+
+def moves_elements(instr: Instruction) -> bool:
+    """Whether a transpose or copy puts elements elsewhere in memory under the layouts its
+    shapes carry (a layout-changing one is a copy kernel: after layout assignment, a
+    transposed operand of a dot, `x @ w.T` in a loop body, is a transpose of every step)."""
+    operand = instr.operands[0].shape
+    if instr.opcode == Op.TRANSPOSE:
+        source = list(instr.attrs.dimensions)
+    elif instr.opcode == Op.COPY:
+        source = list(range(instr.shape.rank))
+    else:
+        return False
+    if operand.layout is not None and (operand.layout.tiles or operand.layout.memory_space):
+        return True
+    order = [source[d] for d in _physical_order(instr.shape) if instr.shape.dims[d] != 1]
+    return order != [d for d in _physical_order(operand) if operand.dims[d] != 1]
+
+
+def _worth_alone(instr: Instruction) -> bool:
+    if instr.opcode in (Op.TRANSPOSE, Op.COPY):
+        return moves_elements(instr)
+    return instr.opcode not in _NOT_WORTH_ALONE
+
+
 def _size_inflating(instr: Instruction) -> bool:
     return instr.shape.byte_size > sum(o.shape.byte_size for o in instr.operands)
 
@@ -69,7 +100,7 @@ def plan_hoisting(body: Computation, hoist_size_inflating: bool) -> _Plan:
             continue
         if not any(id(o) in sources or id(o) in hoisted for o in ops):
             continue  # constants only: constant folding's job
-        hoisted[id(instr)] = (instr.opcode not in _NOT_WORTH_ALONE
+        hoisted[id(instr)] = (_worth_alone(instr)
                               or any(hoisted.get(id(o), False) for o in ops))
         plan.hoisted.append(instr)
     plan.frontier = [i for i in plan.hoisted
