@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from .support.bundles import members
-from .support.hlo import reducer_text
+from .support.hlo import arg_reducer_text, reducer_text
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -148,23 +148,7 @@ def test_short_windows_unroll_where_the_row_stays_inside(cols, pad, unrolled, tm
         assert "masked.gather" not in kernel, kernel[:2000]
 
 
-ARGMIN_ROWS = """HloModule argmin
-argmin {{
-  a = f32[] parameter(0)
-  ai = s32[] parameter(1)
-  b = f32[] parameter(2)
-  bi = s32[] parameter(3)
-  lt = pred[] compare(a, b), direction=LT
-  nan = pred[] compare(a, a), direction=NE
-  first = pred[] or(lt, nan)
-  v = f32[] select(first, a, b)
-  eq = pred[] compare(a, b), direction=EQ
-  lower = pred[] compare(ai, bi), direction=LT
-  tie = pred[] and(eq, lower)
-  pick = pred[] or(first, tie)
-  i = s32[] select(pick, ai, bi)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}}
+ARGMIN_ROWS = """
 ENTRY e {{
   x = f32[512,{n}]{{1,0}} parameter(0)
   io = s32[512,{n}]{{1,0}} iota(), iota_dimension=1
@@ -186,7 +170,8 @@ def test_short_argmins_unroll_so_the_output_row_vectorizes(n, tmp_path):
     rng = np.random.default_rng(5)
     x = rng.integers(-3, 4, (512, n)).astype(np.float32)  # many ties
     x[rng.random((512, n)) < 0.01] = np.nan
-    o = run_cases({"case": (ARGMIN_ROWS.format(n=n), [x])}, tmp=tmp_path)["case"]
+    text = "HloModule argmin\n" + arg_reducer_text("argmin") + ARGMIN_ROWS.format(n=n)
+    o = run_cases({"case": (text, [x])}, tmp=tmp_path)["case"]
     np.testing.assert_array_equal(o.got[1], o.want[1])
     np.testing.assert_array_equal(o.got[0], o.want[0])
     raw = members(o.artifact)["module.ll"].decode()

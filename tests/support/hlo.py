@@ -83,6 +83,29 @@ def reducer_text(op: str, dtype: str = "f32", name: str = "") -> str:
 """
 
 
+def arg_reducer_text(name: str, direction: str = "LT", dtype: str = "f32") -> str:
+    """HLO text of jax's argmin (direction LT) or argmax (GT) reducer `name` over (value,
+    s32 index) pairs: a NaN wins, ties keep the lower index."""
+    return f"""
+{name} {{
+  a = {dtype}[] parameter(0)
+  ai = s32[] parameter(1)
+  b = {dtype}[] parameter(2)
+  bi = s32[] parameter(3)
+  better = pred[] compare(a, b), direction={direction}
+  nan = pred[] compare(a, a), direction=NE
+  first = pred[] or(better, nan)
+  v = {dtype}[] select(first, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lower = pred[] compare(ai, bi), direction=LT
+  tie = pred[] and(eq, lower)
+  pick = pred[] or(first, tie)
+  i = s32[] select(pick, ai, bi)
+  ROOT t = ({dtype}[], s32[]) tuple(v, i)
+}}
+"""
+
+
 def run_passes(module: Module, spec: str) -> bool:
     """Run a pass spec with the verifier after every pass (the test configuration)."""
     return PassRunner(parse_spec(spec), verify=True).run(module)
