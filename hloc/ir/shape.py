@@ -127,6 +127,14 @@ class Shape:
             return 0
         return self.num_elements * self.dtype.byte_size
 
+    def major_to_minor(self) -> list[int]:
+        """Logical dimensions from the slowest-varying to the contiguous one (row-major
+        where the layout is missing or of another rank)."""
+        layout = self.layout
+        if layout is None or len(layout.minor_to_major) != self.rank:
+            return list(range(self.rank))
+        return list(reversed(layout.minor_to_major))
+
     def with_layout(self, layout: Layout | None) -> Shape:
         return Shape(self.element_type, self.dims, layout, self.tuple_shapes, self.dynamic_dims)
 

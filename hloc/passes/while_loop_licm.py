@@ -41,14 +41,6 @@ def _invariant_elements(body: Computation) -> set[int]:
             and op.attrs.tuple_index == k}
 
 
-def _physical_order(shape) -> list[int]:
-    """The shape's dimensions from the slowest-varying to the contiguous one."""
-    layout = shape.layout
-    if layout is None or len(layout.minor_to_major) != shape.rank:
-        return list(range(shape.rank))
-    return list(reversed(layout.minor_to_major))
-
-
 def moves_elements(instr: Instruction) -> bool:
     """Whether a transpose or copy puts elements elsewhere in memory under the layouts its
     shapes carry (a layout-changing one is a copy kernel: after layout assignment, a
@@ -62,8 +54,8 @@ def moves_elements(instr: Instruction) -> bool:
         return False
     if operand.layout is not None and (operand.layout.tiles or operand.layout.memory_space):
         return True
-    order = [source[d] for d in _physical_order(instr.shape) if instr.shape.dims[d] != 1]
-    return order != [d for d in _physical_order(operand) if operand.dims[d] != 1]
+    order = [source[d] for d in instr.shape.major_to_minor() if instr.shape.dims[d] != 1]
+    return order != [d for d in operand.major_to_minor() if operand.dims[d] != 1]
 
 
 def _worth_alone(instr: Instruction) -> bool:

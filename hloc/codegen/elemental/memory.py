@@ -17,10 +17,7 @@ from .types import I32, ElemType, elem_type
 
 def major_to_minor(shape: Shape) -> list[int]:
     """Logical dimensions from the slowest-varying to the contiguous one."""
-    layout = shape.layout
-    if layout is None or len(layout.minor_to_major) != shape.rank:
-        return list(range(shape.rank))
-    return list(reversed(layout.minor_to_major))
+    return shape.major_to_minor()
 
 
 def strides(shape: Shape) -> list[int]:

@@ -151,7 +151,8 @@ def accumulate_loops(ctx: EmitContext, bounds: list[tuple[ir.Value, ir.Value]],
         b.store(v, slot)
         slots.append(slot)
     with contextlib.ExitStack() as stack:
-        ivs = [stack.enter_context(ctx.loop(lo, hi, "r", unroll=True if unroll else None)) for lo, hi in bounds]
+        ivs = [stack.enter_context(ctx.loop(lo, hi, "r", unroll=unroll or None))
+               for lo, hi in bounds]
         accs = [b.load(s, typ=v.type) for s, v in zip(slots, init, strict=True)]
         for s, v in zip(slots, body(ivs, accs), strict=True):
             b.store(v, s)
