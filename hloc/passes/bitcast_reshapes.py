@@ -26,17 +26,32 @@ def _row_major(shape: Shape) -> bool:
         and not (shape.layout is not None and (shape.layout.tiles or shape.layout.memory_space))
 
 
+def moves_elements(instr: Instruction) -> bool:
+    """Whether a transpose or copy puts elements elsewhere in memory under the layouts its
+    shapes carry (a layout-changing one is a copy kernel: after layout assignment, a
+    transposed operand of a dot, `x @ w.T` in a loop body, is a transpose of every step)."""
+    operand = instr.operands[0].shape
+    if instr.opcode == Opcode.TRANSPOSE:
+        source = list(instr.attrs.dimensions)
+    elif instr.opcode == Opcode.COPY:
+        source = list(range(instr.shape.rank))
+    else:
+        return False
+    if operand.layout is not None and (operand.layout.tiles or operand.layout.memory_space):
+        return True
+    order = [source[d] for d in instr.shape.major_to_minor() if instr.shape.dims[d] != 1]
+    return order != [d for d in operand.major_to_minor() if operand.dims[d] != 1]
+
+
 def moves_no_element(instr: Instruction) -> bool:
-    """Whether `instr` (reshape/transpose) keeps every element at its physical position."""
+    """Whether `instr` (reshape/transpose) keeps every element at its physical position,
+    row-major on both sides (as a bitcast)."""
     operand = instr.operands[0]
     if operand.shape.element_type != instr.shape.element_type:
         return False
     if not (_row_major(operand.shape) and _row_major(instr.shape)):
         return False
-    if instr.opcode == Opcode.RESHAPE:
-        return True
-    kept = [d for d in instr.attrs.dimensions if operand.shape.dims[d] != 1]
-    return kept == sorted(kept)
+    return instr.opcode == Opcode.RESHAPE or not moves_elements(instr)
 
 
 @register_pass

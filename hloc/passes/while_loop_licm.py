@@ -6,6 +6,7 @@ from dataclasses import field
 
 from ..ir import Computation, Instruction, Opcode
 from ..util.record import dataclass
+from .bitcast_reshapes import moves_elements
 from .rewrite import has_side_effects
 from .while_loop_state import (
     own_computation,
@@ -39,23 +40,6 @@ def _invariant_elements(body: Computation) -> set[int]:
     return {k for k, op in enumerate(body.root.operands)
             if op.opcode == Op.GET_TUPLE_ELEMENT and op.operands[0] is param
             and op.attrs.tuple_index == k}
-
-
-def moves_elements(instr: Instruction) -> bool:
-    """Whether a transpose or copy puts elements elsewhere in memory under the layouts its
-    shapes carry (a layout-changing one is a copy kernel: after layout assignment, a
-    transposed operand of a dot, `x @ w.T` in a loop body, is a transpose of every step)."""
-    operand = instr.operands[0].shape
-    if instr.opcode == Op.TRANSPOSE:
-        source = list(instr.attrs.dimensions)
-    elif instr.opcode == Op.COPY:
-        source = list(range(instr.shape.rank))
-    else:
-        return False
-    if operand.layout is not None and (operand.layout.tiles or operand.layout.memory_space):
-        return True
-    order = [source[d] for d in instr.shape.major_to_minor() if instr.shape.dims[d] != 1]
-    return order != [d for d in operand.major_to_minor() if operand.dims[d] != 1]
 
 
 def _worth_alone(instr: Instruction) -> bool:
