@@ -8,7 +8,8 @@ computes itself: thunk_kernels, dot.py): for each contraction,
     into a scratch buffer),
   - the contraction itself, run by the runtime (gemm / convolution) from parameter or scratch
     buffers into a scratch buffer (or straight into the output when it is the root), or by a
-    kernel of its own where convolutions get native kernels (small and depthwise ones),
+    kernel of its own where convolutions get native kernels (small and depthwise ones) and
+    for dots no GEMM library computes (integer and mixed-type products),
 and then one epilogue kernel: the fused computation with each contraction replaced by a new
 parameter that reads its scratch buffer.
 
@@ -62,6 +63,8 @@ def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
         refs[id(c)] = out
         if c.opcode == Opcode.CONVOLUTION and _native_convolution(c):
             _kernel_step(composite, c, operands, out, f"{symbol}_conv{len(composite.specs)}")
+        elif c.opcode == Opcode.DOT and _native_dot(c):
+            _kernel_step(composite, c, operands, out, f"{symbol}_dot{len(composite.specs)}")
         else:
             composite.steps.append(_contraction_step(c, operands, out))
     if comp.root not in contractions:
@@ -89,6 +92,15 @@ def _native_convolution(c: Instruction) -> bool:
     from .conv import wants_native  # (conv.py builds on thunk_kernels, which imports this)
 
     return wants_native(c)
+
+
+def _native_dot(c: Instruction) -> bool:
+    """Whether this dot is a tiled kernel of its own rather than the runtime's GEMM: one no
+    GEMM library computes (integer or mixed types, an int8 product accumulated in int32),
+    whose other path would be the reference interpreter."""
+    from .dot import library_dot, tiled
+
+    return tiled(c) and not library_dot(c)
 
 
 def _kernel_step(composite: Composite, c: Instruction, operands, out, symbol: str) -> None:

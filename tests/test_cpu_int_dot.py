@@ -1,0 +1,125 @@
+"""Integer dots on the CPU: 8- and 16-bit products accumulated in 32 bits, two contracting
+steps at a time through pmaddwd (hloc/codegen/cpu/dot.py `paired`), and integer dots fused
+with an epilogue (a composite whose product step is a dot kernel, hloc/codegen/cpu/outline.py),
+each exactly equal to the reference interpreter for every x86-64 level the bundle targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hloc.codegen.cpu.dot import SMALL_DOT_WORK
+from hloc.codegen.target import cpu_target
+
+from .support.bundles import kernels_json, members
+from .support.run import run_cases
+
+pytestmark = pytest.mark.cpu
+
+_NP = {"s8": np.int8, "u8": np.uint8, "s16": np.int16, "u16": np.uint16, "s32": np.int32}
+LC1_RC0 = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+# (cpu, the pmaddwd intrinsic its widest accumulators use; None: derived from the host)
+LEVELS = [("x86-64", "llvm.x86.sse2.pmadd.wd"), ("x86-64-v3", "llvm.x86.avx2.pmadd.wd"),
+          (None, None)]
+
+
+def _module(lhs: str, rhs: str, out: str, dims: str) -> str:
+    return (f"HloModule d\nENTRY e {{\n  a = {lhs} parameter(0)\n  b = {rhs} parameter(1)\n"
+            f"  ROOT d = {out} dot(a, b), {dims}\n}}\n")
+
+
+def _random(dtype: str, dims: list[int], rng) -> np.ndarray:
+    info = np.iinfo(_NP[dtype])
+    x = rng.integers(info.min, info.max, dims, endpoint=True).astype(_NP[dtype])
+    flat = x.reshape(-1)
+    flat[: min(flat.size, 7)] = info.min  # the extremes: min * min pairs wrap in pmaddwd
+    return x
+
+
+def _widest(cpu: str | None) -> str:
+    target = cpu_target(cpu)
+    if target.has("avx512bw"):
+        return "llvm.x86.avx512.pmaddw.d.512"
+    return "llvm.x86.avx2.pmadd.wd" if target.has("avx2") else "llvm.x86.sse2.pmadd.wd"
+
+
+PAIRED = [
+    # odd depth (a last step alone), row and column tails
+    ("s8", [37, 203], "s8", [203, 45], "s32", LC1_RC0),
+    ("u8", [9, 64], "s8", [64, 70], "s32", LC1_RC0),
+    ("u8", [5, 33], "u8", [33, 17], "s32", LC1_RC0),
+    ("s16", [6, 50], "s16", [50, 40], "s32", LC1_RC0),
+    # rhs contracted over its minor dimension: columns read element by element
+    ("s8", [7, 30], "s8", [21, 30], "s32", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    # batch dimensions; two contracting dimensions (pairs along the last)
+    ("s8", [2, 5, 12], "s8", [2, 12, 19], "s32",
+     "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"),
+    ("s8", [4, 3, 5], "s8", [3, 5, 20], "s32",
+     "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}"),
+]
+
+
+@pytest.mark.parametrize("cpu,intrinsic", LEVELS, ids=[c or "host" for c, _ in LEVELS])
+@pytest.mark.parametrize("lt,ld,rt,rd,ot,dims", PAIRED,
+                         ids=[f"{c[0]}{c[1]}x{c[2]}{c[3]}" for c in PAIRED])
+def test_narrow_integer_products_go_in_pairs(lt, ld, rt, rd, ot, dims, cpu, intrinsic, tmp_path):
+    rng = np.random.default_rng(11)
+    args = [_random(lt, ld, rng), _random(rt, rd, rng)]
+    shape = {"lhs": f"{lt}[{','.join(map(str, ld))}]", "rhs": f"{rt}[{','.join(map(str, rd))}]"}
+    out_dims = _out_dims(ld, rd, dims)
+    text = _module(shape["lhs"], shape["rhs"], f"{ot}[{','.join(map(str, out_dims))}]", dims)
+    o = run_cases({"case": (text, args)}, tmp=tmp_path, cpu=cpu,
+                  passes="layout-assignment")["case"]
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    ir_text = members(o.artifact)["module.ll"].decode()
+    assert (intrinsic or _widest(cpu)) in ir_text
+
+
+def _out_dims(ld: list[int], rd: list[int], dims: str) -> list[int]:
+    def field(name: str) -> list[int]:
+        part = dims.split(f"{name}={{")[1].split("}")[0] if f"{name}={{" in dims else ""
+        return [int(x) for x in part.split(",") if x]
+    lb, lc, rb, rc = (field(n) for n in ("lhs_batch_dims", "lhs_contracting_dims",
+                                         "rhs_batch_dims", "rhs_contracting_dims"))
+    return ([ld[d] for d in lb] + [ld[d] for d in range(len(ld)) if d not in lb + lc]
+            + [rd[d] for d in range(len(rd)) if d not in rb + rc])
+
+
+@pytest.mark.parametrize("lt,rt", [("s32", "s32"), ("u16", "s8")])
+def test_other_integer_products_go_one_by_one(lt, rt, tmp_path):
+    """32-bit operands, and unsigned 16-bit ones (no signed 16-bit pair holds them), keep
+    one multiply-add per step."""
+    rng = np.random.default_rng(12)
+    args = [_random(lt, [6, 9], rng), _random(rt, [9, 10], rng)]
+    text = _module(f"{lt}[6,9]", f"{rt}[9,10]", "s32[6,10]", LC1_RC0)
+    o = run_cases({"case": (text, args)}, tmp=tmp_path, passes="layout-assignment")["case"]
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    assert "pmadd" not in members(o.artifact)["module.ll"].decode()
+
+
+QUANTIZED = """HloModule q
+ENTRY e {
+  a = s8[96,256]{1,0} parameter(0)
+  b = s8[256,80]{1,0} parameter(1)
+  sa = f32[96]{0} parameter(2)
+  d = s32[96,80]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c = f32[96,80]{1,0} convert(d)
+  s = f32[96,80]{1,0} broadcast(sa), dimensions={0}
+  ROOT m = f32[96,80]{1,0} multiply(c, s)
+}
+"""
+
+
+def test_fused_integer_dot_is_a_kernel_step(tmp_path):
+    """An int8 product with its dequantizing epilogue, too big to be computed inside the
+    fused kernel: the composite's product step is a dot kernel (it was the reference
+    interpreter: numpy's integer matmul, 370x XLA's time on a 512 x 1024 x 1024 product)."""
+    assert 96 * 80 * 256 >= SMALL_DOT_WORK
+    rng = np.random.default_rng(13)
+    args = [_random("s8", [96, 256], rng), _random("s8", [256, 80], rng),
+            rng.uniform(0.01, 0.02, 96).astype(np.float32)]
+    o = run_cases({"case": (QUANTIZED, args)}, tmp=tmp_path)["case"]
+    np.testing.assert_array_equal(o.got[0], o.want[0])
+    (composite,) = kernels_json(o.artifact)["composites"].values()
+    kinds = [(s["kind"], s.get("segments")) for s in composite["steps"]]
+    assert kinds[0] == ("kernel", ["dot"]) and all(kind == "kernel" for kind, _ in kinds), kinds
