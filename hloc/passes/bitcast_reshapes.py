@@ -30,16 +30,21 @@ def moves_elements(instr: Instruction) -> bool:
     """Whether a transpose or copy puts elements elsewhere in memory under the layouts its
     shapes carry (a layout-changing one is a copy kernel: after layout assignment, a
     transposed operand of a dot, `x @ w.T` in a loop body, is a transpose of every step)."""
-    operand = instr.operands[0].shape
     if instr.opcode == Opcode.TRANSPOSE:
         source = list(instr.attrs.dimensions)
     elif instr.opcode == Opcode.COPY:
         source = list(range(instr.shape.rank))
     else:
         return False
+    return permutes_memory(source, instr.operands[0].shape, instr.shape)
+
+
+def permutes_memory(source: list[int], operand: Shape, result: Shape) -> bool:
+    """Whether result[i] = operand[i permuted by `source`] (result dimension d is operand
+    dimension source[d]) puts elements elsewhere in memory under the shapes' layouts."""
     if operand.layout is not None and (operand.layout.tiles or operand.layout.memory_space):
         return True
-    order = [source[d] for d in instr.shape.major_to_minor() if instr.shape.dims[d] != 1]
+    order = [source[d] for d in result.major_to_minor() if result.dims[d] != 1]
     return order != [d for d in operand.major_to_minor() if operand.dims[d] != 1]
 
 

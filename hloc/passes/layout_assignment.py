@@ -15,6 +15,7 @@ from ..errors import UnsupportedError
 from ..ir import Attrs, Computation, Instruction, Layout, Module, Opcode, Shape
 from ..util.record import dataclass
 from .base import Pass, register_pass
+from .bitcast_reshapes import permutes_memory
 
 Op = Opcode
 
@@ -152,8 +153,33 @@ class LayoutAssignment(Pass):
         root = entry.root
         if root.shape != result_want:
             entry.root = relayout(entry, root, result_want)
+            _bitcast_transposed_results(entry)
             changed = True
         return changed
+
+
+def _bitcast_transposed_results(entry: Computation) -> None:
+    """A result copied into the entry layout from a transpose that the layout undoes (jax's
+    weight gradient `dot(...)^T` with result layout {0,1}: the transposed copy and the copy
+    back would put every element where the dot wrote it) becomes a bitcast of the
+    transpose's operand, which then writes the result buffer itself."""
+    root = entry.root
+    leaves = dict.fromkeys(root.operands) if root.opcode == Op.TUPLE else [root]
+    for leaf in leaves:
+        if leaf.opcode != Op.COPY or leaf.operands[0].opcode != Op.TRANSPOSE:
+            continue
+        transpose = leaf.operands[0]
+        source = transpose.operands[0]
+        tiled = leaf.shape.layout is not None and bool(leaf.shape.layout.tiles)
+        if tiled or source.shape.element_type != leaf.shape.element_type or \
+                permutes_memory(list(transpose.attrs.dimensions), source.shape, leaf.shape):
+            continue
+        bitcast = entry.add(Instruction(Op.BITCAST, leaf.shape, [source], name="bitcast",
+                                        metadata=transpose.metadata))
+        if leaf is root:
+            entry.root = bitcast
+        else:
+            root.replace_operand_with(leaf, bitcast)
 
 
 def _assign(comp: Computation, cache: dict[Shape, Shape]) -> bool:
