@@ -175,6 +175,18 @@ CONVS = [
     ("f32[2,9,9,3]", "f32[3,3,3,4]", "f32[2,9,8,4]", "size=3x3 pad=0_2x1_0", "b01f_01io->b01f", 1),
     ("f32[1,6,17,5]", "f32[3,3,5,19]", "f32[1,6,17,19]", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 1),
 ]
+# 1-D convolutions, the direct path (`_direct_convolution_1d`): dilated taps one product each,
+# with stride, negative padding, input dilation, output channels that leave vector tails, and a
+# batch of rows split across threads. Output features that are not minor (bf0) take im2col.
+CONVS_1D = [
+    ("f32[2,1000,32]", "f32[2,32,33]", "f32[2,1000,33]", "size=2 pad=3_0 rhs_dilate=3", "b0f_0io->b0f"),
+    ("f32[3,801,32]", "f32[3,32,40]", "f32[3,399,40]", "size=3 stride=2 rhs_dilate=2", "b0f_0io->b0f"),
+    ("f32[2,600,32]", "f32[3,32,40]", "f32[2,594,40]", "size=3 pad=-1_-3", "b0f_0io->b0f"),
+    ("f32[2,400,32]", "f32[3,32,40]", "f32[2,801,40]", "size=3 pad=2_2 lhs_dilate=2", "b0f_0io->b0f"),
+    ("f32[2,32,600]", "f32[37,32,3]", "f32[2,37,598]", "size=3", "bf0_oi0->bf0"),
+    ("f32[2,32,600]", "f32[37,32,3]", "f32[2,598,37]", "size=3", "bf0_oi0->b0f"),
+    ("f32[3,700,48]", "f32[2,48,40]", "f32[3,700,40]", "size=2 pad=8_0 rhs_dilate=8", "b0f_0io->b0f"),
+]
 
 
 @pytest.mark.parametrize("inp,ker,out,window,labels,groups", CONVS)
@@ -185,6 +197,29 @@ def test_convolution(inp, ker, out, window, labels, groups, tmp_path):
     rng = np.random.default_rng(1)
     args = [_random(inp, rng), _random(ker, rng)]
     compare_with_interpreter({window: (text, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("inp,ker,out,window,labels", CONVS_1D)
+def test_convolution_1d_direct(inp, ker, out, window, labels, tmp_path, monkeypatch):
+    from hloc.codegen.cpu.conv import wants_native
+    from hloc.ir.text.parser import parse_module
+    from hloc.runtime.cpu import conv, gemm
+
+    direct = []
+    original = conv._direct_convolution_1d
+
+    def recorded(*args):
+        runner = original(*args)
+        direct.append(runner is not None)
+        return runner
+    monkeypatch.setattr(conv, "_direct_convolution_1d", recorded)
+    text = (f"HloModule c\nENTRY e {{\n  x = {inp} parameter(0)\n  w = {ker} parameter(1)\n"
+            f"  ROOT c = {out} convolution(x, w), window={{{window}}}, dim_labels={labels}\n}}\n")
+    rng = np.random.default_rng(3)
+    args = [_random(inp, rng), _random(ker, rng)]
+    assert not wants_native(parse_module(text).entry.root)  # the runtime's path, not a kernel
+    compare_with_interpreter({window: (text, args)}, tmp=tmp_path, rtol=1e-4, atol=1e-4)
+    assert direct == [gemm.native() is not None and not labels.endswith("bf0")]
 
 
 FUSED_CONV = """HloModule fc

@@ -12,6 +12,9 @@ fixed at load time, so a run is a few copies and one product.
 - A 2-D f32 convolution on AVX2 hosts runs the native implicit-GEMM kernel over the padded
   input (conv_native.py); on AVX-512 hosts one native GEMM per (image, kernel row) straight
   from the padded input (`_direct_convolution`). Neither writes an im2col matrix.
+- A 1-D f32 convolution is one native GEMM per image straight from the padded input where
+  its taps are adjacent (`_direct_convolution_1d`), else one per (image, tap), each adding
+  to the output (dilated, WaveNet-style): no im2col matrix either.
 - Everything else is im2col: the patches are gathered into a [BG, G, Nb*OUT, WINDOW*Cg]
   matrix (one strided copy) and multiplied by the kernel as [BG, G, WINDOW*Cg, Og]; feature
   groups (G) and batch groups (BG) are the batches of that product, window reversal reads
@@ -132,7 +135,8 @@ def _plain_runner(ctx: LoadContext, instr, form: ConvForm, x, input_slice, kerne
     from .conv_native import conv_runner
 
     direct = conv_runner(ctx, instr, form, x, kernel_slice, output_slice) \
-        or _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice)
+        or _direct_convolution(ctx, instr, form, x, kernel_slice, output_slice) \
+        or _direct_convolution_1d(ctx, instr, form, x, kernel_slice, output_slice)
     if direct is not None:
         return direct
     gather, patches = _patches(x, form)
@@ -278,6 +282,75 @@ def _group_major(v: np.ndarray, bg: int, g: int, og: int):
 
 
 # ---- direct 2-D convolution through the native GEMM ------------------------------------------
+
+def _direct_convolution_1d(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice,
+                           output_slice):
+    """A 1-D f32 convolution without im2col, or None where this form does not apply.
+
+    With the input zero-padded into (N, LP, C), tap j contributes
+    out[n, ol, :] += sum over c of xp[n, ol*s + j*d, c] * w[j, c, :]: for each (image, tap)
+    a GEMM of OL rows (row stride s*C) and depth C straight from the padded input, tap 0
+    overwriting the output and the others adding to it. Without window dilation the taps'
+    (j, c) runs are contiguous, so an image is one GEMM of depth KW*C. A dilated 2-tap
+    layer of 4096 x 64 -> 128 (a WaveNet's): im2col wrote and read 2 MiB of patches.
+    """
+    from . import gemm, parallel
+
+    window = form.window
+    if gemm.native() is None or len(window) != 1 or x.a.dtype != np.float32:
+        return None
+    (wd,) = window
+    kw, c, o = wd.size, form.x_dims[-1], form.y_dims[-1]
+    dilation = wd.window_dilation
+    taps = 1 if dilation == 1 else kw  # products per image
+    depth = kw * c if dilation == 1 else c
+    kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, form.k_perm,
+                        (taps, depth, o))
+    out = ctx.memory.cell(output_slice, instr.shape, lambda v: v.transpose(form.out_perm))
+    if out.a.strides[2] != 4 or any(s % 4 for s in out.a.strides):
+        return None
+    weights = kernel.cell if kernel.fixed and kernel.cell.a.strides[2] == 4 \
+        and not any(s % 4 for s in kernel.cell.a.strides) else _Scratch(kernel)
+    gather, xp = padded_input(x, form)
+    image, base = xp.shape[1] * c, xp.ctypes.data
+    ol = form.y_dims[1]
+    k_strides = [s // 4 for s in weights.a.strides]
+    o_strides = [s // 4 for s in out.a.strides]
+
+    def rows(r0: int, r1: int) -> list[tuple[int, ...]]:
+        """The products of output rows [r0, r1) (image-major: row r is (r // OL, r % OL)),
+        one per (image, tap) they touch."""
+        kp, op = gemm.address(weights.a), gemm.address(out.a)
+        products = []
+        for n in range(r0 // ol, (r1 - 1) // ol + 1):
+            lo, hi = max(r0 - n * ol, 0), min(r1 - n * ol, ol)
+            products += [(1, hi - lo, o, depth,
+                          base + 4 * (n * image + (lo * wd.stride + j * dilation) * c), 0,
+                          wd.stride * c, kp + 4 * j * k_strides[0], 0, k_strides[1],
+                          op + 4 * (n * o_strides[0] + lo * o_strides[1]), 0, o_strides[1],
+                          min(j, 1))
+                         for j in range(taps)]
+        return products
+
+    total = form.x_dims[0] * ol
+    flops = 2 * total * o * kw * c
+    pool = parallel.pool()
+    if flops < blas.NATIVE_SINGLE_THREAD_FLOPS or pool.threads == 1:
+        pieces = [(0, total)]
+    else:  # pieces of whole register tiles of rows
+        tiles = parallel.split(-(-total // gemm.AVX512.mr), pool.threads * parallel.CHUNKS_PER_THREAD)
+        pieces = [(a * gemm.AVX512.mr, min(b * gemm.AVX512.mr, total)) for a, b in tiles]
+    products = gemm.list_runner((weights, out), lambda: [rows(*p) for p in pieces],
+                                narrow=o <= gemm.AVX2.nr and ol < gemm.AVX512.mr)
+    fill = weights.fill if isinstance(weights, _Scratch) else _nothing
+
+    def run() -> None:
+        gather()
+        fill()
+        products()
+    run.keep_alive = xp
+    return run
+
 
 def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice, output_slice):
     """A 2-D f32 convolution without im2col, or None where this form does not apply.
