@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hloc.errors import InputError, UnsupportedError
-from hloc.ir import Attrs, Computation, Opcode, Shape
+from hloc.ir import Attrs, Computation, Layout, Opcode, Shape
 from hloc.ir.custom_calls import lapack_config
 from hloc.runtime import lapack
 from hloc.runtime.cpu import hostops
@@ -30,21 +30,30 @@ RNG = np.random.default_rng(7)
 S32 = Shape.scalar("s32")
 
 
-def _custom_call(target, out_shape, operands, config="{}"):
-    """A computation of one custom call `target` on parameters shaped like `operands`."""
+def _custom_call(target, out_shape, operands, config="{}", column_major=False):
+    """A computation of one custom call `target` on parameters shaped like `operands` (in
+    the layout whose matrices are column-major, if `column_major`; the values still come as
+    NumPy arrays: the layout decides only how the call copies them to LAPACK)."""
     comp = Computation("entry")
-    params = [comp.create(Opcode.PARAMETER, arr(a.shape, a.dtype),
+    params = [comp.create(Opcode.PARAMETER, _laid_out(arr(a.shape, a.dtype), column_major),
                           attrs=Attrs(parameter_number=i)) for i, a in enumerate(operands)]
     comp.root = comp.create(Opcode.CUSTOM_CALL, out_shape, params,
                             attrs=Attrs(custom_call_target=target, backend_config=config))
     return comp
 
 
-def both(target, out_shape, operands, config="{}"):
+def _laid_out(shape: Shape, column_major: bool) -> Shape:
+    if not column_major or shape.rank < 2:
+        return shape.with_layout(Layout.row_major(shape.rank))
+    return shape.with_layout(Layout((shape.rank - 2, shape.rank - 1,
+                                     *range(shape.rank - 3, -1, -1))))
+
+
+def both(target, out_shape, operands, config="{}", column_major=False):
     """(the native result, the interpreter's) of custom call `target` on `operands`; where
     the call also runs as a native job (runtime/cpu/hostops.py), the job's results must be
     the NumPy step's, bit for bit."""
-    comp = _custom_call(target, out_shape, operands, config)
+    comp = _custom_call(target, out_shape, operands, config, column_major)
     impl = lapack.native_impl(comp.root)
     assert impl is not None, target
     got = impl(None, comp.root, operands)
@@ -86,12 +95,16 @@ def tol(dtype) -> dict:
 @pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
 @pytest.mark.parametrize("batch", [(), (2, 3)])
 @pytest.mark.parametrize("uplo", ["L", "U"])
-def test_potrf(p, dtype, batch, uplo):
+@pytest.mark.parametrize("column_major", [False, True], ids=["row-major", "column-major"])
+def test_potrf(p, dtype, batch, uplo, column_major):
+    """Row-major matrices are factored as their transposes' other triangle (no transposing
+    copy): the same factor, the same untouched triangle."""
     a = spd(batch, 6, dtype)
     a[..., 0, 5] = a[..., 5, 0] = 0.25  # the triangle LAPACK must leave alone
     a[..., 5, 0] += 1.0 if uplo == "L" else 0.0
     out = Shape.tuple_of([arr(a.shape, dtype), arr(batch, np.int32)])
-    (fac, ok), (ref, ref_ok) = both(f"lapack_{p}potrf_ffi", out, [a], lapack_config(uplo=uplo))
+    (fac, ok), (ref, ref_ok) = both(f"lapack_{p}potrf_ffi", out, [a], lapack_config(uplo=uplo),
+                                    column_major)
     assert_close(fac, ref, **tol(dtype))
     assert fac.dtype == dtype and np.array_equal(ok, ref_ok) and not ok.any()
     other = np.triu(np.ones((6, 6), bool), 1) if uplo == "L" else np.tril(np.ones((6, 6), bool), -1)
@@ -161,12 +174,15 @@ def test_syevd(p, dtype, mode):
 @pytest.mark.parametrize("p,dtype", [("s", np.float32), ("d", np.float64)])
 @pytest.mark.parametrize("side,uplo,trans,diag",
                          list(itertools.product("LR", "LU", "NTC", "NU")))
-def test_trsm(p, dtype, side, uplo, trans, diag):
+@pytest.mark.parametrize("column_major", [False, True], ids=["row-major", "column-major"])
+def test_trsm(p, dtype, side, uplo, trans, diag, column_major):
+    """Row-major operands are handed to LAPACK as their transposes (the other triangle, the
+    other side, the other transposition): the same solution."""
     n = 5 if side == "L" else 3
     a = (RNG.standard_normal((2, n, n)) + 4 * np.eye(n)).astype(dtype)
     b = RNG.standard_normal((5, 3)).astype(dtype)  # broadcast over a's batch
     x, ref = both(f"lapack_{p}trsm_ffi", arr((2, 5, 3), dtype), [a, b],
-                  lapack_config(side=side, uplo=uplo, trans_x=trans, diag=diag))
+                  lapack_config(side=side, uplo=uplo, trans_x=trans, diag=diag), column_major)
     assert_close(x, ref, **tol(dtype))
 
 
