@@ -93,15 +93,30 @@ class _Emitter:
         return b.select(b.icmp_unsigned("==", size, _c(8)), wide, narrow)
 
 
+# Rows and columns of a COPY's blocks.
+COPY_BLOCK = 16
+
+
+def _smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
 def _copy(e: _Emitter, q) -> None:
     b = e.b
     elem, rows, cols = (e.word(q, k) for k in (1, 2, 3))
     src, src_row, src_col, dst, dst_row, dst_col = (e.word(q, k) for k in range(4, 10))
 
     def emit(t: ir.IntType) -> None:
-        with _loop(b, _c(0), rows, name="r") as i, _loop(b, _c(0), cols, name="c") as j:
-            value = b.load(e.at(src, i, src_row, j, src_col), typ=t)
-            b.store(value, e.at(dst, i, dst_row, j, dst_col))
+        # In COPY_BLOCK x COPY_BLOCK blocks: a transposing copy (a row-major matrix into
+        # LAPACK's column-major scratch) element by element along whole rows touched a new
+        # cache line per element on one side (512 x 512 f32: 0.6 ms).
+        with _loop(b, _c(0), rows, COPY_BLOCK, name="rb") as i0, \
+                _loop(b, _c(0), cols, COPY_BLOCK, name="cb") as j0:
+            i1 = _smaller(b, b.add(i0, _c(COPY_BLOCK)), rows)
+            j1 = _smaller(b, b.add(j0, _c(COPY_BLOCK)), cols)
+            with _loop(b, i0, i1, name="r") as i, _loop(b, j0, j1, name="c") as j:
+                value = b.load(e.at(src, i, src_row, j, src_col), typ=t)
+                b.store(value, e.at(dst, i, dst_row, j, dst_col))
 
     # Rows contiguous on both sides (an im2col gather's runs of channels): one memcpy a row.
     runs = b.and_(b.icmp_unsigned("==", src_col, elem), b.icmp_unsigned("==", dst_col, elem))
