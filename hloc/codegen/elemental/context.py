@@ -31,7 +31,8 @@ class EmitContext:
         self.builder = builder
         self.target = target
         self.prefix = prefix
-        # True when the target converts f16 <-> f32 in hardware (fpext/fptrunc are cheap).
+        # True when the target rounds f32 to f16 in hardware (fptrunc is one instruction):
+        # lowfloat.encode / round_to use it, NaN payloads kept as the integer path keeps them.
         self.native_half = native_half
         # True when LLVM will vectorize this code: short reductions then unroll completely
         # (elemental.reduction.SHORT_REDUCE) so that the loop around them vectorizes.

@@ -69,8 +69,6 @@ def decode(ctx, et: ElemType, raw: ir.Value) -> ir.Value:
     if et.ptype == P.BF16:
         wide = b.shl(b.zext(raw, I32), _c(I32, 16))
         return b.bitcast(wide, F32)
-    if et.ptype == P.F16 and ctx.native_half:
-        return b.fpext(b.bitcast(raw, ir.HalfType()), F32)
     if et.ptype == P.F16:
         return _decode_ieee(ctx, FORMATS[P.F16], raw)
     return _decode_table(ctx, et, raw)
@@ -118,7 +116,13 @@ def encode(ctx, et: ElemType, value: ir.Value) -> ir.Value:
     if et.ptype == P.BF16:
         return b.trunc(b.lshr(_bf16_round_bits(ctx, value), _c(I32, 16)), et.storage_type)
     if et.ptype == P.F16 and ctx.native_half:
-        return b.bitcast(b.fptrunc(value, ir.HalfType()), et.storage_type)
+        bits = nanbits.float_bits(ctx, value)
+        sign = b.lshr(b.and_(bits, _c(I32, 0x80000000)), _c(I32, 16))
+        payload = b.lshr(b.and_(_nan_bits(b, bits), _c(I32, 0x007FFFFF)), _c(I32, 13))
+        code = b.or_(sign, b.or_(_c(I32, 0x7C00), payload))
+        nan = b.trunc(code, et.storage_type)
+        return b.select(is_nan(b, value), nan,
+                        b.bitcast(b.fptrunc(value, ir.HalfType()), et.storage_type))
     return _encode_generic(ctx, FORMATS[et.ptype], value, et.storage_type)
 
 
@@ -129,8 +133,19 @@ def round_to(ctx, et: ElemType, value: ir.Value) -> ir.Value:
         bits = b.and_(_bf16_round_bits(ctx, value), _c(I32, 0xFFFF0000))
         return b.bitcast(bits, F32)
     if et.ptype == P.F16 and ctx.native_half:
-        return b.fpext(b.fptrunc(value, ir.HalfType()), F32)
+        nan = b.bitcast(b.or_(b.and_(nanbits.float_bits(ctx, value), _c(I32, 0x80000000)),
+                              _nan_bits(b, nanbits.float_bits(ctx, value))), F32)
+        return b.select(is_nan(b, value), nan, b.fpext(b.fptrunc(value, ir.HalfType()), F32))
     return decode(ctx, et, encode(ctx, et, value))
+
+
+def _nan_bits(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """The f32 exponent and mantissa bits of NaN `bits` as f16 keeps them (the integer
+    path's rule): the mantissa's top 10 bits, quiet where those are all zero. The hardware
+    conversion would quiet a signalling NaN, and bitcasts of f16 NaNs must round-trip."""
+    kept = b.and_(bits, _c(I32, 0x007FE000))
+    empty = b.icmp_unsigned("==", kept, _c(I32, 0))
+    return b.or_(_c(I32, 0x7F800000), b.select(empty, _c(I32, 0x00400000), kept))
 
 
 def round_to_bf16_quiet(ctx, value: ir.Value) -> ir.Value:

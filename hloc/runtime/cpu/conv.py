@@ -321,7 +321,7 @@ def _direct_convolution_1d(ctx: LoadContext, instr, form: ConvForm, x, kernel_sl
         """The products of output rows [r0, r1) (image-major: row r is (r // OL, r % OL)),
         one per (image, tap) they touch."""
         kp, op = gemm.address(weights.a), gemm.address(out.a)
-        products = []
+        products: list[tuple[int, ...]] = []
         for n in range(r0 // ol, (r1 - 1) // ol + 1):
             lo, hi = max(r0 - n * ol, 0), min(r1 - n * ol, ol)
             products += [(1, hi - lo, o, depth,
