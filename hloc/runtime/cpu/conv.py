@@ -309,8 +309,7 @@ def _direct_convolution_1d(ctx: LoadContext, instr, form: ConvForm, x, kernel_sl
     out = ctx.memory.cell(output_slice, instr.shape, lambda v: v.transpose(form.out_perm))
     if out.a.strides[2] != 4 or any(s % 4 for s in out.a.strides):
         return None
-    weights = kernel.cell if kernel.fixed and kernel.cell.a.strides[2] == 4 \
-        and not any(s % 4 for s in kernel.cell.a.strides) else _Scratch(kernel)
+    weights = _weights(kernel)
     gather, xp = padded_input(x, form)
     image, base = xp.shape[1] * c, xp.ctypes.data
     ol = form.y_dims[1]
@@ -340,16 +339,8 @@ def _direct_convolution_1d(ctx: LoadContext, instr, form: ConvForm, x, kernel_sl
     else:  # pieces of whole register tiles of rows
         tiles = parallel.split(-(-total // gemm.AVX512.mr), pool.threads * parallel.CHUNKS_PER_THREAD)
         pieces = [(a * gemm.AVX512.mr, min(b * gemm.AVX512.mr, total)) for a, b in tiles]
-    products = gemm.list_runner((weights, out), lambda: [rows(*p) for p in pieces],
-                                narrow=o <= gemm.AVX2.nr and ol < gemm.AVX512.mr)
-    fill = weights.fill if isinstance(weights, _Scratch) else _nothing
-
-    def run() -> None:
-        gather()
-        fill()
-        products()
-    run.keep_alive = xp
-    return run
+    return _products_runner(weights, out, gather, xp, lambda: [rows(*p) for p in pieces],
+                            narrow=o <= gemm.AVX2.nr and ol < gemm.AVX512.mr)
 
 
 def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice, output_slice):
@@ -374,10 +365,7 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
     out = ctx.memory.cell(output_slice, instr.shape, lambda v: v.transpose(form.out_perm))
     if out.a.strides[3] != 4 or any(s % 4 for s in out.a.strides):
         return None
-    # A kernel whose (KW, C) do not merge into rows of O (its input and output features
-    # swapped, as in the input gradient of a convolution) is copied per run: a few KiB.
-    weights = kernel.cell if kernel.fixed and kernel.cell.a.strides[2] == 4 \
-        and not any(s % 4 for s in kernel.cell.a.strides) else _Scratch(kernel)
+    weights = _weights(kernel)  # (KW, C) rows of O, or a scratch copy
     gather, xp = padded_input(x, form)
     row = xp.shape[2] * c  # elements per padded input row
     sa, lda = window[0].stride * row, window[1].stride * c
@@ -403,8 +391,26 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
         pieces = [(0, form.x_dims[0])]
     else:
         pieces = parallel.split(form.x_dims[0], pool.threads * parallel.CHUNKS_PER_THREAD)
-    products = gemm.list_runner((weights, out), lambda: [images(*p) for p in pieces],
-                                narrow=o <= gemm.AVX2.nr and ow < gemm.AVX512.mr)
+    return _products_runner(weights, out, gather, xp, lambda: [images(*p) for p in pieces],
+                            narrow=o <= gemm.AVX2.nr and ow < gemm.AVX512.mr)
+
+
+def _weights(kernel: MatrixCell):
+    """The kernel matrix as the native GEMM reads it: in place where its columns are unit-stride
+    (and every stride whole elements), else a scratch copy filled per run (a kernel whose
+    features are swapped, as in a convolution's input gradient: a few KiB)."""
+    a = kernel.cell.a
+    if kernel.fixed and a.strides[-1] == 4 and not any(s % 4 for s in a.strides):
+        return kernel.cell
+    return _Scratch(kernel)
+
+
+def _products_runner(weights, out, gather, xp, lists, narrow: bool):
+    """A direct convolution's run: the padded input gathered, the kernel's scratch filled
+    (if any), then the native products `lists()` describes."""
+    from . import gemm
+
+    products = gemm.list_runner((weights, out), lists, narrow=narrow)
     fill = weights.fill if isinstance(weights, _Scratch) else _nothing
 
     def run() -> None:
