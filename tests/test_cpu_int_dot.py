@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from hloc.codegen.cpu.dot import SMALL_DOT_WORK
-from hloc.codegen.target import cpu_target
+from hloc.codegen.target import cpu_target, host_target
 
-from .support.bundles import kernels_json, members
+from .support.bundles import compile_bundle, kernels_json, load_cpu, members
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -83,6 +83,21 @@ def _out_dims(ld: list[int], rd: list[int], dims: str) -> list[int]:
                                          "rhs_batch_dims", "rhs_contracting_dims"))
     return ([ld[d] for d in lb] + [ld[d] for d in range(len(ld)) if d not in lb + lc]
             + [rd[d] for d in range(len(rd)) if d not in rb + rc])
+
+
+def test_avx512_without_bw_goes_one_by_one(tmp_path):
+    """AVX-512F without BW has 16-lane i32 chunks but no 512-bit pmaddwd: the products go
+    one by one (pairing them built a 32-element shuffle for a 16-lane vector). Compiled on
+    any host; run where the host has AVX-512F."""
+    rng = np.random.default_rng(14)
+    args = [_random("s8", [9, 40], rng), _random("s8", [40, 33], rng)]
+    text = _module("s8[9,40]", "s8[40,33]", "s32[9,33]", LC1_RC0)
+    bundle = compile_bundle(text, tmp_path / "m.bundle", cpu="x86-64-v4",
+                            cpu_features="-avx512bw", passes="layout-assignment")
+    assert "pmadd" not in members(bundle)["module.ll"].decode()
+    if host_target().has("avx512f"):
+        np.testing.assert_array_equal(load_cpu(bundle).run(args)[0],
+                                      args[0].astype(np.int32) @ args[1].astype(np.int32))
 
 
 @pytest.mark.parametrize("lt,rt", [("s32", "s32"), ("u16", "s8")])

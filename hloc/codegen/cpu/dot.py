@@ -361,7 +361,10 @@ class TileEmitter:
             widths.append(8)
         if target.has("avx512bw"):
             widths.append(16)
-        return tuple(w for w in widths if w <= max(4, self.lanes))
+        widths = [w for w in widths if w <= max(4, self.lanes)]
+        # A chunk holds `lanes` columns; without a pmaddwd that wide (AVX-512F without BW),
+        # the products go one by one.
+        return tuple(widths) if widths[-1] >= self.lanes else ()
 
     def emit(self, lo: ir.Value, hi: ir.Value, store, store_run=None) -> None:
         """Tiles [lo, hi); store(output index, accumulator value) writes each element, or
