@@ -32,6 +32,7 @@ import ctypes
 import numpy as np
 
 from ..ir.custom_calls import check_dims, lapack_flops, lapack_options
+from .layouts import memory_order
 from .openblas import fortran
 
 _DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64)}
@@ -278,8 +279,7 @@ def _trsm(routine, dtype, instr):
 
 def _row_major_matrix(shape) -> bool:
     """Whether the shape's last dimension is its minor one (its matrices row-major)."""
-    order = shape.major_to_minor() if shape.layout is not None else list(range(shape.rank))
-    return shape.rank >= 2 and order[-1] == shape.rank - 1 and shape.dims[-1] > 1
+    return shape.rank >= 2 and memory_order(shape)[-1] == shape.rank - 1 and shape.dims[-1] > 1
 
 
 def _gesdd(routine, dtype, instr):

@@ -529,30 +529,11 @@ class TileEmitter:
         W the pmaddwd width the chunk fits (lanes past the chunk undefined)."""
         b = self.ctx.builder
         count = len(col_ids)
-        halves = [self._rhs_run(index, ivs, col_ids, s16) for ivs in steps]
+        halves = [self._rhs_values(index, ivs, col_ids, s16) for ivs in steps]
         width = self._pair_width(count)
         mask = [x for c in range(count) for x in (c, count + c)] + [0, count] * (width - count)
         return b.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(I32, 2 * width),
                                                                   mask))
-
-    def _rhs_run(self, index, ivs, col_ids, et: ElemType) -> ir.Value:
-        """The chunk's rhs values at one contracting position, converted to `et`."""
-        b = self.ctx.builder
-        vec = ir.VectorType(et.value_type, len(col_ids))
-        run = getattr(self.rhs_gen, "run", None)
-        if run is not None and self.form.rf:
-            _, ri = self.form.operand_indices(self._at(index, None, col_ids[0]), ivs)
-            loaded = run(ri, self.form.rf[-1], len(col_ids))
-            if loaded is not None and loaded.type != vec:
-                return b.sext(loaded, vec) if self.r_et.is_signed else b.zext(loaded, vec)
-            if loaded is not None:
-                return loaded
-        row = ir.Constant(vec, ir.Undefined)
-        for c, col in enumerate(col_ids):
-            _, ri = self.form.operand_indices(self._at(index, None, col), ivs)
-            value = convert_value(self.ctx, self.r_et, et, self.rhs_gen(ri))
-            row = b.insert_element(row, value, ir.Constant(I32, c))
-        return row
 
     def _lhs_pair(self, index, steps, row, s16: ElemType) -> ir.Value:
         """The row's lhs values at k and k+1 as one i32 (k's in the low half)."""
@@ -587,8 +568,7 @@ class TileEmitter:
 
     def _step_by_rows(self, index, ivs, row_ids, chunks, vecs, slots) -> None:
         b = self.ctx.builder
-        rhs = [self._rhs_chunk(index, ivs, chunk, vec) for chunk, vec in zip(chunks, vecs,
-                                                                              strict=True)]
+        rhs = [self._rhs_values(index, ivs, chunk, self.cet) for chunk in chunks]
         for row_id, row in zip(row_ids, slots, strict=True):
             a = self._lhs_value(index, ivs, row_id)
             for slot, x, vec in zip(row, rhs, vecs, strict=True):
@@ -598,7 +578,7 @@ class TileEmitter:
         b = self.ctx.builder
         lhs = [self._lhs_value(index, ivs, row_id) for row_id in row_ids]
         for c, (chunk, vec) in enumerate(zip(chunks, vecs, strict=True)):
-            x = self._rhs_chunk(index, ivs, chunk, vec)
+            x = self._rhs_values(index, ivs, chunk, self.cet)
             for a, row in zip(lhs, slots, strict=True):
                 b.store(self._fma(self._splat(a, vec), x, b.load(row[c], typ=vec)), row[c])
 
@@ -614,18 +594,25 @@ class TileEmitter:
         li, _ = self.form.operand_indices(self._at(index, row, None), ivs)
         return convert_value(self.ctx, self.l_et, self.cet, self.lhs_gen(li))
 
-    def _rhs_chunk(self, index, ivs, col_ids, vec: ir.VectorType) -> ir.Value:
+    def _rhs_values(self, index, ivs, col_ids, et: ElemType) -> ir.Value:
+        """The chunk's rhs values at one contracting position as a vector of `et`: one load
+        where the columns are consecutive in memory (an operand in memory, ArrayGenerator;
+        widened where rhs is a narrower integer), else element by element."""
         b = self.ctx.builder
-        run = getattr(self.rhs_gen, "run", None)  # an operand in memory (ArrayGenerator)
-        if run is not None and self.r_et == self.cet and self.form.rf:
+        vec = ir.VectorType(et.value_type, len(col_ids))
+        run = getattr(self.rhs_gen, "run", None)
+        widens = self.r_et.is_integral and et.is_integral and self.r_et.bits < et.bits
+        if run is not None and self.form.rf and (self.r_et == et or widens):
             _, ri = self.form.operand_indices(self._at(index, None, col_ids[0]), ivs)
-            loaded = run(ri, self.form.rf[-1], len(col_ids))  # the columns are consecutive
+            loaded = run(ri, self.form.rf[-1], len(col_ids))
             if loaded is not None:
-                return loaded
+                if not widens:
+                    return loaded
+                return b.sext(loaded, vec) if self.r_et.is_signed else b.zext(loaded, vec)
         row = ir.Constant(vec, ir.Undefined)
         for c, col in enumerate(col_ids):
             _, ri = self.form.operand_indices(self._at(index, None, col), ivs)
-            value = convert_value(self.ctx, self.r_et, self.cet, self.rhs_gen(ri))
+            value = convert_value(self.ctx, self.r_et, et, self.rhs_gen(ri))
             row = b.insert_element(row, value, ir.Constant(I32, c))
         return row
 
