@@ -43,46 +43,36 @@ def _widest(cpu: str | None) -> str:
     return "llvm.x86.avx2.pmadd.wd" if target.has("avx2") else "llvm.x86.sse2.pmadd.wd"
 
 
-PAIRED = [
+PAIRED = [  # lhs, rhs, out, dimension numbers
     # odd depth (a last step alone), row and column tails
-    ("s8", [37, 203], "s8", [203, 45], "s32", LC1_RC0),
-    ("u8", [9, 64], "s8", [64, 70], "s32", LC1_RC0),
-    ("u8", [5, 33], "u8", [33, 17], "s32", LC1_RC0),
-    ("s16", [6, 50], "s16", [50, 40], "s32", LC1_RC0),
+    ("s8[37,203]", "s8[203,45]", "s32[37,45]", LC1_RC0),
+    ("u8[9,64]", "s8[64,70]", "s32[9,70]", LC1_RC0),
+    ("u8[5,33]", "u8[33,17]", "s32[5,17]", LC1_RC0),
+    ("s16[6,50]", "s16[50,40]", "s32[6,40]", LC1_RC0),
     # rhs contracted over its minor dimension: columns read element by element
-    ("s8", [7, 30], "s8", [21, 30], "s32", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    ("s8[7,30]", "s8[21,30]", "s32[7,21]", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
     # batch dimensions; two contracting dimensions (pairs along the last)
-    ("s8", [2, 5, 12], "s8", [2, 12, 19], "s32",
+    ("s8[2,5,12]", "s8[2,12,19]", "s32[2,5,19]",
      "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"),
-    ("s8", [4, 3, 5], "s8", [3, 5, 20], "s32",
-     "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}"),
+    ("s8[4,3,5]", "s8[3,5,20]", "s32[4,20]", "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}"),
 ]
 
 
+def _operand(shape_text: str, rng) -> np.ndarray:
+    dtype, dims = shape_text.rstrip("]").split("[")
+    return _random(dtype, [int(d) for d in dims.split(",")], rng)
+
+
 @pytest.mark.parametrize("cpu,intrinsic", LEVELS, ids=[c or "host" for c, _ in LEVELS])
-@pytest.mark.parametrize("lt,ld,rt,rd,ot,dims", PAIRED,
-                         ids=[f"{c[0]}{c[1]}x{c[2]}{c[3]}" for c in PAIRED])
-def test_narrow_integer_products_go_in_pairs(lt, ld, rt, rd, ot, dims, cpu, intrinsic, tmp_path):
+@pytest.mark.parametrize("lhs,rhs,out,dims", PAIRED, ids=[f"{c[0]}x{c[1]}" for c in PAIRED])
+def test_narrow_integer_products_go_in_pairs(lhs, rhs, out, dims, cpu, intrinsic, tmp_path):
     rng = np.random.default_rng(11)
-    args = [_random(lt, ld, rng), _random(rt, rd, rng)]
-    shape = {"lhs": f"{lt}[{','.join(map(str, ld))}]", "rhs": f"{rt}[{','.join(map(str, rd))}]"}
-    out_dims = _out_dims(ld, rd, dims)
-    text = _module(shape["lhs"], shape["rhs"], f"{ot}[{','.join(map(str, out_dims))}]", dims)
-    o = run_cases({"case": (text, args)}, tmp=tmp_path, cpu=cpu,
+    args = [_operand(lhs, rng), _operand(rhs, rng)]
+    o = run_cases({"case": (_module(lhs, rhs, out, dims), args)}, tmp=tmp_path, cpu=cpu,
                   passes="layout-assignment")["case"]
     np.testing.assert_array_equal(o.got[0], o.want[0])
     ir_text = members(o.artifact)["module.ll"].decode()
     assert (intrinsic or _widest(cpu)) in ir_text
-
-
-def _out_dims(ld: list[int], rd: list[int], dims: str) -> list[int]:
-    def field(name: str) -> list[int]:
-        part = dims.split(f"{name}={{")[1].split("}")[0] if f"{name}={{" in dims else ""
-        return [int(x) for x in part.split(",") if x]
-    lb, lc, rb, rc = (field(n) for n in ("lhs_batch_dims", "lhs_contracting_dims",
-                                         "rhs_batch_dims", "rhs_contracting_dims"))
-    return ([ld[d] for d in lb] + [ld[d] for d in range(len(ld)) if d not in lb + lc]
-            + [rd[d] for d in range(len(rd)) if d not in rb + rc])
 
 
 def test_avx512_without_bw_goes_one_by_one(tmp_path):
