@@ -1970,7 +1970,7 @@ def _narrow_contraction_converts(rng):
 
 @op_case("linalg_svd_eig_tridiagonal", "jax's other LAPACK calls on CPU: gesdd (singular "
          "values alone, thin and full vectors, batched, f32 and a rank-deficient matrix), geev "
-         "(eigenvalues and right eigenvectors of a non-symmetric matrix with a complex pair) and "
+         "(a non-symmetric matrix with a complex pair; vectors up to a phase, LAPACK's choice) and "
          "gtsv (batched tridiagonal solve with a row interchange).", rtol=2e-4, atol=2e-5)
 def _linalg_svd_eig_tridiagonal(rng):
     import jax.numpy as jnp
@@ -1993,7 +1993,7 @@ def _linalg_svd_eig_tridiagonal(rng):
         w, v = jnp.linalg.eig(g)
         return (s, jnp.abs(u), jnp.abs(vt), (u * s[..., None, :]) @ vt,
                 sf, jnp.abs(uf[:, :2]), jnp.abs(vtf[:2]), jnp.linalg.svd(a, compute_uv=False),
-                w, v, lax.linalg.tridiagonal_solve(dl, d, du, b))
+                w, jnp.abs(v), v * jnp.conj(v[:1]), lax.linalg.tridiagonal_solve(dl, d, du, b))
 
     return f, (a, low_rank, g, dl, d, du, b)
 
