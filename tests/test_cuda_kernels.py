@@ -200,7 +200,8 @@ SORT_CMP = """cmp {
 """
 
 
-@pytest.mark.parametrize("n,variant", [(300, "sort.bitonic"), (2500, "sort.rank")])
+@pytest.mark.parametrize("n,variant", [(300, "sort.bitonic"), (2500, "sort.merge"),
+                                       (4097, "sort.merge")])
 def test_stable_variadic_sort(n, variant):
     text = f"""HloModule m
 {SORT_CMP}
@@ -212,6 +213,33 @@ ENTRY e {{
     keys = np.round(random_array((3, n), "f32", RNG))  # many equal keys
     vals = np.arange(3 * n, dtype=np.int32).reshape(3, n)
     check(text, [keys, vals], [variant])
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [("f16", "float16"), ("s8", "int8"), ("pred", "bool"),
+                                            ("f64", "float64"), ("u32", "uint32")])
+def test_merge_sort_keys_of_every_width_along_a_major_dim(dtype, np_dtype):
+    """Rows longer than the bitonic kernel takes, sorted along dim 0 (not minor in memory),
+    descending, keys of 1, 8, 16, 32 and 64 bits stored in records, positions breaking ties
+    (5,000 = 13 merge passes, the last run unpaired)."""
+    n = 5000
+    text = f"""HloModule m
+cmp {{
+  a = {dtype}[] parameter(0)
+  b = {dtype}[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}}
+ENTRY e {{
+  k = {dtype}[{n},2] parameter(0)
+  v = s32[{n},2] parameter(1)
+  ROOT s = ({dtype}[{n},2], s32[{n},2]) sort(k, v), dimensions={{0}}, is_stable=true, to_apply=cmp
+}}"""
+    keys = random_array((n, 2), np_dtype, RNG)
+    if dtype == "f16":
+        keys = np.round(keys * 4).astype(np.float16)  # ties
+    vals = np.arange(2 * n, dtype=np.int32).reshape(n, 2)
+    check(text, [keys, vals], ["sort.merge"])
 
 
 def test_topk_with_nans_and_ties():

@@ -3,12 +3,17 @@
 - `sort.bitonic`: rows up to 2048 elements: one block per row sorts it in shared memory with
   a bitonic network over the next power of two (padding slots compare after everything),
   one barrier per network step.
-- `sort.rank`: longer rows: the operands are first staged into scratch memory (the outputs
-  may share the operands' buffers), then one thread per element counts the elements that
-  must precede it and writes it at that rank.
-Both order equal elements by their original position, which makes every sort stable (XLA
-CPU's stable sort; an unstable sort may return any order of equal elements, this one is a
-valid choice).
+- longer rows merge sort through scratch memory (the outputs may share the operands'
+  buffers): `sort.stage` copies every element into records (its values and its position in
+  the row), then `sort.merge` passes merge sorted runs of 1, 2, 4, ... records into runs of
+  twice that length, one thread per record: its place in the merged run is its index in its
+  own run plus the number of records of the partner run that precede it (a binary search).
+  The records move between two halves of the scratch memory; the last pass writes the
+  outputs. A row of n elements takes ceil(log2 n) passes of n * log2(run) comparisons each
+  (a row of 200,000: 18 passes, where counting every element's predecessors took 4e10).
+All of them order equal elements by their original position, which makes every sort stable
+(XLA CPU's stable sort; an unstable sort may return any order of equal elements, this one is
+a valid choice).
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from llvmlite import ir
 
 from ...ir import Opcode, Shape
 from ..elemental.comparator import emit_before
-from ..elemental.memory import load_element, store_element
-from ..elemental.types import I1, I32, I64
+from ..elemental.memory import store_element
+from ..elemental.types import I1, I32, I64, elem_type
 from .kernel import KernelBuild, dims, variant
 from .loop import loop_launch
 from .parts import Part, PlanContext, plans
@@ -40,12 +45,33 @@ def _value_bytes(instr) -> int:
     return sum(8 if o.shape.dtype.bits == 64 else 4 for o in instr.operands)
 
 
-def scratch_offsets(instr) -> list[int]:
-    offsets, total = [], 0
-    for o in instr.operands:
-        offsets.append(total)
-        total += -(-o.shape.byte_size // SCRATCH_ALIGN) * SCRATCH_ALIGN
-    return offsets + [total]
+def _record_types(instr) -> list[ir.Type]:
+    """How a record stores each operand's value, then the position."""
+    return [_storage(elem_type(o.shape.element_type).value_type) for o in instr.operands] + [I32]
+
+
+def _type_bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return t.width // 8
+    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(t)]
+
+
+def record_offsets(instr) -> tuple[list[list[int]], int]:
+    """Byte offsets in scratch of each half's arrays (one per operand, then positions), and
+    the scratch size."""
+    count = max(1, instr.operands[0].shape.num_elements)
+    halves, total = [], 0
+    for _ in range(2):
+        offsets = []
+        for t in _record_types(instr):
+            offsets.append(total)
+            total += -(-count * _type_bytes(t) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        halves.append(offsets)
+    return halves, total
+
+
+def merge_passes(n: int) -> int:
+    return (n - 1).bit_length()
 
 
 @plans(Opcode.SORT)
@@ -62,11 +88,13 @@ def plan_sort(pc: PlanContext, k: int) -> list[Part] | None:
         threads = max(32, min(1024, size // 2))
         return [Part("sort.bitonic", tuple(range(len(pc.items))), dims((rows,), (threads,)),
                      (("size", size),), shared_bytes=shared, block_threads=threads)]
-    scratch = scratch_offsets(instr)[-1]
+    scratch = record_offsets(instr)[1]
     items = tuple(range(len(pc.items)))
-    stage = loop_launch(max(1, shape.num_elements), 1, pc.target)
-    return [Part("sort.stage", items, stage, scratch_bytes=scratch),
-            Part("sort.rank", items, stage, scratch_bytes=scratch)]
+    launch = loop_launch(max(1, shape.num_elements), 1, pc.target)
+    passes = merge_passes(n)
+    return [Part("sort.stage", items, launch, scratch_bytes=scratch)] + [
+        Part("sort.merge", items, launch, (("log_run", p), ("last", int(p == passes - 1))),
+             scratch_bytes=scratch) for p in range(passes)]
 
 
 class Sorter:
@@ -104,15 +132,13 @@ class Sorter:
 
 
 def _storage(t: ir.Type) -> ir.Type:
-    return ir.IntType(8) if t == I1 else t
+    return ir.IntType(8) if isinstance(t, ir.IntType) and t.width < 8 else t
 
 
 class _Shared:
     """The row being sorted, in shared memory: one array per operand plus positions."""
 
     def __init__(self, kb: KernelBuild, s: Sorter, size: int):
-        from ..elemental.types import elem_type
-
         self.kb = kb
         self.types = [elem_type(o.shape.element_type).value_type for o in s.instr.operands]
         self.arrays = [kb.nvvm.shared(_storage(t), size, 8 if _bits(t) == 64 else 4)
@@ -221,45 +247,97 @@ def _compare_exchange(kb: KernelBuild, s: Sorter, sh: _Shared, t, j, k) -> None:
         sh.store(p, xv, xi)
 
 
-# ---- rank sort through scratch -------------------------------------------------------------------
+# ---- merge sort through scratch ------------------------------------------------------------------
 
-def _scratch_shape(s: Sorter, k: int) -> Shape:
-    return s.instr.operands[k].shape
+class _Records:
+    """Records in scratch: per half, one array per operand value and one of positions, each
+    indexed by row * n + place."""
+
+    def __init__(self, kb: KernelBuild, s: Sorter):
+        self.kb, self.s = kb, s
+        self.types = _record_types(s.instr)  # storage: operand values, then positions
+        self.values = [elem_type(o.shape.element_type).value_type for o in s.instr.operands]
+        self.offsets = record_offsets(s.instr)[0]
+
+    def _ptr(self, half: int, k: int, i: ir.Value) -> ir.Value:
+        b = self.kb.b
+        base = b.gep(self.kb.scratch, [self.kb.i64(self.offsets[half][k])], inbounds=True,
+                     source_etype=ir.IntType(8))
+        t = self.types[k]
+        return b.gep(b.bitcast(base, t.as_pointer()), [i], inbounds=True, source_etype=t)
+
+    def load(self, half: int, i: ir.Value) -> tuple[list[ir.Value], ir.Value]:
+        b = self.kb.b
+        out = []
+        for k, (t, v) in enumerate(zip(self.types, self.values, strict=False)):  # not positions
+            raw = b.load(self._ptr(half, k, i), typ=t)
+            out.append(b.trunc(raw, v) if v != t else raw)
+        return out, b.load(self._ptr(half, len(self.values), i), typ=I32)
+
+    def store(self, half: int, i: ir.Value, values: list[ir.Value], pos: ir.Value) -> None:
+        b = self.kb.b
+        for k, (t, v) in enumerate(zip(self.types, values, strict=False)):
+            b.store(b.zext(v, t) if v.type != t else v, self._ptr(half, k, i))
+        b.store(pos, self._ptr(half, len(self.values), i))
 
 
-def _scratch_ptr(kb: KernelBuild, s: Sorter, k: int) -> ir.Value:
-    offset = scratch_offsets(s.instr)[k]
-    return kb.b.gep(kb.scratch, [kb.i64(offset)], inbounds=True, source_etype=ir.IntType(8))
+def _record_thread(kb: KernelBuild, s: Sorter):
+    """`if (linear < elements)`, with the record's row and place in its row."""
+    b = kb.b
+    linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
+    guard = b.if_then(b.icmp_unsigned("<", linear, kb.i64(s.shape.num_elements)))
+    return guard, linear
 
 
 @variant("sort.stage")
 def emit_stage(kb: KernelBuild) -> None:
-    from .loop import physical_index
-
     s = Sorter(kb)
     b = kb.b
-    linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
-    with b.if_then(b.icmp_unsigned("<", linear, kb.i64(s.shape.num_elements))):
-        index = physical_index(kb, s.shape, linear)
-        for k, o in enumerate(s.instr.operands):
-            store_element(kb.ctx, o.shape, _scratch_ptr(kb, s, k), index, kb.gen(o)(index))
+    records = _Records(kb, s)
+    guard, linear = _record_thread(kb, s)
+    with guard:
+        row, pos = b.udiv(linear, kb.i64(s.n)), b.urem(linear, kb.i64(s.n))
+        index = s.index(row, pos)
+        records.store(0, linear, [kb.gen(o)(index) for o in s.instr.operands],
+                      b.trunc(pos, I32))
 
 
-@variant("sort.rank")
-def emit_rank(kb: KernelBuild) -> None:
+@variant("sort.merge")
+def emit_merge(kb: KernelBuild) -> None:
+    """One pass: runs of 2^log_run records (per row) merge pairwise into the other half."""
     s = Sorter(kb)
     b, ctx = kb.b, kb.ctx
-    linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
-    with b.if_then(b.icmp_unsigned("<", linear, kb.i64(s.shape.num_elements))):
+    log_run, last = kb.recipe.param("log_run"), kb.recipe.param("last")
+    src, dst = log_run % 2, (log_run + 1) % 2
+    records = _Records(kb, s)
+    guard, linear = _record_thread(kb, s)
+    with guard:
         row, pos = b.udiv(linear, kb.i64(s.n)), b.urem(linear, kb.i64(s.n))
-        read = [lambda index, k=k: load_element(ctx, _scratch_shape(s, k),
-                                                _scratch_ptr(kb, s, k), index)
-                for k in range(len(s.instr.operands))]
-        mine = [r(s.index(row, pos)) for r in read]
+        row_start = b.sub(linear, pos)
+        mine, mine_pos = records.load(src, linear)
+        run = b.lshr(pos, kb.i64(log_run))
+        partner_start = b.shl(b.xor(run, kb.i64(1)), kb.i64(log_run))
+        size = b.select(b.icmp_unsigned("<", partner_start, kb.i64(s.n)),
+                        b.sub(kb.i64(s.n), partner_start), kb.i64(0))
+        size = b.select(b.icmp_unsigned("<", size, kb.i64(1 << log_run)), size,
+                        kb.i64(1 << log_run))
+        # How many records of the partner run precede this one: binary lifting over the
+        # sorted run (steps 2^log_run, ..., 1).
         count = ctx.alloca(I64)
         b.store(kb.i64(0), count)
-        with ctx.loop(0, s.n, "other") as q:
-            other = [r(s.index(row, q)) for r in read]
-            earlier = s.before(other, q, mine, pos)
-            b.store(b.add(b.load(count, typ=I64), b.zext(earlier, I64)), count)
-        s.store(row, b.load(count, typ=I64), mine)
+        with halving_loop(ctx, kb.i64(1 << log_run), "step") as step:
+            at = b.add(b.load(count, typ=I64), step)
+            with b.if_then(b.icmp_unsigned("<=", at, size)):
+                other, other_pos = records.load(src, b.add(row_start,
+                                                           b.add(partner_start,
+                                                                 b.sub(at, kb.i64(1)))))
+                with b.if_then(s.before(other, other_pos, mine, mine_pos)):
+                    b.store(at, count)
+        own_start = b.shl(run, kb.i64(log_run))
+        merged_start = b.select(b.icmp_unsigned("<", own_start, partner_start), own_start,
+                                partner_start)
+        place = b.add(merged_start, b.add(b.sub(pos, own_start), b.load(count, typ=I64)))
+        if last:
+            s.store(row, place, mine)
+        else:
+            records.store(dst, b.add(row_start, place), mine, mine_pos)
