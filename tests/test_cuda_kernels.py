@@ -281,6 +281,37 @@ def test_scatter_variants(combiner, extra, variant, unique):
     check(_scatter(combiner, extra), ins, [variant], rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,np_dtype", [("f32", "float32"), ("f64", "float64"),
+                                            ("s32", "int32"), ("u32", "uint32")])
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_scatter_max_min_atomics_with_collisions(op, dtype, np_dtype):
+    """Max and min scatters with many updates per element run as atomics (integer atomics,
+    floats by compare-and-swap), NaN propagating, and match a sequential scatter."""
+    text = f"""HloModule m
+comb {{
+  x = {dtype}[] parameter(0)
+  y = {dtype}[] parameter(1)
+  ROOT r = {dtype}[] {op}(x, y)
+}}
+ENTRY e {{
+  o = {dtype}[6,16] parameter(0)
+  idx = s32[500,1] parameter(1)
+  upd = {dtype}[500,16] parameter(2)
+  ROOT s = {dtype}[6,16] scatter(o, idx, upd), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=comb
+}}"""
+    upd = (RNG.standard_normal((500, 16)) * 1000).astype(np_dtype)
+    if dtype[0] == "f":
+        upd[7, 3] = upd[300, 3] = np.nan  # element (idx[7], 3) becomes NaN
+    idx = RNG.integers(-1, 7, (500, 1)).astype(np.int32)  # -1 and 6 skipped
+    idx[7] = 2
+    ins = [(RNG.standard_normal((6, 16)) * 1000).astype(np_dtype), idx, upd]
+    got, want, ex = emulate_hlo(text, ins)
+    assert_close(got, want)
+    assert variants(ex)["scatter.atomic"] > 0
+    if dtype[0] == "f":
+        assert np.isnan(got[0][2, 3])
+
+
 def test_dynamic_update_slice_in_place_in_a_loop():
     text = """HloModule m
 body {

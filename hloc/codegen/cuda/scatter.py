@@ -2,10 +2,14 @@
 
 Parts: `scatter.copy` first copies the operand into the output unless they are the same
 buffer; then the updates, race-free in one of three ways:
-- `scatter.atomic`: a single add combiner on f32/f64/s32/s64/u32/u64 — one thread per update
-  element, `atomicrmw add` into the output (XLA GPU's method; float sums in any order);
+- `scatter.atomic`: a single add, max or min combiner on f32/f64/s32/s64/u32/u64 — one
+  thread per update element, atomics into the output (XLA GPU's method): `atomicrmw add`
+  (float sums in any order), integer `atomicrmw max/min`, and for floats a compare-and-swap
+  loop that stores an update only where it wins under a strict total order (NaN over every
+  number, as max and min propagate NaN; +0 over -0 for max, -0 over +0 for min; NaNs by
+  their bits), so the result does not depend on the order the updates land in;
 - `scatter.parallel`: `unique_indices` promises no two updates touch one element — one
-  thread per update element, plain read-combine-write;
+  thread per update element, plain read-combine-write (chosen before atomics);
 - `scatter.serial`: anything else (overwrite, max, variadic, ...) — one block walks the
   scatter indices in order, its threads split each update window, with a barrier between
   indices, so later updates win exactly as in a sequential scatter.
@@ -19,6 +23,7 @@ import math
 from llvmlite import ir
 
 from ...ir import Instruction, Opcode, PrimitiveType
+from ..elemental.compare import total_order_of_bits
 from ..elemental.compose import emit_scalar_computation
 from ..elemental.indexing import index_to_i64
 from ..elemental.memory import element_pointer, linear_offset, load_element, store_element
@@ -29,6 +34,7 @@ from .loop import loop_launch, physical_index
 from .parts import Part, PlanContext, plans
 
 SERIAL_THREADS = 256
+_ATOMIC_OPS = frozenset({Opcode.ADD, Opcode.MAXIMUM, Opcode.MINIMUM})
 _ATOMIC_TYPES = frozenset({PrimitiveType.F32, PrimitiveType.F64, PrimitiveType.S32,
                            PrimitiveType.S64, PrimitiveType.U32, PrimitiveType.U64})
 
@@ -126,10 +132,10 @@ def plan_scatter(pc: PlanContext, k: int) -> list[Part] | None:
 def _update_part(instr: Instruction, g: Geometry, k: int, pc: PlanContext) -> Part:
     total = g.num_indices * g.window_size
     et = instr.shape.element_type if g.n == 1 else None
-    if g.n == 1 and simple_reducer(instr.called[0]) == Opcode.ADD and et in _ATOMIC_TYPES:
-        return Part("scatter.atomic", (k,), loop_launch(total, 1, pc.target), late=True)
     if instr.attrs.unique_indices:
         return Part("scatter.parallel", (k,), loop_launch(total, 1, pc.target), late=True)
+    if g.n == 1 and simple_reducer(instr.called[0]) in _ATOMIC_OPS and et in _ATOMIC_TYPES:
+        return Part("scatter.atomic", (k,), loop_launch(total, 1, pc.target), late=True)
     return Part("scatter.serial", (k,), dims((1,), (SERIAL_THREADS,)), late=True)
 
 
@@ -168,15 +174,60 @@ def _read_combine_write(kb: KernelBuild, g: Geometry, dest, update_index) -> Non
         store_element(kb.ctx, s, kb.outputs[o], dest, v)
 
 
-def _atomic_add(kb: KernelBuild, g: Geometry, dest, update_index) -> None:
+def _atomic(kb: KernelBuild, g: Geometry, dest, update_index) -> None:
     (item,) = kb.items()
     shape = kb.output_shapes[item.outputs[0]]
     et = elem_type(shape.element_type)
     ptr = element_pointer(kb.ctx, et, kb.outputs[item.outputs[0]],
                           linear_offset(kb.ctx, shape, dest))
     value = kb.gen(g.instr.operands[g.n + 1])(list(update_index))
-    op = "fadd" if et.is_float else "add"
-    kb.b.atomic_rmw(op, ptr, value, "monotonic")
+    op = simple_reducer(g.instr.called[0])
+    if op == Opcode.ADD:
+        kb.b.atomic_rmw("fadd" if et.is_float else "add", ptr, value, "monotonic")
+    elif not et.is_float:
+        name = "max" if op == Opcode.MAXIMUM else "min"
+        kb.b.atomic_rmw(name if et.kind == "int" else "u" + name, ptr, value, "monotonic")
+    else:
+        _compare_and_swap(kb, ptr, value, op == Opcode.MAXIMUM)
+
+
+def _wins(b: ir.IRBuilder, update: ir.Value, current: ir.Value, largest: bool) -> ir.Value:
+    """Whether float `update` replaces `current`: NaN beats every number, numbers by the
+    total order (-0 < +0), NaNs by their bits; a strict order, so the winner of a set of
+    updates is the same in every arrival order."""
+    ity = _bits_type(update)
+    u, c = b.bitcast(update, ity), b.bitcast(current, ity)
+    u_nan, c_nan = b.fcmp_unordered("uno", update, update), b.fcmp_unordered("uno", current, current)
+    uk, ck = total_order_of_bits(b, u), total_order_of_bits(b, c)
+    number = b.icmp_signed(">" if largest else "<", uk, ck)
+    both_nan = b.and_(u_nan, c_nan)
+    return b.select(both_nan, b.icmp_unsigned(">", u, c),
+                    b.select(u_nan, ir.Constant(I1, 1),
+                             b.select(c_nan, ir.Constant(I1, 0), number)))
+
+
+def _bits_type(v: ir.Value) -> ir.IntType:
+    return ir.IntType(64 if isinstance(v.type, ir.DoubleType) else 32)
+
+
+def _compare_and_swap(kb: KernelBuild, ptr: ir.Value, value: ir.Value, largest: bool) -> None:
+    b = kb.b
+    ity = _bits_type(value)
+    iptr = b.bitcast(ptr, ity.as_pointer(ptr.type.addrspace))
+    new = b.bitcast(value, ity)
+    first = b.load_atomic(iptr, "monotonic", ity.width // 8, typ=ity)
+    start = b.block
+    head, attempt, done = (b.append_basic_block(f"cas.{n}") for n in ("head", "try", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.phi(ity)
+    seen.add_incoming(first, start)
+    b.cbranch(_wins(b, value, b.bitcast(seen, value.type), largest), attempt, done)
+    b.position_at_end(attempt)
+    pair = b.cmpxchg(iptr, seen, new, "monotonic", "monotonic")
+    seen.add_incoming(b.extract_value(pair, 0), attempt)
+    b.cbranch(b.extract_value(pair, 1), done, head)
+    b.position_at_end(done)
 
 
 def _parallel(kb: KernelBuild, combine) -> None:
@@ -190,7 +241,7 @@ def _parallel(kb: KernelBuild, combine) -> None:
 
 @variant("scatter.atomic")
 def emit_atomic(kb: KernelBuild) -> None:
-    _parallel(kb, _atomic_add)
+    _parallel(kb, _atomic)
 
 
 @variant("scatter.parallel")
