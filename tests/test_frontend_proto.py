@@ -271,3 +271,25 @@ def test_sharding_proto_matches_xla_encoding():
     assert tiled.type == xla_data_pb2.OpSharding.OTHER
     assert list(tiled.tile_assignment_dimensions) == [2, 1]
     assert list(tiled.tile_assignment_devices) == [1, 0]
+
+
+@pytest.mark.parametrize("spelled,largest", [("", True), (", largest=true", True),
+                                             (", largest=false", False)])
+def test_topk_largest_survives_proto(spelled, largest):
+    """XLA's text defaults largest to true, its proto (proto3, no presence) reads an absent
+    field as false: a text module's topk keeps its direction through a proto (a CUDA bundle
+    stores one), and a proto TopK without the field is a smallest-k."""
+    from hloc.ir.text.parser import parse_module
+
+    module = parse_module(f"""HloModule m
+ENTRY e {{
+  a = f32[4,9] parameter(0)
+  ROOT t = (f32[4,3], s32[4,3]) topk(a), k=3{spelled}
+}}""")
+    pb = module_to_proto(module)
+    (topk,) = [i for c in pb.computations for i in c.instructions if i.opcode == "topk"]
+    assert topk.largest is largest
+    back = load_bytes(pb.SerializeToString()).module.entry.root
+    assert (back.attrs.largest is not False) is largest
+    topk.ClearField("largest")
+    assert load_bytes(pb.SerializeToString()).module.entry.root.attrs.largest is False

@@ -284,7 +284,7 @@ CODECS: tuple[FieldCodec, ...] = (
     ),
     _scalar("fusion_kind", "fusion_kind", {Op.FUSION}, _one_of(FUSION_KINDS, "fusion kind")),
     _scalar("k", "k", {Op.TOPK}),
-    _scalar("largest", "largest"),
+    _scalar("largest", "largest", {Op.TOPK}),  # proto3: an absent field is XLA's false
     _repeated(
         "output_operand_aliasing",
         "output_operand_aliasing",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hloc.ir.computation import Computation
 from hloc.ir.instruction import Instruction
 from hloc.ir.module import Module
+from hloc.ir.opcodes import Opcode
 from hloc.ir.shape import Shape
 
 from .attr_messages import metadata_to_proto
@@ -24,6 +25,8 @@ def instruction_to_proto(instr: Instruction, out: hlo_pb2.HloInstructionProto) -
     shape_to_proto(instr.shape, out.shape)
     metadata_to_proto(instr.metadata, out.metadata)
     attrs_to_proto(instr.attrs, out)
+    if instr.opcode == Opcode.TOPK:  # text's default is largest=true, an absent proto field false
+        out.largest = instr.attrs.largest is not False
     out.id = instr.id
     out.operand_ids.extend(op.id for op in instr.operands)
     out.control_predecessor_ids.extend(p.id for p in instr.control_predecessors)
