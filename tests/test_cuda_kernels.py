@@ -254,6 +254,26 @@ ENTRY e {
     check(text, [x], ["topk.rank"])
 
 
+@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal"])
+@pytest.mark.parametrize("k", [1, 10, 600])
+def test_topk_long_rows_stop_counting_at_k(order, k):
+    """Rows of 600 in every order (the thread of an element stops once k beat it, scanning
+    from its right-hand neighbour round), k from 1 to the whole row, largest and smallest."""
+    x = random_array((4, 600), "f32", RNG)
+    if order != "random":
+        x = np.sort(x, axis=1)
+        x = x[:, ::-1].copy() if order == "descending" else x
+    if order == "equal":
+        x[:] = 2.0
+    for largest in ("true", "false"):
+        text = f"""HloModule m
+ENTRY e {{
+  a = f32[4,600] parameter(0)
+  ROOT t = (f32[4,{k}], s32[4,{k}]) topk(a), k={k}, largest={largest}
+}}"""
+        check(text, [x], ["topk.rank"])
+
+
 def _scatter(combiner: str, extra: str = "") -> str:
     return f"""HloModule m
 comb {{

@@ -170,18 +170,21 @@ def _bits(t: ir.Type) -> int:
 
 def halving_loop(ctx, start: ir.Value, name: str):
     """`for (v = start; v >= 1; v >>= 1)` as a context manager (start is i64)."""
-    return _while(ctx, start, lambda b, v: b.icmp_signed(">=", v, ir.Constant(I64, 1)),
+    return while_loop(ctx, start, lambda b, v: b.icmp_signed(">=", v, ir.Constant(I64, 1)),
                   lambda b, v: b.lshr(v, ir.Constant(I64, 1)), name)
 
 
 def doubling_loop(ctx, start: int, stop: int, name: str):
     """`for (v = start; v <= stop; v <<= 1)`."""
-    return _while(ctx, ir.Constant(I64, start),
+    return while_loop(ctx, ir.Constant(I64, start),
                   lambda b, v: b.icmp_signed("<=", v, ir.Constant(I64, stop)),
                   lambda b, v: b.shl(v, ir.Constant(I64, 1)), name)
 
 
-class _while:
+class while_loop:
+    """`for (v = start; cond(builder, v); v = step(builder, v))` over an i64 `v`, as a context
+    manager yielding `v`; the builder ends in the loop's exit block."""
+
     def __init__(self, ctx, start, cond, step, name):
         self.ctx, self.start, self.cond, self.step, self.name = ctx, start, cond, step, name
 

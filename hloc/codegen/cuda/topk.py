@@ -3,7 +3,11 @@
 XLA's order: the largest (or smallest) first under the total order of the element type
 (floats: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN), ties by position. An element
 whose rank r is below k writes itself (and its position) to output slot r. No two
-elements share a rank, so the writes never collide.
+elements share a rank, so the writes never collide. A thread stops counting once k
+elements beat its own (it cannot be written), scanning its row from its right-hand
+neighbour round to its left-hand one: of a row of random values, a warp's threads stop
+after about 33 k elements unless one of them is among the k (a 512 x 8192 top-10 took 19
+ms on an H200 counting every element).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from ..elemental.types import I64, elem_type
 from .kernel import KernelBuild, variant
 from .loop import loop_launch
 from .parts import Part, PlanContext, plans
+from .sort import while_loop
 
 
 @plans(Opcode.TOPK)
@@ -63,7 +68,14 @@ def emit_topk(kb: KernelBuild) -> None:
         mine = gen(outer + [pos])
         rank = ctx.alloca(I64)
         b.store(kb.i64(0), rank)
-        with ctx.loop(0, n, "other") as q:
+
+        def more(b, t):
+            return b.and_(b.icmp_signed("<", t, kb.i64(n)),
+                          b.icmp_signed("<", b.load(rank, typ=I64), kb.i64(k)))
+
+        with while_loop(ctx, kb.i64(1), more, lambda b, t: b.add(t, kb.i64(1)), "other") as t:
+            q = b.add(pos, t)
+            q = b.select(b.icmp_signed(">=", q, kb.i64(n)), b.sub(q, kb.i64(n)), q)
             beats = _beats(kb, et, largest, gen(outer + [q]), q, mine, pos)
             b.store(b.add(b.load(rank, typ=I64), b.zext(beats, I64)), rank)
         r = b.load(rank, typ=I64)
