@@ -13,6 +13,10 @@ from hloc.codegen.cuda.target import cuda_target
 from hloc.codegen.elemental.context import EmitContext
 from hloc.codegen.elemental.types import F32, I32, I64
 from hloc.errors import CheckFailed
+from hloc.runtime.openblas import fortran
+
+from .support.run import emulate_hlo
+from .support.values import assert_close
 
 pytestmark = pytest.mark.cpu
 
@@ -180,3 +184,24 @@ def test_three_dimensional_indices():
     out = np.full(24 * 6, -1, np.int32)
     run(build, ["ids"], [("ids", (3, 2, 1), (4, 3, 2), [out])])
     np.testing.assert_array_equal(out, np.arange(24 * 6))
+
+
+def test_lapack_host_thunks_call_lapack():
+    """A LAPACK custom call on the CUDA path runs on the host through LAPACK, as the CPU
+    runtime does (not the interpreter's f64 reference): batched LU, pivots and status as
+    the interpreter's."""
+    if fortran("sgetrf") is None:
+        pytest.skip("numpy's OpenBLAS has no LAPACK here")
+    text = """HloModule m
+ENTRY e {
+  a = f32[64,3,3] parameter(0)
+  ROOT lu = (f32[64,3,3], s32[64,3], s32[64]) custom-call(a), custom_call_target="lapack_sgetrf_ffi", api_version=API_VERSION_TYPED_FFI
+}"""
+    a = np.random.default_rng(3).standard_normal((64, 3, 3)).astype(np.float32)
+    a[5] = 0.0  # singular: status 1
+    got, want, ex = emulate_hlo(text, [a])
+    assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+    assert got[2][5] == 1
+    assert ex.runner.host_impls["lu"].__module__ == "hloc.runtime.lapack"
