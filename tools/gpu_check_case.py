@@ -18,7 +18,8 @@ times two things on the same inputs:
   run synchronized (hloc's `time_device_resident`; XLA's execute + block_until_ready).
 
 META.json is a benchmark case's (benchmarks/cases.py draws its inputs) or a whole model's
-(samples/models/NAME.json, with a seed: samples/models/weights.py rebuilds its arguments).
+(samples/models/NAME.json, with a seed: samples/models/weights.py rebuilds its arguments);
+an .npz in its place gives the arguments themselves (arg0, arg1, ...), to time any module.
 Writes OUTDIR/SIDE.json ({"host_ms", "resident_ms", "runs", ...} or {"error"}; a failed
 device-resident timing is "resident_error") and OUTDIR/SIDE.npz (the outputs of one run).
 TF32 is off on both sides (NVIDIA_TF32_OVERRIDE=0, jax_default_matmul_precision=highest).
@@ -57,7 +58,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def inputs(meta_path: str) -> list[np.ndarray]:
-    """Every argument of the module: a model's from its seed, a case's from cases.py."""
+    """Every argument of the module: a model's from its seed, a case's from cases.py, or
+    an .npz's arrays (arg0, arg1, ...: what `hlo-run --inputs` reads)."""
+    if meta_path.endswith(".npz"):
+        with np.load(meta_path) as z:
+            return [z[f"arg{i}"] for i in range(len(z.files))]
     meta = json.loads(Path(meta_path).read_text())
     if "seed" in meta:  # samples/models/NAME.json
         import weights
