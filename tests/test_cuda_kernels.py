@@ -254,24 +254,33 @@ ENTRY e {
     check(text, [x], ["topk.rank"])
 
 
-@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal"])
-@pytest.mark.parametrize("k", [1, 10, 600])
-def test_topk_long_rows_stop_counting_at_k(order, k):
-    """Rows of 600 in every order (the thread of an element stops once k beat it, scanning
-    from its right-hand neighbour round), k from 1 to the whole row, largest and smallest."""
-    x = random_array((4, 600), "f32", RNG)
+@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "strided"])
+@pytest.mark.parametrize("n,k,variant", [(600, 1, "topk.rank"), (600, 10, "topk.rank"),
+                                         (600, 600, "topk.rank"), (3000, 1, "topk.block"),
+                                         (3000, 10, "topk.block"), (3000, 2, "topk.block"),
+                                         (1100, 24, "topk.block")])
+def test_topk_long_rows(order, n, k, variant):
+    """Rows in every order, k from 1 to the whole row, largest and smallest: rows of 600 on
+    topk.rank (the thread of an element stops once k beat it, scanning from its right-hand
+    neighbour round), longer ones on topk.block (each thread's best k of every 256th
+    element, then the block's candidates ranked in shared memory)."""
+    x = random_array((4, n), "f32", RNG)
     if order != "random":
         x = np.sort(x, axis=1)
         x = x[:, ::-1].copy() if order == "descending" else x
     if order == "equal":
         x[:] = 2.0
+    if order == "strided":  # the best and the worst of the row in topk.block's first thread
+        x[:, ::256] = RNG.permutation(np.r_[np.arange(100, 100 + n // 512 + 1),
+                                            -np.arange(100, 100 + (n + 255) // 256
+                                                       - n // 512 - 1)])
     for largest in ("true", "false"):
         text = f"""HloModule m
 ENTRY e {{
-  a = f32[4,600] parameter(0)
+  a = f32[4,{n}] parameter(0)
   ROOT t = (f32[4,{k}], s32[4,{k}]) topk(a), k={k}, largest={largest}
 }}"""
-        check(text, [x], ["topk.rank"])
+        check(text, [x], [variant])
 
 
 def _scatter(combiner: str, extra: str = "") -> str:

@@ -17,11 +17,25 @@ from llvmlite import ir
 from ...ir import Opcode
 from ..elemental.compare import total_order_key
 from ..elemental.memory import store_element
-from ..elemental.types import I64, elem_type
-from .kernel import KernelBuild, variant
-from .loop import loop_launch
+from ..elemental.types import I32, I64, elem_type
+from .kernel import KernelBuild, dims, variant
+from .loop import loop_launch, physical_index
 from .parts import Part, PlanContext, plans
 from .sort import while_loop
+
+BLOCK_THREADS = 256
+MIN_BLOCK_ROW = 1024  # shorter rows: topk.rank
+
+
+def _block_shared(instr) -> int:
+    """Shared bytes of topk.block: every thread's k candidates (value, position)."""
+    et = elem_type(instr.operands[0].shape.element_type)
+    return BLOCK_THREADS * instr.attrs.k * (_type_bytes(et.value_type) + 4)
+
+
+def _type_bytes(t: ir.Type) -> int:
+    return t.width // 8 if isinstance(t, ir.IntType) else \
+        (8 if isinstance(t, ir.DoubleType) else 4)
 
 
 @plans(Opcode.TOPK)
@@ -29,7 +43,15 @@ def plan_topk(pc: PlanContext, k: int) -> list[Part] | None:
     instr = pc.items[k].instr
     if instr.opcode != Opcode.TOPK:
         return None
-    total = max(1, instr.operands[0].shape.num_elements)
+    shape = instr.operands[0].shape
+    n = shape.dims[-1] if shape.rank else 1
+    shared = _block_shared(instr)
+    if n >= MIN_BLOCK_ROW and 0 < instr.attrs.k <= n and \
+            shared <= pc.target.limits.max_static_shared_bytes:
+        rows = max(1, shape.num_elements // n)
+        return [Part("topk.block", (k,), dims((rows,), (BLOCK_THREADS,)),
+                     shared_bytes=shared, block_threads=BLOCK_THREADS)]
+    total = max(1, shape.num_elements)
     return [Part("topk.rank", (k,), loop_launch(total, 1, pc.target))]
 
 
@@ -61,8 +83,6 @@ def emit_topk(kb: KernelBuild) -> None:
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
     with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, shape.num_elements)))):
         row, pos = b.udiv(linear, kb.i64(n)), b.urem(linear, kb.i64(n))
-        from .loop import physical_index
-
         outer = physical_index(kb, shape.with_dims(shape.dims[:-1]), row) if shape.rank > 1 \
             else []
         mine = gen(outer + [pos])
@@ -80,9 +100,110 @@ def emit_topk(kb: KernelBuild) -> None:
             b.store(b.add(b.load(rank, typ=I64), b.zext(beats, I64)), rank)
         r = b.load(rank, typ=I64)
         with b.if_then(b.icmp_signed("<", r, kb.i64(k))):
-            out = outer + [r]
-            values, indices = item.outputs
-            store_element(ctx, kb.output_shapes[values], kb.outputs[values], out, mine)
-            idx_et = elem_type(kb.output_shapes[indices].element_type)
-            store_element(ctx, kb.output_shapes[indices], kb.outputs[indices], out,
-                          b.trunc(pos, idx_et.value_type))
+            _write(kb, item, outer + [r], mine, pos)
+
+
+def _write(kb: KernelBuild, item, out: list, value: ir.Value, pos: ir.Value) -> None:
+    """Output slot `out`: the element's value and its position in the row."""
+    values, indices = item.outputs
+    store_element(kb.ctx, kb.output_shapes[values], kb.outputs[values], out, value)
+    idx_et = elem_type(kb.output_shapes[indices].element_type)
+    store_element(kb.ctx, kb.output_shapes[indices], kb.outputs[indices], out,
+                  kb.b.trunc(pos, idx_et.value_type))
+
+
+@variant("topk.block")
+def emit_topk_block(kb: KernelBuild) -> None:
+    """One block per row. Each thread keeps the best k of its elements (every 256th) in
+    order, in local memory; the block's 256 k candidates go to shared memory, where each
+    candidate is ranked among the others as topk.rank ranks elements (stopping at k). The
+    row's top k are all candidates (each is in its thread's best k), so a candidate's rank
+    among them is its rank in the row."""
+    (item,) = kb.items()
+    instr = item.instr
+    shape = instr.operands[0].shape
+    n, k = shape.dims[-1], instr.attrs.k
+    largest = instr.attrs.largest if instr.attrs.largest is not None else True
+    et = elem_type(shape.element_type)
+    vt = et.value_type
+    gen = kb.gen(instr.operands[0])
+    b, ctx = kb.b, kb.ctx
+    row, tid = kb.ctaid(), kb.tid()
+    outer = physical_index(kb, shape.with_dims(shape.dims[:-1]), row) if shape.rank > 1 else []
+    values, positions = ctx.alloca(vt, k), ctx.alloca(I64, k)
+    count = ctx.alloca(I64)
+    b.store(kb.i64(0), count)
+
+    def at(arr, t, i):
+        return b.gep(arr, [i], source_etype=t)
+
+    with ctx.loop(tid, kb.i64(n), "mine", step=BLOCK_THREADS) as pos:
+        x = gen(outer + [pos])
+        held = b.load(count, typ=I64)
+        last = kb.i64(k - 1)
+        full = b.icmp_signed("==", held, kb.i64(k))
+        worst = b.load(at(values, vt, last), typ=vt)
+        worst_pos = b.load(at(positions, I64, last), typ=I64)
+        takes = b.or_(b.not_(full), _beats(kb, et, largest, x, pos, worst, worst_pos))
+        with b.if_then(takes):
+            start = b.select(full, last, held)
+
+            def moves(b, j):
+                prev = b.select(b.icmp_signed(">", j, kb.i64(0)), b.sub(j, kb.i64(1)),
+                                kb.i64(0))
+                return b.and_(b.icmp_signed(">", j, kb.i64(0)),
+                              _beats(kb, et, largest, x, pos,
+                                     b.load(at(values, vt, prev), typ=vt),
+                                     b.load(at(positions, I64, prev), typ=I64)))
+
+            slot = ctx.alloca(I64)
+            b.store(start, slot)
+            with while_loop(ctx, start, moves, lambda b, j: b.sub(j, kb.i64(1)), "shift") as j:
+                prev = b.sub(j, kb.i64(1))
+                b.store(b.load(at(values, vt, prev), typ=vt), at(values, vt, j))
+                b.store(b.load(at(positions, I64, prev), typ=I64), at(positions, I64, j))
+                b.store(prev, slot)
+            j = b.load(slot, typ=I64)
+            b.store(x, at(values, vt, j))
+            b.store(pos, at(positions, I64, j))
+            b.store(b.select(full, held, b.add(held, kb.i64(1))), count)
+
+    candidates = BLOCK_THREADS * k
+    shared_values = kb.nvvm.shared(vt, candidates, _type_bytes(vt))
+    shared_positions = kb.nvvm.shared(I32, candidates, 4)
+    held = b.load(count, typ=I64)
+    with ctx.loop(0, k, "publish") as j:
+        c = b.add(b.mul(tid, kb.i64(k)), j)
+        real = b.icmp_signed("<", j, held)
+        value = b.select(real, b.load(at(values, vt, j), typ=vt), ir.Constant(vt, 0))
+        position = b.select(real, b.trunc(b.load(at(positions, I64, j), typ=I64), I32),
+                            ir.Constant(I32, -1))
+        b.store(value, at(shared_values, vt, c))
+        b.store(position, at(shared_positions, I32, c))
+    kb.nvvm.barrier()
+
+    with ctx.loop(tid, kb.i64(candidates), "rank", step=BLOCK_THREADS) as c:
+        mine_pos = b.load(at(shared_positions, I32, c), typ=I32)
+        with b.if_then(b.icmp_signed(">=", mine_pos, ir.Constant(I32, 0))):
+            mine = b.load(at(shared_values, vt, c), typ=vt)
+            mine_pos64 = b.sext(mine_pos, I64)
+            rank = ctx.alloca(I64)
+            b.store(kb.i64(0), rank)
+
+            def more(b, t):
+                return b.and_(b.icmp_signed("<", t, kb.i64(candidates)),
+                              b.icmp_signed("<", b.load(rank, typ=I64), kb.i64(k)))
+
+            with while_loop(ctx, kb.i64(1), more, lambda b, t: b.add(t, kb.i64(1)), "other") \
+                    as t:
+                q = b.add(c, t)
+                q = b.select(b.icmp_signed(">=", q, kb.i64(candidates)),
+                             b.sub(q, kb.i64(candidates)), q)
+                q_pos = b.load(at(shared_positions, I32, q), typ=I32)
+                beats = b.and_(b.icmp_signed(">=", q_pos, ir.Constant(I32, 0)),
+                               _beats(kb, et, largest, b.load(at(shared_values, vt, q), typ=vt),
+                                      b.sext(q_pos, I64), mine, mine_pos64))
+                b.store(b.add(b.load(rank, typ=I64), b.zext(beats, I64)), rank)
+            r = b.load(rank, typ=I64)
+            with b.if_then(b.icmp_signed("<", r, kb.i64(k))):
+                _write(kb, item, outer + [r], mine, mine_pos64)
