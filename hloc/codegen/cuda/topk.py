@@ -70,37 +70,57 @@ def _beats(kb: KernelBuild, et, largest: bool, a, ai, c, ci) -> ir.Value:
     return b.or_(better, b.and_(b.icmp_signed("==", ka, kc), b.icmp_signed("<", ai, ci)))
 
 
+class _TopK:
+    """What both kernels read of their topk item."""
+
+    def __init__(self, kb: KernelBuild):
+        (self.item,) = kb.items()
+        instr = self.item.instr
+        self.shape = instr.operands[0].shape
+        self.n, self.k = self.shape.dims[-1], instr.attrs.k
+        self.largest = instr.attrs.largest if instr.attrs.largest is not None else True
+        self.et = elem_type(self.shape.element_type)
+        self.gen = kb.gen(instr.operands[0])
+
+    def outer(self, kb: KernelBuild, row: ir.Value) -> list[ir.Value]:
+        """The index of row `row` (every dim but the last)."""
+        shape = self.shape
+        return physical_index(kb, shape.with_dims(shape.dims[:-1]), row) if shape.rank > 1 \
+            else []
+
+
+def _rank(kb: KernelBuild, size: int, k: int, start: ir.Value, beats_at) -> ir.Value:
+    """How many of `size` entries beat entry `start` (`beats_at(q)`: whether entry q does),
+    counting from start + 1 round to start - 1 and stopping at k."""
+    b = kb.b
+    rank = kb.ctx.alloca(I64)
+    b.store(kb.i64(0), rank)
+
+    def more(b, t):
+        return b.and_(b.icmp_signed("<", t, kb.i64(size)),
+                      b.icmp_signed("<", b.load(rank, typ=I64), kb.i64(k)))
+
+    with while_loop(kb.ctx, kb.i64(1), more, lambda b, t: b.add(t, kb.i64(1)), "other") as t:
+        q = b.add(start, t)
+        q = b.select(b.icmp_signed(">=", q, kb.i64(size)), b.sub(q, kb.i64(size)), q)
+        b.store(b.add(b.load(rank, typ=I64), b.zext(beats_at(q), I64)), rank)
+    return b.load(rank, typ=I64)
+
+
 @variant("topk.rank")
 def emit_topk(kb: KernelBuild) -> None:
-    (item,) = kb.items()
-    instr = item.instr
-    shape = instr.operands[0].shape
-    n, k = shape.dims[-1], instr.attrs.k
-    largest = instr.attrs.largest if instr.attrs.largest is not None else True
-    et = elem_type(shape.element_type)
-    gen = kb.gen(instr.operands[0])
-    b, ctx = kb.b, kb.ctx
+    t = _TopK(kb)
+    shape, n, k, et, largest, gen = t.shape, t.n, t.k, t.et, t.largest, t.gen
+    b = kb.b
     linear = b.add(b.mul(kb.ctaid(), kb.ntid()), kb.tid())
     with b.if_then(b.icmp_unsigned("<", linear, kb.i64(max(1, shape.num_elements)))):
         row, pos = b.udiv(linear, kb.i64(n)), b.urem(linear, kb.i64(n))
-        outer = physical_index(kb, shape.with_dims(shape.dims[:-1]), row) if shape.rank > 1 \
-            else []
+        outer = t.outer(kb, row)
         mine = gen(outer + [pos])
-        rank = ctx.alloca(I64)
-        b.store(kb.i64(0), rank)
-
-        def more(b, t):
-            return b.and_(b.icmp_signed("<", t, kb.i64(n)),
-                          b.icmp_signed("<", b.load(rank, typ=I64), kb.i64(k)))
-
-        with while_loop(ctx, kb.i64(1), more, lambda b, t: b.add(t, kb.i64(1)), "other") as t:
-            q = b.add(pos, t)
-            q = b.select(b.icmp_signed(">=", q, kb.i64(n)), b.sub(q, kb.i64(n)), q)
-            beats = _beats(kb, et, largest, gen(outer + [q]), q, mine, pos)
-            b.store(b.add(b.load(rank, typ=I64), b.zext(beats, I64)), rank)
-        r = b.load(rank, typ=I64)
+        r = _rank(kb, n, k, pos,
+                  lambda q: _beats(kb, et, largest, gen(outer + [q]), q, mine, pos))
         with b.if_then(b.icmp_signed("<", r, kb.i64(k))):
-            _write(kb, item, outer + [r], mine, pos)
+            _write(kb, t.item, outer + [r], mine, pos)
 
 
 def _write(kb: KernelBuild, item, out: list, value: ir.Value, pos: ir.Value) -> None:
@@ -119,17 +139,12 @@ def emit_topk_block(kb: KernelBuild) -> None:
     candidate is ranked among the others as topk.rank ranks elements (stopping at k). The
     row's top k are all candidates (each is in its thread's best k), so a candidate's rank
     among them is its rank in the row."""
-    (item,) = kb.items()
-    instr = item.instr
-    shape = instr.operands[0].shape
-    n, k = shape.dims[-1], instr.attrs.k
-    largest = instr.attrs.largest if instr.attrs.largest is not None else True
-    et = elem_type(shape.element_type)
+    top = _TopK(kb)
+    n, k, et, largest, gen = top.n, top.k, top.et, top.largest, top.gen
     vt = et.value_type
-    gen = kb.gen(instr.operands[0])
     b, ctx = kb.b, kb.ctx
     row, tid = kb.ctaid(), kb.tid()
-    outer = physical_index(kb, shape.with_dims(shape.dims[:-1]), row) if shape.rank > 1 else []
+    outer = top.outer(kb, row)
     values, positions = ctx.alloca(vt, k), ctx.alloca(I64, k)
     count = ctx.alloca(I64)
     b.store(kb.i64(0), count)
@@ -187,23 +202,13 @@ def emit_topk_block(kb: KernelBuild) -> None:
         with b.if_then(b.icmp_signed(">=", mine_pos, ir.Constant(I32, 0))):
             mine = b.load(at(shared_values, vt, c), typ=vt)
             mine_pos64 = b.sext(mine_pos, I64)
-            rank = ctx.alloca(I64)
-            b.store(kb.i64(0), rank)
 
-            def more(b, t):
-                return b.and_(b.icmp_signed("<", t, kb.i64(candidates)),
-                              b.icmp_signed("<", b.load(rank, typ=I64), kb.i64(k)))
-
-            with while_loop(ctx, kb.i64(1), more, lambda b, t: b.add(t, kb.i64(1)), "other") \
-                    as t:
-                q = b.add(c, t)
-                q = b.select(b.icmp_signed(">=", q, kb.i64(candidates)),
-                             b.sub(q, kb.i64(candidates)), q)
+            def beats_at(q):
                 q_pos = b.load(at(shared_positions, I32, q), typ=I32)
-                beats = b.and_(b.icmp_signed(">=", q_pos, ir.Constant(I32, 0)),
-                               _beats(kb, et, largest, b.load(at(shared_values, vt, q), typ=vt),
-                                      b.sext(q_pos, I64), mine, mine_pos64))
-                b.store(b.add(b.load(rank, typ=I64), b.zext(beats, I64)), rank)
-            r = b.load(rank, typ=I64)
+                return b.and_(b.icmp_signed(">=", q_pos, ir.Constant(I32, 0)),
+                              _beats(kb, et, largest, b.load(at(shared_values, vt, q), typ=vt),
+                                     b.sext(q_pos, I64), mine, mine_pos64))
+
+            r = _rank(kb, candidates, k, c, beats_at)
             with b.if_then(b.icmp_signed("<", r, kb.i64(k))):
-                _write(kb, item, outer + [r], mine, mine_pos64)
+                _write(kb, top.item, outer + [r], mine, mine_pos64)
