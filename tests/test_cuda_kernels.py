@@ -283,6 +283,16 @@ ENTRY e {{
         check(text, [x], [variant])
 
 
+def test_topk_of_a_long_pred_row_ranks():
+    """pred values have no byte-sized register type for topk.block's shared candidates."""
+    text = """HloModule m
+ENTRY e {
+  a = pred[2,1100] parameter(0)
+  ROOT t = (pred[2,3], s32[2,3]) topk(a), k=3, largest=true
+}"""
+    check(text, [RNG.random((2, 1100)) < 0.01], ["topk.rank"])
+
+
 def _scatter(combiner: str, extra: str = "") -> str:
     return f"""HloModule m
 comb {{

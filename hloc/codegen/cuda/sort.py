@@ -50,7 +50,7 @@ def _record_types(instr) -> list[ir.Type]:
     return [_storage(elem_type(o.shape.element_type).value_type) for o in instr.operands] + [I32]
 
 
-def _type_bytes(t: ir.Type) -> int:
+def type_bytes(t: ir.Type) -> int:
     if isinstance(t, ir.IntType):
         return t.width // 8
     return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(t)]
@@ -65,7 +65,7 @@ def record_offsets(instr) -> tuple[list[list[int]], int]:
         offsets = []
         for t in _record_types(instr):
             offsets.append(total)
-            total += -(-count * _type_bytes(t) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            total += -(-count * type_bytes(t) // SCRATCH_ALIGN) * SCRATCH_ALIGN
         halves.append(offsets)
     return halves, total
 

@@ -21,7 +21,7 @@ from ..elemental.types import I32, I64, elem_type
 from .kernel import KernelBuild, dims, variant
 from .loop import loop_launch, physical_index
 from .parts import Part, PlanContext, plans
-from .sort import while_loop
+from .sort import type_bytes, while_loop
 
 BLOCK_THREADS = 256
 MIN_BLOCK_ROW = 1024  # shorter rows: topk.rank
@@ -30,12 +30,7 @@ MIN_BLOCK_ROW = 1024  # shorter rows: topk.rank
 def _block_shared(instr) -> int:
     """Shared bytes of topk.block: every thread's k candidates (value, position)."""
     et = elem_type(instr.operands[0].shape.element_type)
-    return BLOCK_THREADS * instr.attrs.k * (_type_bytes(et.value_type) + 4)
-
-
-def _type_bytes(t: ir.Type) -> int:
-    return t.width // 8 if isinstance(t, ir.IntType) else \
-        (8 if isinstance(t, ir.DoubleType) else 4)
+    return BLOCK_THREADS * instr.attrs.k * (type_bytes(et.value_type) + 4)
 
 
 @plans(Opcode.TOPK)
@@ -46,7 +41,8 @@ def plan_topk(pc: PlanContext, k: int) -> list[Part] | None:
     shape = instr.operands[0].shape
     n = shape.dims[-1] if shape.rank else 1
     shared = _block_shared(instr)
-    if n >= MIN_BLOCK_ROW and 0 < instr.attrs.k <= n and \
+    pred = elem_type(shape.element_type).kind == "pred"  # no byte-sized register type
+    if n >= MIN_BLOCK_ROW and 0 < instr.attrs.k <= n and not pred and \
             shared <= pc.target.limits.max_static_shared_bytes:
         rows = max(1, shape.num_elements // n)
         return [Part("topk.block", (k,), dims((rows,), (BLOCK_THREADS,)),
@@ -63,7 +59,7 @@ def order_key(kb: KernelBuild, et, v: ir.Value) -> ir.Value:
 def _beats(kb: KernelBuild, et, largest: bool, a, ai, c, ci) -> ir.Value:
     """Whether element (a at position ai) comes before (c at ci)."""
     b = kb.b
-    signed = et.kind != "uint"
+    signed = et.kind not in ("uint", "pred")  # i1 read signed: true = -1
     cmp = b.icmp_signed if signed else b.icmp_unsigned
     ka, kc = order_key(kb, et, a), order_key(kb, et, c)
     better = cmp(">" if largest else "<", ka, kc)
@@ -184,7 +180,7 @@ def emit_topk_block(kb: KernelBuild) -> None:
             b.store(b.select(full, held, b.add(held, kb.i64(1))), count)
 
     candidates = BLOCK_THREADS * k
-    shared_values = kb.nvvm.shared(vt, candidates, _type_bytes(vt))
+    shared_values = kb.nvvm.shared(vt, candidates, type_bytes(vt))
     shared_positions = kb.nvvm.shared(I32, candidates, 4)
     held = b.load(count, typ=I64)
     with ctx.loop(0, k, "publish") as j:
