@@ -10,9 +10,9 @@ buffer; then the updates, race-free in one of three ways:
   their bits), so the result does not depend on the order the updates land in;
 - `scatter.parallel`: `unique_indices` promises no two updates touch one element — one
   thread per update element, plain read-combine-write (chosen before atomics);
-- `scatter.serial`: anything else (overwrite, max, variadic, ...) — one block walks the
-  scatter indices in order, its threads split each update window, with a barrier between
-  indices, so later updates win exactly as in a sequential scatter.
+- `scatter.serial`: anything else (overwrite, multiply, narrow types, variadic, ...) — one
+  block walks the scatter indices in order, its threads split each update window, with a
+  barrier between indices, so later updates win exactly as in a sequential scatter.
 A window that does not fit entirely inside the operand is skipped (as XLA CPU does).
 """
 
@@ -28,6 +28,7 @@ from ..elemental.compose import emit_scalar_computation
 from ..elemental.indexing import index_to_i64
 from ..elemental.memory import element_pointer, linear_offset, load_element, store_element
 from ..elemental.reduction import simple_reducer
+from ..elemental.scalar import int_bits_of_float
 from ..elemental.types import I1, elem_type
 from .kernel import KernelBuild, dims, variant
 from .loop import loop_launch, physical_index
@@ -195,7 +196,7 @@ def _wins(b: ir.IRBuilder, update: ir.Value, current: ir.Value, largest: bool) -
     """Whether float `update` replaces `current`: NaN beats every number, numbers by the
     total order (-0 < +0), NaNs by their bits; a strict order, so the winner of a set of
     updates is the same in every arrival order."""
-    ity = _bits_type(update)
+    ity = int_bits_of_float(update)
     u, c = b.bitcast(update, ity), b.bitcast(current, ity)
     u_nan, c_nan = b.fcmp_unordered("uno", update, update), b.fcmp_unordered("uno", current, current)
     uk, ck = total_order_of_bits(b, u), total_order_of_bits(b, c)
@@ -206,13 +207,9 @@ def _wins(b: ir.IRBuilder, update: ir.Value, current: ir.Value, largest: bool) -
                              b.select(c_nan, ir.Constant(I1, 0), number)))
 
 
-def _bits_type(v: ir.Value) -> ir.IntType:
-    return ir.IntType(64 if isinstance(v.type, ir.DoubleType) else 32)
-
-
 def _compare_and_swap(kb: KernelBuild, ptr: ir.Value, value: ir.Value, largest: bool) -> None:
     b = kb.b
-    ity = _bits_type(value)
+    ity = int_bits_of_float(value)
     iptr = b.bitcast(ptr, ity.as_pointer(ptr.type.addrspace))
     new = b.bitcast(value, ity)
     first = b.load_atomic(iptr, "monotonic", ity.width // 8, typ=ity)
