@@ -242,12 +242,16 @@ ENTRY e {{
     check(text, [keys, vals], ["sort.merge"])
 
 
+def _topk(dtype: str, rows: int, n: int, k: int, largest: str = "true") -> str:
+    return f"""HloModule m
+ENTRY e {{
+  a = {dtype}[{rows},{n}] parameter(0)
+  ROOT t = ({dtype}[{rows},{k}], s32[{rows},{k}]) topk(a), k={k}, largest={largest}
+}}"""
+
+
 def test_topk_with_nans_and_ties():
-    text = """HloModule m
-ENTRY e {
-  a = f32[5,40] parameter(0)
-  ROOT t = (f32[5,7], s32[5,7]) topk(a), k=7, largest=true
-}"""
+    text = _topk("f32", 5, 40, 7)
     x = np.round(random_array((5, 40), "f32", RNG))
     x[1, 3] = np.nan
     x[2, :] = 1.0
@@ -275,22 +279,12 @@ def test_topk_long_rows(order, n, k, variant):
                                             -np.arange(100, 100 + (n + 255) // 256
                                                        - n // 512 - 1)])
     for largest in ("true", "false"):
-        text = f"""HloModule m
-ENTRY e {{
-  a = f32[4,{n}] parameter(0)
-  ROOT t = (f32[4,{k}], s32[4,{k}]) topk(a), k={k}, largest={largest}
-}}"""
-        check(text, [x], [variant])
+        check(_topk("f32", 4, n, k, largest), [x], [variant])
 
 
 def test_topk_of_a_long_pred_row_ranks():
     """pred values have no byte-sized register type for topk.block's shared candidates."""
-    text = """HloModule m
-ENTRY e {
-  a = pred[2,1100] parameter(0)
-  ROOT t = (pred[2,3], s32[2,3]) topk(a), k=3, largest=true
-}"""
-    check(text, [RNG.random((2, 1100)) < 0.01], ["topk.rank"])
+    check(_topk("pred", 2, 1100, 3), [RNG.random((2, 1100)) < 0.01], ["topk.rank"])
 
 
 def _scatter(combiner: str, extra: str = "") -> str:
