@@ -2134,6 +2134,30 @@ def _f64_math(rng):
     return f, (x,)
 
 
+@op_case("f64_libm", "f64 sin, cos, tan, atan2 and pow, a sin and a cos of one value, and "
+         "exp(-x^2) sin(3x) in one fusion, over their edges (zeros, denormals, infinities, NaN, "
+         "huge arguments) and ordinary ranges: XLA CPU takes these from libm, one call per element "
+         "inside otherwise vectorized loops. tests/test_xla_numerics.py checks compiled modules "
+         "bit for bit.", rtol=1e-12, atol=1e-13, x64=True)
+def _f64_libm(rng):
+    import jax.numpy as jnp
+
+    edges = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, -5e-324, 2.2e-308, 1e-300,
+                      1e-20, 0.5, 1.0, -1.0, 1.5707963267948966, 3.141592653589793, 1e5, 1e22,
+                      -1e22, 1e300, 1.7976931348623157e308])
+    x = np.concatenate([edges, rng.uniform(-10, 10, 3000), rng.standard_normal(2000) * 1e6,
+                        10.0 ** rng.uniform(-300, 300, 1000)])
+    y = np.concatenate([edges[::-1], rng.uniform(-10, 10, 3000), rng.standard_normal(2000),
+                        rng.uniform(-3, 3, 1000)])
+
+    def f(x, y):
+        s, c = jnp.sin(x), jnp.cos(x)
+        return (s, c, jnp.tan(x), jnp.arctan2(x, y), jnp.power(jnp.abs(x), y), s * c + c,
+                jnp.exp(-y * y) * jnp.sin(3 * y))
+
+    return f, (x, y)
+
+
 @op_case("triangular_solves", "Batched triangular solves as jax lowers them on CPU: a Gaussian "
          "mixture's per-component solves (lapack_strsm_ffi with a batch dimension), every "
          "side / triangle / transpose / unit-diagonal option, one of order 130 (LAPACK's "

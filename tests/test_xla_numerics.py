@@ -3,7 +3,7 @@
 The oracle is XLA itself: samples/ops/long_scans, sum_order, divide_order, fma_contraction and
 f64_math hold outputs XLA CPU computed for scans, narrow-float sums, short f32 sums, means,
 divisions by a broadcast, multiply-adds (which its LLVM fuses into FMAs) and its own f64 exp,
-tanh and log1p.
+tanh and log1p; f64_libm its libm's sin, cos, tan, atan2 and pow inside vectorized loops.
 Compiled for the CPU (the host's features and x86-64-v3) and for the interpreter, they must
 match those outputs exactly (the exceptions, NOT_EXACT, round through exp, log or rsqrt). Independently of XLA, numpy
 models of the two orders (blocks of 16 for scans, windows of 32 for sums) check the passes'
@@ -36,7 +36,9 @@ pytestmark = pytest.mark.cpu
 NOT_EXACT = {("ops/long_scans", 6), ("ops/divide_order", 4)}
 # The interpreter's exp is the correctly rounded one, compiled code XLA's polynomial: a softmax
 # matches XLA bit for bit compiled only.
-NOT_EXACT_INTERPRETED = {("ops/divide_order", 3)}
+# numpy's f64 tan, atan2 and pow (and sin and cos inside a product) are not glibc's, whose
+# bits XLA CPU's libm calls give.
+NOT_EXACT_INTERPRETED = {("ops/divide_order", 3)} | {("ops/f64_libm", i) for i in range(2, 7)}
 # Multiply-adds that XLA's LLVM fuses into FMAs: compiled code fuses them as XLA does where the
 # target has FMA; the interpreter, and code for a target without FMA, round the product first.
 # XLA's f64 exp, tanh and log1p (and softplus and logistic, built on them) are rational
@@ -63,7 +65,7 @@ def _run(name: str, options: dict, device: str, tmp_path):
 # `fft`: numpy's pocketfft in f32 (runtime/interpreter/fftn.py) gives DUCC's bits there; its
 # f64 loop, which numpy picked for forward c64 transforms, missed 353 of 546 values.
 @pytest.mark.parametrize("name", ["ops/long_scans", "ops/sum_order", "ops/divide_order",
-                                  "ops/fma_contraction", "ops/f64_math", "fft"])
+                                  "ops/fma_contraction", "ops/f64_math", "ops/f64_libm", "fft"])
 def test_compiled_modules_round_like_xla(name, options, device, tmp_path):
     got = _run(name, options, device, tmp_path)
     expected = sample_arrays(name, "expected")
@@ -261,3 +263,45 @@ def test_f64_log_loops_vectorize_around_libms_log(options, tmp_path):
     assert bits_equal(got_log1p[large], np.array([math.log(v + 1.0) for v in x[large]]))
     optimized = members(o.artifact)["module.opt.ll"].decode()
     assert "@llvm.log.v" in optimized  # vectorized: llvm.log.v4f64 or v8f64
+
+
+LIBM_CALLS = """HloModule libm_calls
+ENTRY e {
+  x = f64[4096]{0} parameter(0)
+  y = f64[4096]{0} parameter(1)
+  s = f64[4096]{0} sine(x)
+  c = f64[4096]{0} cosine(x)
+  sc = f64[4096]{0} add(s, c)
+  t = f64[4096]{0} tan(x)
+  a = f64[4096]{0} atan2(x, y)
+  ay = f64[4096]{0} abs(y)
+  p = f64[4096]{0} power(ay, x)
+  ROOT r = (f64[4096]{0}, f64[4096]{0}, f64[4096]{0}, f64[4096]{0}) tuple(sc, t, a, p)
+}
+"""
+
+
+@pytest.mark.parametrize("options", [{}, {"cpu": "x86-64-v3"}], ids=["host", "x86-64-v3"])
+def test_f64_libm_calls_vectorize_around_the_calls(options, tmp_path):
+    """f64 sin, cos, tan, atan2 and pow take libm's, as XLA CPU does, through LLVM's
+    intrinsics: their loops vectorize with one call per lane (calls to `sin` itself kept the
+    whole loop scalar, XLA's exp in it too). A sin and a cos of one value may become one
+    `sincos` call (allowed: glibc's returns its sin's and cos's bits). The bits stay libm's."""
+    import math
+
+    from .support.bundles import members
+    from .support.run import run_cases
+
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-20, 20, 4096)
+    y = rng.uniform(-3, 3, 4096)
+    o = run_cases({"libm": (LIBM_CALLS, [x, y])}, tmp=tmp_path, **options)["libm"]
+    sc, t, a, p = o.got
+    assert bits_equal(sc, np.array([math.sin(v) + math.cos(v) for v in x]))
+    assert bits_equal(t, np.array([math.tan(v) for v in x]))
+    assert bits_equal(a, np.array([math.atan2(u, v) for u, v in zip(x, y, strict=True)]))
+    assert bits_equal(p, np.array([math.pow(abs(v), u) for u, v in zip(x, y, strict=True)]))
+    optimized = members(o.artifact)["module.opt.ll"].decode()
+    for fn in ("tan", "atan2", "pow"):
+        assert f"@llvm.{fn}.v" in optimized, fn  # vectorized: v4f64 or v8f64
+    assert "@llvm.sin.v" in optimized or "@llvm.sincos.v" in optimized
