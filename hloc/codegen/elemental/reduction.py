@@ -218,10 +218,9 @@ def cascade_sum(ctx: EmitContext, reducer: Reducer, et: ElemType,
     middle, outer, count = ctx.alloca(et.value_type), ctx.alloca(et.value_type), ctx.alloca(I64)
     for slot, value in ((middle, zero), (outer, zero), (count, ctx.i64(0))):
         b.store(value, slot)
-    lo, hi = bounds[-1]
-    size = hi.constant  # constant bounds: reduce's own dimensions
+    size = bounds[-1][1].constant  # constant bounds from 0: reduce's own dimensions
     with contextlib.ExitStack() as stack:
-        ivs = [stack.enter_context(ctx.loop(l, h, "r")) for l, h in bounds[:-1]]
+        ivs = [stack.enter_context(ctx.loop(lo, hi, "r")) for lo, hi in bounds[:-1]]
         chunk = stack.enter_context(ctx.loop(0, -(-size // SUM_CHUNK), "chunk"))
         first = b.mul(chunk, ctx.i64(SUM_CHUNK))
         last = ctx.call("llvm.smin.i64", [b.add(first, ctx.i64(SUM_CHUNK)), ctx.i64(size)])
