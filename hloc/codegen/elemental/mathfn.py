@@ -177,7 +177,7 @@ def float_power(ctx, instr, v, et):
 # rest of the body in vectors), where a call to `sin` itself, which may set errno, kept the
 # whole loop scalar, XLA's exp in it too (exp(-x*x)*sin(3x) over 1M doubles: 14 -> 8 ms).
 # XLA CPU's loops take them the same way. A sin and a cos of one value become one `sincos`
-# call, glibc's, which returns what its sin and cos do (tests/test_cpu_f64_math.py).
+# call, glibc's, which returns what its sin and cos do (tests/test_xla_numerics.py).
 LOG_F64 = "llvm.log.f64"
 _LIBM = {Opcode.EXP: "exp", Opcode.EXPM1: "expm1", Opcode.LOG: LOG_F64, Opcode.LOG1P: "log1p",
          Opcode.SIN: "llvm.sin.f64", Opcode.COS: "llvm.cos.f64", Opcode.TAN: "llvm.tan.f64",
