@@ -63,7 +63,7 @@ def option(default: Any, *, minimum: int | None = None) -> Any:
 
 # One module per pass, imported on the first lookup (their @register_pass decorators fill PASSES).
 PASS_MODULES = tuple(f"hloc.passes.{name}" for name in (
-    "simplifier.simplifier", "bitcast_reshapes", "call_inliner", "conditional_simplifier",
+    "simplifier.simplifier", "bf16_dot_operands", "bitcast_reshapes", "call_inliner", "conditional_simplifier",
     "constant_folding", "conv_phases", "copy_insertion", "cse", "dce", "divide_by_broadcast",
     "divide_by_constant", "dot_canonicalizer",
     "expand_batch_norm", "expand_comparison", "expand_logistic", "expand_rng_bit_generator", "float_normalization",

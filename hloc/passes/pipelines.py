@@ -67,9 +67,11 @@ def _cpu(pipeline: list[str]) -> list[str]:
     into one convolution per output phase. CUDA's loop kernel skips the holes itself
     (windows.TapSequence) and cuDNN takes the dilated form. And with topk-rewriter, as XLA
     CPU's pipeline has: a sort that only feeds its first k becomes a TopK custom call, which
-    the CPU back end computes by selection."""
+    the CPU back end computes by selection. After layout assignment (it sizes dots by their
+    layouts), bf16-dot-operands: the CPU GEMM multiplies bf16 operands itself."""
     at = pipeline.index("layout-assignment")
-    return _cpu_lowering([*pipeline[:at], "topk-rewriter", "conv-phases", *pipeline[at:]])
+    return _cpu_lowering([*pipeline[:at], "topk-rewriter", "conv-phases", pipeline[at],
+                          "bf16-dot-operands", *pipeline[at + 1:]])
 
 
 def _cpu_lowering(pipeline: list[str]) -> list[str]:

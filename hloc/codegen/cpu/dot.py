@@ -172,7 +172,12 @@ LIBRARY_TYPES = frozenset({PrimitiveType.F32, PrimitiveType.F64, PrimitiveType.C
 
 
 def library_dot(instr: Instruction) -> bool:
-    types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
+    """Whether the runtime's GEMM computes this dot: one of LIBRARY_TYPES throughout, or bf16
+    operands with an f32 result (the native GEMM's bf16 form, see bf16-dot-operands)."""
+    operands = {o.shape.element_type for o in instr.operands}
+    if operands == {PrimitiveType.BF16} and instr.shape.element_type == PrimitiveType.F32:
+        return True
+    types = operands | {instr.shape.element_type}
     return len(types) == 1 and types <= LIBRARY_TYPES
 
 

@@ -1,4 +1,4 @@
-"""LLVM IR of hloc's native f32 GEMM, one generator for every register geometry.
+"""LLVM IR of hloc's native f32 and bf16 GEMMs, one generator for every register geometry.
 
 Why: numpy's OpenBLAS runs its AVX2 ("Haswell") kernels whenever OPENBLAS_CORETYPE says so
 (or on AMD Zen, where it picks them by default); on a host with full-width AVX-512 that is
@@ -22,6 +22,16 @@ Two geometries: `AVX512` keeps a 12 x 32 tile in 24 of the 32 zmm registers; bui
 AVX2 host, LLVM would split each 512-bit operation into two and spill most of the 48
 resulting accumulators, so `AVX2` keeps a 6 x 16 tile in 12 ymm accumulators, plus two panel
 vectors and one broadcast = 15 of the 16 registers (the Haswell kernels of BLIS and OpenBLAS).
+
+bf16 products with an f32 result (`hloc_bgemm`, what XLA's mixed-precision dots become: the
+`bf16-dot-operands` pass) share the loop nest in one of two forms (`Operands`):
+  - `BF16_PAIRS`, for hosts with AVX512_BF16 (Zen 4, Cooper Lake, Sapphire Rapids): A and B are
+    packed as 32-bit words holding two bf16 of consecutive k, and the micro-kernel's multiply-add
+    is `vdpbf16ps` (16 lanes of two products each, added in f32): twice the f32 kernel's
+    multiply-adds per instruction, the instruction XLA's own library runs. Like it, it treats
+    denormal bf16 inputs as zero and flushes denormal results (XLA's values do the same).
+  - `BF16_WIDEN` elsewhere: the packing routines widen bf16 to f32 (a shift: exact) and the f32
+    micro-kernels run unchanged, so no converted copy of either operand is written.
 """
 
 from __future__ import annotations
@@ -33,10 +43,51 @@ from llvmlite import ir
 from ...util.record import dataclass
 from .pool import add_call_job, add_job, add_kernel_job, add_pool
 
-I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+I1, I16, I32, I64, F32 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64), \
+    ir.FloatType()
 PTR = ir.PointerType()
 # i64s describing one product in hloc_sgemm_list's list (after its count and work words).
 PRODUCT_WORDS = 14
+# Bits of a product's last word (its flags): add to C's old values; A and B are bf16.
+ACCUMULATE, BF16_OPERANDS = 1, 2
+
+
+class _BFloat(ir.Type):
+    """LLVM's bfloat type (llvmlite has none): the element type of vdpbf16ps' operands."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+@dataclass(frozen=True)
+class Operands:
+    """How a GEMM of the module reads A and B: their element type in memory, and whether its
+    packing keeps bf16 pairs for vdpbf16ps (two k steps per packed 32-bit word) or widens
+    every element to f32 for the f32 micro-kernels."""
+
+    prefix: str  # of the function names: hloc_{prefix}gemm...
+    element: ir.Type
+    pairs: bool
+
+    @property
+    def bytes(self) -> int:
+        return 4 if self.element == F32 else 2
+
+    @property
+    def k_per_word(self) -> int:
+        """Steps of k per packed word."""
+        return 2 if self.pairs else 1
+
+
+F32_OPERANDS = Operands("s", F32, False)
+BF16_PAIRS = Operands("b", I16, True)
+BF16_WIDEN = Operands("b", I16, False)
 
 
 @dataclass(frozen=True)
@@ -158,12 +209,15 @@ class _Builder:
 
     # ---- micro-kernel ---------------------------------------------------------------------
 
-    def tile(self, rows: int) -> ir.Function:
+    def tile(self, rows: int, pairs: bool = False) -> ir.Function:
         """tile(kc, ap, bp, ldbp, c, ldc, ncols, accumulate): C[rows, :ncols] (+)= A @ P, A
         packed k-major (ap[k * MR + r]); P a kc x NR panel with row stride ldbp, zero beyond
-        ncols (packed, or B itself when it has no column tail)."""
+        ncols (packed, or B itself when it has no column tail). `pairs`: the packed words are
+        bf16 pairs (BF16_PAIRS), ceil(kc / 2) of them per row and column, multiplied and added
+        by vdpbf16ps."""
         geo, vec = self.geo, self.vec
-        fn, b = self._internal(f"hloc_sgemm_tile{rows}", [I64, PTR, PTR, I64, PTR, I64, I64, I1])
+        fn, b = self._internal(f"hloc_{'b' if pairs else 's'}gemm_tile{rows}",
+                               [I64, PTR, PTR, I64, PTR, I64, I64, I1])
         if geo.noinline_tiles:
             # Inlined into the loop nest, the k loop reloads spilled pointers from the stack:
             # kept apart, it has the general registers to itself.
@@ -172,6 +226,7 @@ class _Builder:
         buf = b.alloca(F32, size=rows * geo.nr)
         accs = [[b.alloca(vec) for _ in range(geo.vectors)] for _ in range(rows)]
         cp, ldcp, full = self._c_tile(b, rows, buf, c, ldc, ncols, accumulate)
+        madd = self._dpbf16 if pairs else self._fma
 
         def c_at(r, h):
             """&C[r, LANES * h] of the tile."""
@@ -185,14 +240,15 @@ class _Builder:
             self._prefetch(b, c_at(r, 0), geo.nr * 4)
             for slot in row:
                 b.store(zero, slot)
-        with _loop(b, 0, kc, name="k") as k:
+        steps = b.sdiv(b.add(kc, _i64(1)), _i64(2)) if pairs else kc
+        with _loop(b, 0, steps, name="k") as k:
             panel = [self._vload(b, _at(b, bp, b.add(b.mul(k, ldbp), _i64(geo.lanes * h))))
                      for h in range(geo.vectors)]
             for r, row in enumerate(accs):
                 x = b.load(_at(b, ap, b.add(b.mul(k, _i64(geo.mr)), _i64(r))), typ=F32)
                 splat = self._splat(b, x)
                 for slot, p in zip(row, panel, strict=True):
-                    b.store(b.call(self.fma, [splat, p, b.load(slot, typ=vec)]), slot)
+                    b.store(madd(b, splat, p, b.load(slot, typ=vec)), slot)
         for r, row in enumerate(accs):
             for h, slot in enumerate(row):
                 value = b.load(slot, typ=vec)
@@ -201,6 +257,21 @@ class _Builder:
         self._copy_columns(b, rows, buf, _i64(geo.nr), c, ldc, ncols, b.not_(full))
         b.ret_void()
         return fn
+
+    def _fma(self, b, x, y, acc):
+        """acc + x * y, fused."""
+        return b.call(self.fma, [x, y, acc])
+
+    def _dpbf16(self, b, x, y, acc):
+        """acc + the products of the bf16 pairs that x's and y's lanes hold, per lane
+        (vdpbf16ps; its operands' bits are the packed words, carried as float vectors)."""
+        lanes = self.geo.lanes
+        name = {16: "llvm.x86.avx512bf16.dpbf16ps.512",
+                8: "llvm.x86.avx512bf16.dpbf16ps.256"}[lanes]
+        pair_vec = ir.VectorType(_BFloat(), 2 * lanes)
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(self.vec, [self.vec, pair_vec, pair_vec]), name)
+        return b.call(fn, [acc, b.bitcast(x, pair_vec), b.bitcast(y, pair_vec)])
 
     def _prefetch(self, b, ptr, nbytes: int) -> None:
         """Prefetch (for writing) the cache lines of the `nbytes` bytes at `ptr`."""
@@ -241,110 +312,165 @@ class _Builder:
 
     # ---- packing --------------------------------------------------------------------------
 
-    def pack_b(self) -> ir.Function:
-        """pack(kc, nc, b, ldb, dst): B[:kc, :nc] as panels of NR columns, zero-padded."""
+    def pack_b(self, ops: Operands = F32_OPERANDS) -> ir.Function:
+        """pack(kc, nc, b, ldb, dst): B[:kc, :nc] as panels of NR columns, zero-padded, each
+        `_depth(kc)` rows of NR words (f32 values, or for BF16_PAIRS the bf16 of rows 2i and
+        2i + 1 of a column in one word, the second zero past kc)."""
         geo = self.geo
-        fn, b = self._internal("hloc_sgemm_pack", [I64, I64, PTR, I64, PTR])
+        fn, b = self._internal(f"hloc_{ops.prefix}gemm_pack", [I64, I64, PTR, I64, PTR])
         kc, nc, src, ldb, dst = fn.args
+        depth = _depth(b, ops, kc)
         last = b.sub(nc, _i64(1))
         full = b.sub(nc, b.srem(nc, _i64(geo.nr)))
         with _loop(b, 0, full, geo.nr, name="p") as p:  # whole panels: vector copies
-            out = _at(b, dst, b.mul(p, kc))
-            with _loop(b, 0, kc, name="pv") as k:
-                row = _at(b, src, b.add(b.mul(k, ldb), p))
+            out = _at(b, dst, b.mul(p, depth))
+            with _loop(b, 0, depth, name="pv") as k:
                 for h in range(geo.vectors):
-                    v = self._vload(b, _at(b, row, _i64(geo.lanes * h)))
-                    b.store(v, _at(b, out, b.add(b.mul(k, _i64(geo.nr)), _i64(geo.lanes * h))),
+                    col = b.add(p, _i64(geo.lanes * h))
+                    b.store(self._b_words(b, ops, src, ldb, kc, k, col),
+                            _at(b, out, b.add(b.mul(k, _i64(geo.nr)), _i64(geo.lanes * h))),
                             align=4)
         with _loop(b, full, nc, geo.nr, name="p") as p:  # the column tail, zero-padded
-            out = _at(b, dst, b.mul(p, kc))
-            with _loop(b, 0, kc, name="pk") as k:
-                row = _at(b, src, b.mul(k, ldb))
+            out = _at(b, dst, b.mul(p, depth))
+            with _loop(b, 0, depth, name="pk") as k:
                 for j in range(geo.nr):
                     col = b.add(p, _i64(j))
-                    v = b.load(_at(b, row, _smin(b, col, last)), typ=F32)
+                    v = self._b_word(b, ops, src, ldb, kc, k, _smin(b, col, last))
                     v = b.select(b.icmp_signed("<", col, nc), v, ir.Constant(F32, 0.0))
                     b.store(v, _at(b, out, b.add(b.mul(k, _i64(geo.nr)), _i64(j))))
         b.ret_void()
         return fn
 
-    def pack_a(self) -> ir.Function:
-        """pack_a(kc, rows, a, lda, dst): dst[k * MR + r] = A[r, k], so the micro-kernel reads
-        its broadcasts at fixed offsets from one pointer (MR row pointers would spill).
+    def _b_words(self, b, ops: Operands, src, ldb, kc, k, col):
+        """The LANES packed words of packed row k of B from column col on (a float vector)."""
+        lanes = self.geo.lanes
+        if ops.element == F32:
+            return self._vload(b, _at(b, src, b.add(b.mul(k, ldb), col)))
+        if not ops.pairs:
+            return _widen(b, b.load(_elem_at(b, ops, src, b.add(b.mul(k, ldb), col)),
+                                    typ=ir.VectorType(I16, lanes), align=2))
+        first, second, has_second = _pair_rows(b, kc, k, ldb)
+        halves = ir.VectorType(I16, lanes)
+        v0 = b.load(_elem_at(b, ops, src, b.add(first, col)), typ=halves, align=2)
+        v1 = b.load(_elem_at(b, ops, src, b.add(second, col)), typ=halves, align=2)
+        v1 = b.select(has_second, v1, ir.Constant(halves, [0] * lanes))
+        mixed = [i for j in range(lanes) for i in (j, lanes + j)]  # column j: rows 2k, 2k + 1
+        words = b.shuffle_vector(v0, v1, ir.Constant(ir.VectorType(I32, 2 * lanes), mixed))
+        return b.bitcast(words, self.vec)
 
-        Four rows by four k at a time: four 4-float loads, transposed in registers, four
-        4-float stores (rows beyond a multiple of four, and the last kc % 4 steps, one float
+    def _b_word(self, b, ops: Operands, src, ldb, kc, k, col):
+        """The packed word of packed row k of B in column col (a float)."""
+        if ops.element == F32:
+            return b.load(_at(b, src, b.add(b.mul(k, ldb), col)), typ=F32)
+        if not ops.pairs:
+            return _widen(b, b.load(_elem_at(b, ops, src, b.add(b.mul(k, ldb), col)), typ=I16))
+        first, second, has_second = _pair_rows(b, kc, k, ldb)
+        low = b.zext(b.load(_elem_at(b, ops, src, b.add(first, col)), typ=I16), I32)
+        high = b.zext(b.load(_elem_at(b, ops, src, b.add(second, col)), typ=I16), I32)
+        high = b.select(has_second, b.shl(high, ir.Constant(I32, 16)), ir.Constant(I32, 0))
+        return b.bitcast(b.or_(low, high), F32)
+
+    def pack_a(self, ops: Operands = F32_OPERANDS) -> ir.Function:
+        """pack_a(kc, rows, a, lda, dst): dst[k * MR + r] = A[r, k], so the micro-kernel reads
+        its broadcasts at fixed offsets from one pointer (MR row pointers would spill). For
+        BF16_PAIRS, k counts words: the two bf16 of A[r, 2k:2k + 2] (contiguous in A), the
+        second zero past an odd kc.
+
+        Four rows by four k at a time: four 4-word loads, transposed in registers, four
+        4-word stores (rows beyond a multiple of four, and the last kc % 4 steps, one word
         at a time). A tile of fewer than MR rows packs its last row again in the rows it does
         not have (its micro-kernel never reads them). As one loop over rows and k, LLVM made
         the stores MR floats apart into AVX-512 scatters: packing A took about a tenth of a
         1024^3 product on Zen 4, a few percent now."""
         mr = self.geo.mr
-        fn, b = self._internal("hloc_sgemm_pack_a", [I64, I64, PTR, I64, PTR])
+        fn, b = self._internal(f"hloc_{ops.prefix}gemm_pack_a", [I64, I64, PTR, I64, PTR])
         kc, rows, src, lda, dst = fn.args
         last = b.sub(rows, _i64(1))
-        row_at = [_at(b, src, b.mul(_smin(b, _i64(r), last), lda)) for r in range(mr)]
+        row_at = [_elem_at(b, ops, src, b.mul(_smin(b, _i64(r), last), lda)) for r in range(mr)]
+        words = b.sdiv(kc, _i64(2)) if ops.pairs else kc
 
         def dst_at(k, r):
             return _at(b, dst, b.add(b.mul(k, _i64(mr)), _i64(r)))
 
-        quads = b.mul(b.sdiv(kc, _i64(4)), _i64(4))
+        def load4(row, k):
+            return _a_words(b, ops, row, k, 4)
+
+        def load1(row, k):
+            return _a_words(b, ops, row, k, 1)
+
+        quads = b.mul(b.sdiv(words, _i64(4)), _i64(4))
         with _loop(b, 0, quads, 4, name="aq") as k:
             for g in range(0, mr - mr % 4, 4):
-                x = [b.load(_at(b, row_at[g + i], k), typ=_V4, align=4) for i in range(4)]
+                x = [load4(row_at[g + i], k) for i in range(4)]
                 for j, column in enumerate(_transpose4(b, x)):
                     b.store(column, dst_at(b.add(k, _i64(j)), g), align=4)
             for j in range(4):
                 kj = b.add(k, _i64(j))
                 for r in range(mr - mr % 4, mr):
-                    b.store(b.load(_at(b, row_at[r], kj), typ=F32), dst_at(kj, r))
-        with _loop(b, quads, kc, name="ak") as k:
+                    b.store(load1(row_at[r], kj), dst_at(kj, r))
+        with _loop(b, quads, words, name="ak") as k:
             for r in range(mr):
-                b.store(b.load(_at(b, row_at[r], k), typ=F32), dst_at(k, r))
+                b.store(load1(row_at[r], k), dst_at(k, r))
+        if ops.pairs:  # an odd kc: its last word holds A[r, kc - 1] and a zero
+            with b.if_then(b.icmp_signed("!=", b.srem(kc, _i64(2)), _i64(0))):
+                for r, row in enumerate(row_at):
+                    v = b.load(_elem_at(b, ops, row, b.sub(kc, _i64(1))), typ=I16)
+                    b.store(b.bitcast(b.zext(v, I32), F32), dst_at(words, r))
         b.ret_void()
         return fn
 
     # ---- the loop nest --------------------------------------------------------------------
 
-    def gemm(self, tiles: list[ir.Function], pack_b: ir.Function,
-             pack_a: ir.Function) -> ir.Function:
-        """hloc_sgemm(batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, work, beta):
-        C (+)= A @ B per batch, adding to C's old values when beta is nonzero."""
+    def gemm(self, tiles: list[ir.Function], pack_b: ir.Function, pack_a: ir.Function,
+             ops: Operands = F32_OPERANDS) -> ir.Function:
+        """hloc_{s,b}gemm(batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, work, flags):
+        C (+)= A @ B per batch, adding to C's old values when flags has ACCUMULATE. A and B
+        hold `ops.element`s, C f32s."""
         geo = self.geo
         fnty = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR, I64, I64] * 3 + [PTR, I64])
-        fn = ir.Function(self.module, fnty, "hloc_sgemm")
-        batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, work, beta = fn.args
+        fn = ir.Function(self.module, fnty, f"hloc_{ops.prefix}gemm")
+        batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, work, flags = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         a_work = _at(b, work, _i64(geo.kc * (geo.nc + geo.nr)))
-        # Equal k slices of at most KC: a short last slice would cost a full pass over C.
-        slices = b.sdiv(b.add(k, _i64(geo.kc - 1)), _i64(geo.kc))
+        # Equal k slices of at most KC words: a short last slice would cost a full pass over
+        # C (for pairs, even slices: each word pairs two k of one slice).
+        most = geo.kc * ops.k_per_word
+        slices = b.sdiv(b.add(k, _i64(most - 1)), _i64(most))
         kstep = b.sdiv(b.add(k, b.sub(slices, _i64(1))), slices)
+        if ops.pairs:
+            kstep = b.and_(b.add(kstep, _i64(1)), _i64(-2))
+        accumulate_c = b.icmp_signed("!=", b.and_(flags, _i64(ACCUMULATE)), _i64(0))
         with _loop(b, 0, batch, name="bat") as t:
-            a_t, b_t, c_t = (_at(b, p, b.mul(t, s)) for p, s in ((a, sa), (bm, sb), (c, sc)))
+            a_t, b_t = (_elem_at(b, ops, p, b.mul(t, s)) for p, s in ((a, sa), (bm, sb)))
+            c_t = _at(b, c, b.mul(t, sc))
             with _loop(b, 0, n, geo.nc, name="jc") as jc:
                 nc = _smin(b, b.sub(n, jc), _i64(geo.nc))
                 # B is read in place when it needs no zero padding and few row tiles use it
-                # or it is one contiguous block already (whole rows of B).
+                # or it is one contiguous block already (whole rows of B); f32 B only.
                 direct = b.and_(b.or_(b.icmp_signed("<=", m, _i64(geo.direct_rows)),
                                       b.icmp_signed("==", ldb, nc)),
                                 b.icmp_signed("==", b.srem(nc, _i64(geo.nr)), _i64(0)))
+                if ops != F32_OPERANDS:
+                    direct = ir.Constant(I1, 0)
                 with _loop(b, 0, k, kstep, name="pc") as pc:
                     kc = _smin(b, b.sub(k, pc), kstep)
-                    b_block = _at(b, b_t, b.add(b.mul(pc, ldb), jc))
+                    b_block = _elem_at(b, ops, b_t, b.add(b.mul(pc, ldb), jc))
                     _call_unless(b, direct, pack_b, [kc, nc, b_block, ldb, work])
-                    accumulate = b.or_(b.icmp_signed(">", pc, _i64(0)),
-                                       b.icmp_signed("!=", beta, _i64(0)))
+                    accumulate = b.or_(b.icmp_signed(">", pc, _i64(0)), accumulate_c)
                     ks = _KSlice(m, nc, jc, pc, kc, direct, b_block, ldb, accumulate)
-                    self._row_tiles(b, ks, tiles, pack_a, (a_t, lda), (c_t, ldc), work, a_work)
+                    self._row_tiles(b, ks, tiles, pack_a, (a_t, lda), (c_t, ldc), work, a_work,
+                                    ops)
         b.ret_void()
         return fn
 
-    def product_list(self, sgemm: ir.Function) -> ir.Function:
+    def product_list(self, sgemm: ir.Function, bgemm: ir.Function | None = None) -> ir.Function:
         """hloc_sgemm_list(list): the products of a list of i64s [count, work, then per product
-        batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, beta], one after the other. One
-        pointer argument: the runtime calls it as cheaply as a kernel (a ctypes call with
-        fifteen converted arguments costs ten times as much). Returns the internal
-        list_with(list, work), which takes the packing buffer apart from the list (pieces
-        of one job share lists' words but not buffers)."""
+        batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, flags], one after the other, each
+        by `bgemm` where its flags say BF16_OPERANDS, else `sgemm`. One pointer argument: the
+        runtime calls it as cheaply as a kernel (a ctypes call with fifteen converted
+        arguments costs ten times as much). Returns the internal list_with(list, work), which
+        takes the packing buffer apart from the list (pieces of one job share lists' words
+        but not buffers)."""
         with_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]),
                               "hloc_sgemm_list_with")
         with_fn.linkage = "internal"
@@ -357,9 +483,18 @@ class _Builder:
         with _loop(b, 0, word(_i64(0)), name="e") as e:
             base = b.add(_i64(2), b.mul(e, _i64(PRODUCT_WORDS)))
             w = [word(b.add(base, _i64(i))) for i in range(PRODUCT_WORDS)]
-            batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, beta = w
-            b.call(sgemm, [batch, m, n, k, b.inttoptr(a, PTR), sa, lda, b.inttoptr(bm, PTR), sb,
-                           ldb, b.inttoptr(c, PTR), sc, ldc, work, beta])
+            batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, flags = w
+            args = [batch, m, n, k, b.inttoptr(a, PTR), sa, lda, b.inttoptr(bm, PTR), sb, ldb,
+                    b.inttoptr(c, PTR), sc, ldc, work, flags]
+            if bgemm is None:
+                b.call(sgemm, args)
+            else:
+                bf16 = b.icmp_signed("!=", b.and_(flags, _i64(BF16_OPERANDS)), _i64(0))
+                with b.if_else(bf16) as (then, otherwise):
+                    with then:
+                        b.call(bgemm, args)
+                    with otherwise:
+                        b.call(sgemm, args)
         b.ret_void()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_sgemm_list")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -369,20 +504,59 @@ class _Builder:
         b.ret_void()
         return with_fn
 
-    def _row_tiles(self, b, ks: _KSlice, tiles, pack_a, a, c, work, a_work) -> None:
+    def _row_tiles(self, b, ks: _KSlice, tiles, pack_a, a, c, work, a_work,
+                   ops: Operands = F32_OPERANDS) -> None:
         """The micro-kernel calls of one k slice of one column block: for each MR-row tile of
         A, pack it (into a_work), then update each NR-column panel of C. a and c are (base of
         this batch, row stride); the packed panels of B (unless read in place) are at work."""
         geo, (a_t, lda), (c_t, ldc) = self.geo, a, c
+        depth = _depth(b, ops, ks.kc)
         with _loop(b, 0, ks.m, geo.mr, name="ic") as ic:
             rows = _smin(b, b.sub(ks.m, ic), _i64(geo.mr))
-            b.call(pack_a, [ks.kc, rows, _at(b, a_t, b.add(b.mul(ic, lda), ks.pc)), lda, a_work])
+            b.call(pack_a, [ks.kc, rows, _elem_at(b, ops, a_t, b.add(b.mul(ic, lda), ks.pc)),
+                            lda, a_work])
             with _loop(b, 0, ks.nc, geo.nr, name="jr") as jr:
-                panel = b.select(ks.direct, _at(b, ks.b_block, jr), _at(b, work, b.mul(jr, ks.kc)))
+                panel = b.select(ks.direct, _at(b, ks.b_block, jr), _at(b, work, b.mul(jr, depth)))
                 args = [ks.kc, a_work, panel, b.select(ks.direct, ks.ldb, _i64(geo.nr)),
                         _at(b, c_t, b.add(b.mul(ic, ldc), b.add(ks.jc, jr))), ldc,
                         _smin(b, b.sub(ks.nc, jr), _i64(geo.nr)), ks.accumulate]
                 _dispatch(b, rows, tiles, args)
+
+
+def _depth(b, ops: Operands, kc):
+    """Packed rows (words per column) of a k slice of kc steps."""
+    return b.sdiv(b.add(kc, _i64(1)), _i64(2)) if ops.pairs else kc
+
+
+def _elem_at(b, ops: Operands, ptr, offset):
+    """&ptr[offset] for a pointer to A's or B's elements (offset in elements)."""
+    return b.gep(ptr, [offset], inbounds=True, source_etype=ops.element)
+
+
+def _a_words(b, ops: Operands, row, k, n: int):
+    """Packed words k .. k + n - 1 (n = 4: a <4 x float>; 1: a float) of a row of A: f32
+    values, bf16 pairs (two elements a word, at 2-byte alignment), or bf16 widened to f32."""
+    if ops.element == F32 or ops.pairs:
+        return b.load(_at(b, row, k), typ=_V4 if n == 4 else F32, align=ops.bytes)
+    bits = ir.VectorType(I16, 4) if n == 4 else I16
+    return _widen(b, b.load(_elem_at(b, ops, row, k), typ=bits, align=2))
+
+
+def _widen(b, bits):
+    """bf16 bits (an i16 or a vector of them) as the f32 values they are: shifted to the top."""
+    if isinstance(bits.type, ir.VectorType):
+        n = bits.type.count
+        wide = b.shl(b.zext(bits, ir.VectorType(I32, n)), ir.Constant(ir.VectorType(I32, n),
+                                                                      [16] * n))
+        return b.bitcast(wide, ir.VectorType(F32, n))
+    return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+
+
+def _pair_rows(b, kc, k, ldb):
+    """(offset of row 2k, offset of row 2k + 1 or of row 2k past kc, whether 2k + 1 < kc)."""
+    first = b.mul(b.mul(k, _i64(2)), ldb)
+    has_second = b.icmp_signed("<", b.add(b.mul(k, _i64(2)), _i64(1)), kc)
+    return first, b.select(has_second, b.add(first, ldb), first), has_second
 
 
 @dataclass(frozen=True)
@@ -425,14 +599,21 @@ def _dispatch(b, rows, tiles, args) -> None:
     b.position_at_end(done)
 
 
-def build_module(geo: Geometry) -> ir.Module:
-    """The module defining `hloc_sgemm` for `geo`, its product lists and jobs, the native
+def build_module(geo: Geometry, dpbf16: bool = False) -> ir.Module:
+    """The module defining `hloc_sgemm` and `hloc_bgemm` for `geo` (the latter with vdpbf16ps
+    where `dpbf16`, for targets with AVX512_BF16), their product lists and jobs, the native
     pool that runs them, and kernel and call jobs (pool.add_kernel_job, add_call_job); no
     triple or data layout."""
     module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
-    list_with = builder.product_list(builder.gemm(tiles, builder.pack_b(), builder.pack_a()))
+    sgemm = builder.gemm(tiles, builder.pack_b(), builder.pack_a())
+    if dpbf16:
+        ops, btiles = BF16_PAIRS, [builder.tile(r, pairs=True) for r in range(1, geo.mr + 1)]
+    else:
+        ops, btiles = BF16_WIDEN, tiles
+    bgemm = builder.gemm(btiles, builder.pack_b(ops), builder.pack_a(ops), ops)
+    list_with = builder.product_list(sgemm, bgemm)
     run = add_pool(module)
     add_job(module, list_with, run)
     add_kernel_job(module, run)
@@ -440,9 +621,9 @@ def build_module(geo: Geometry) -> ir.Module:
     return module
 
 
-def module_text(geo: Geometry, target) -> str:
-    """The IR text of `build_module(geo)` for `target` (a CpuTarget): what the runtime compiles
-    and keys its object cache by, so the key follows the generated code exactly."""
-    module = build_module(geo)
+def module_text(geo: Geometry, target, dpbf16: bool = False) -> str:
+    """The IR text of `build_module(geo, dpbf16)` for `target` (a CpuTarget): what the runtime
+    compiles and keys its object cache by, so the key follows the generated code exactly."""
+    module = build_module(geo, dpbf16)
     module.triple, module.data_layout = target.triple, target.data_layout
     return str(module)

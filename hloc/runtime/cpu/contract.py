@@ -5,14 +5,16 @@ takes transposed operands directly) and numpy.matmul writes straight into the ou
 (`out=`). Convolution thunks: conv.py (window patches times the kernel, on the helpers
 here). Views, scratch buffers and matrix shapes are fixed at load time.
 
-Only same-dtype f32/f64/c64/c128 contractions take these paths (XLA CPU computes those in
-their own type); others run the reference interpreter's implementation.
+Only same-dtype f32/f64/c64/c128 contractions, and bf16 ones with an f32 result (the
+bf16-dot-operands pass), take these paths (XLA CPU computes those in their own type); others
+run the reference interpreter's implementation.
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ...buffers.assignment import Slice
@@ -23,11 +25,17 @@ from .program import LoadContext, Step, builds, op_names
 
 _BLAS_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64,
                                                np.complex128))
+_BF16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 
 
 def blas_dtype(*shapes) -> bool:
-    dts = {s.np_dtype for s in shapes}
-    return len(dts) == 1 and dts <= _BLAS_DTYPES
+    """Whether a product of these operand and result shapes runs as a library product: one
+    of BLAS' types throughout, or bf16 operands with an f32 result (the native GEMM's
+    hloc_bgemm; widened copies through BLAS where there is none)."""
+    dts = [s.np_dtype for s in shapes]
+    if dts[:-1] == [_BF16] * (len(dts) - 1) and dts[-1] == _F32:
+        return True
+    return len(set(dts)) == 1 and dts[0] in _BLAS_DTYPES
 
 
 def as_matrix(view: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

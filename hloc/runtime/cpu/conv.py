@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from ...codegen.cpu.gemm import ACCUMULATE
 from ...thunks.base import ThunkKind
 from ...util.record import dataclass
 from . import blas
@@ -376,12 +377,13 @@ def _direct_convolution(ctx: LoadContext, instr, form: ConvForm, x, kernel_slice
 
     def images(n0: int, n1: int) -> list[tuple[int, ...]]:
         """The products of images [n0, n1): kernel row 0 overwrites the output, the others
-        add to it (beta = i)."""
+        add to it (flags ACCUMULATE)."""
         kp, op = gemm.address(weights.a), gemm.address(out.a)
         return [(oh, ow, o, kw * c,
                  base + 4 * (n * image + i * window[0].window_dilation * row), sa, lda,
                  kp + 4 * i * k_strides[0], 0, k_strides[1],
-                 op + 4 * n * o_strides[0], o_strides[1], o_strides[2], i)
+                 op + 4 * n * o_strides[0], o_strides[1], o_strides[2],
+                 ACCUMULATE if i else 0)
                 for n in range(n0, n1) for i in range(kh)]
 
     flops = 2 * form.x_dims[0] * oh * ow * o * kh * kw * c

@@ -1,0 +1,139 @@
+"""bf16 products on the CPU: the native GEMM's hloc_bgemm in both forms (vdpbf16ps pairs,
+widening packs), the bf16-dot-operands pass that feeds it, and the BLAS fallback."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hloc.codegen import llvm
+from hloc.codegen.cpu import gemm
+from hloc.codegen.target import cpu_target, host_target
+
+from .support.bundles import compile_bundle, dumped, load_cpu
+from .support.kernels import asm_function
+from .support.run import interpret
+
+pytestmark = pytest.mark.cpu
+
+BF16 = ml_dtypes.bfloat16
+_HOST = host_target()
+needs_x86 = pytest.mark.skipif(not _HOST.is_x86, reason="x86-64 code generation")
+
+# (geometry, vdpbf16ps, what the host must have to run it)
+_FORMS = {
+    "avx512-pairs": (gemm.AVX512, True, ("avx512f", "avx512bf16")),
+    "avx512-widen": (gemm.AVX512, False, ("avx512f",)),
+    "avx2-widen": (gemm.AVX2, False, ("avx2", "fma")),
+}
+
+
+def _library(form: str):
+    from hloc.runtime.cpu.gemm import _Library
+
+    geo, pairs, needs = _FORMS[form]
+    if not _HOST.is_x86 or not all(_HOST.has(f) for f in needs):
+        pytest.skip(f"the host cannot run the {form} form (needs {', '.join(needs)})")
+    target = cpu_target("x86-64-v3") if geo is gemm.AVX2 else None
+    return _Library(geo, target=target, dpbf16=pairs)
+
+
+def _bf16(rng, shape) -> np.ndarray:
+    return rng.standard_normal(shape, dtype=np.float32).astype(BF16)
+
+
+@pytest.mark.parametrize("form", list(_FORMS))
+@pytest.mark.parametrize("batch,m,k,n,accumulate,pad_a,pad_b", [
+    (1, 1, 1, 1, 0, 0, 0),
+    (1, 7, 5, 3, 0, 0, 0),        # odd k: the last pair's second half is zero
+    (2, 13, 300, 37, 0, 0, 0),    # column tails, a batch
+    (1, 32, 64, 256, 0, 0, 0),
+    (1, 100, 1025, 270, 1, 0, 0),  # several k slices (an odd depth), accumulating
+    (1, 29, 7, 33, 1, 1, 3),       # odd row strides: pairs start at odd addresses
+    (3, 6, 16, 16, 1, 2, 0),
+])
+def test_bf16_gemm_matches_the_exact_product(form, batch, m, k, n, accumulate, pad_a, pad_b):
+    lib = _library(form)
+    rng = np.random.default_rng(m * n + k)
+    lda, ldb = k + pad_a, n + pad_b
+    a, b = _bf16(rng, (batch, m, lda)), _bf16(rng, (batch, k, ldb))
+    c = rng.standard_normal((batch, m, n), dtype=np.float32)
+    a64, b64 = a[:, :, :k].astype(np.float64), b[:, :, :n].astype(np.float64)
+    want = a64 @ b64 + (c if accumulate else 0)
+    flags = (gemm.ACCUMULATE if accumulate else 0) | gemm.BF16_OPERANDS
+    lib.bf16_fn(batch, m, n, k, a.ctypes.data, m * lda, lda, b.ctypes.data, k * ldb, ldb,
+                c.ctypes.data, m * n, n, lib.work(), flags)
+    # Exact products, f32 sums: at most k + 1 roundings of the sum of magnitudes.
+    bound = (k + 1) * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64) + np.abs(want))
+    assert np.all(np.abs(c - want) <= bound + 1e-30)
+
+
+@needs_x86
+def test_pairs_kernel_multiplies_with_vdpbf16ps_and_widening_one_without():
+    target = cpu_target("sapphirerapids")
+    module = gemm.build_module(gemm.AVX512, dpbf16=True)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
+    bgemm = asm_function(asm, "hloc_bgemm")  # its micro-kernels inlined
+    # One vdpbf16ps per accumulator and step of the full tile's k loop (24 for 12 x 32).
+    assert len(re.findall(r"vdpbf16ps\s", bgemm)) >= gemm.AVX512.mr * gemm.AVX512.vectors
+    assert "vfmadd" not in bgemm
+    v3 = cpu_target("x86-64-v3")
+    module = gemm.build_module(gemm.AVX2)
+    module.triple, module.data_layout = v3.triple, v3.data_layout
+    asm = llvm.compile_ir(str(module), v3, 3, assembly=True).assembly
+    assert "vdpbf16ps" not in asm
+    # The widening packs shift bf16 into the top half of f32 lanes (inlined into hloc_bgemm).
+    assert re.search(r"vpslld\s+\$16", asm_function(asm, "hloc_bgemm"))
+
+
+_LAYER = """HloModule layer
+ENTRY e {
+  x = bf16[96,256] parameter(0)
+  w = bf16[256,320] parameter(1)
+  h = f32[96,320] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[96,320] tanh(h)
+  hb = bf16[96,320] convert(t)
+  v = bf16[320,384] parameter(2)
+  ROOT y = f32[96,384] dot(hb, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_bf16_layer_reads_bf16_operands_and_matches_the_interpreter(tmp_path):
+    rng = np.random.default_rng(7)
+    args = [_bf16(rng, (96, 256)), (_bf16(rng, (256, 320)).astype(np.float32) / 16).astype(BF16),
+            _bf16(rng, (320, 384))]
+    path = compile_bundle(_LAYER, tmp_path / "layer.bundle", dump_dir=tmp_path / "dump")
+    optimized = dumped(tmp_path / "dump", "after_optimizations.hlo").decode()
+    # Both dots read bf16 operands: no parameter is converted, the hidden layer is
+    # rounded to bf16 (by the fusion computing it) and read as such.
+    assert not re.search(r"convert\(%[xwv]\)", optimized), optimized
+    assert re.search(r"ROOT %y = f32\[96,384\]\{1,0\} dot\(%fusion, %v\)", optimized), optimized
+    got = load_cpu(path).run(args)[0]
+    want = interpret(_LAYER, args)[0]
+    # f32 sums in another order, and a bf16 rounding of tanh that an ulp may flip.
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+def test_bf16_products_without_the_native_gemm_run_on_widened_copies(monkeypatch):
+    from hloc.runtime.cpu import blas
+
+    class Cell:
+        def __init__(self, a):
+            self.a = a
+
+    monkeypatch.setattr(blas.gemm, "product_describer", lambda *cells: None)
+    rng = np.random.default_rng(3)
+    a, b = _bf16(rng, (2, 40, 70)), _bf16(rng, (2, 70, 30))
+    out = Cell(np.zeros((2, 40, 30), np.float32))
+    run = blas.product_runner(Cell(a), Cell(b), out, 2, 40, 30, 2 * 2 * 40 * 30 * 70)
+    run()
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out.a, want, rtol=1e-5, atol=1e-5)
+    b[:] = 0  # each run reads the operands' current values
+    run()
+    assert not out.a.any()
