@@ -229,7 +229,8 @@ def product_describer(ca, cb, co):
         return None
     (sa, lda), (sb, ldb), (sc, ldc) = strides
     k, size = a.shape[-1], a.itemsize
-    if 2 * out.size * k > lib.max_flops:
+    # (bf16 products of any size: BLAS would need widened copies of both operands first)
+    if 2 * out.size * k > lib.max_flops and not flags:
         return None
 
     def product(b0: int, b1: int, r0: int, r1: int, c0: int, c1: int) -> tuple[int, ...]:
