@@ -86,8 +86,11 @@ def model_jobs(tmp: Path) -> list[dict]:
     return jobs
 
 
+_XLA_NAMES = {"float32": "f32", "bfloat16": "bf16"}  # case dtypes as the XLA worker names them
+
+
 def case_jobs(tmp: Path) -> list[dict]:
-    from cases import CASES_DIR, case_inputs
+    from cases import CASES_DIR, TOLERANCE, case_inputs
 
     jobs = []
     for pb in sorted(CASES_DIR.glob("*.pb")):  # a case is a module and its json
@@ -97,9 +100,9 @@ def case_jobs(tmp: Path) -> list[dict]:
         npz = tmp / f"{meta['name']}.inputs.npz"
         np.savez(npz, **{f"arg{i}": a for i, a in enumerate(args)})
         jobs.append({"name": "cases/" + meta["name"], "group": "cases", "pb": str(meta_path.with_suffix(".pb")),
-                     "xla_inputs": str(npz), "dtypes": [p["dtype"].replace("float32", "f32")
+                     "xla_inputs": str(npz), "dtypes": [_XLA_NAMES.get(p["dtype"], p["dtype"])
                                                        for p in meta["params"]],
-                     "args": lambda a=args: a, "rtol": 2e-3, "atol": 2e-4})
+                     "args": lambda a=args: a, **meta.get("tolerance", TOLERANCE)})
     return jobs
 
 

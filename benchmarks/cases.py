@@ -19,15 +19,23 @@ CASES_DIR = HERE / "cases"
 CASES: dict[str, tuple] = {}
 
 
-def case(name: str, description: str):
+# How closely hloc's outputs must agree with XLA's (bench_cpu.py), unless a case says.
+TOLERANCE = {"rtol": 2e-3, "atol": 2e-4}
+
+
+def case(name: str, description: str, tolerance: dict | None = None):
     def register(fn):
-        CASES[name] = (fn, description)
+        CASES[name] = (fn, description, tolerance or TOLERANCE)
         return fn
     return register
 
 
 def f32(*shape):
     return ("float32", shape)
+
+
+def bf16(*shape):
+    return ("bfloat16", shape)
 
 
 @case("matmul_1024", "f32 1024x1024 @ 1024x1024")
@@ -45,6 +53,18 @@ def _mlp():
         return jax.nn.softmax(h @ w3 + b3, axis=-1)
     return f, [f32(256, 784), f32(784, 1024), f32(1024), f32(1024, 1024), f32(1024),
                f32(1024, 10), f32(10)]
+
+
+# Outputs up to about 4: a bf16 rounding of the hidden layer that an f32 ulp of its sum flips
+# moves an output by up to one of its ulps.
+@case("mlp_bf16", "bf16 MLP 1024-4096-1024 at batch 512: dense+gelu, dense (bf16 values "
+      "throughout, as mixed-precision inference runs it)", {"rtol": 2e-3, "atol": 1.6e-2})
+def _mlp_bf16():
+    import jax
+
+    def f(x, w1, b1, w2, b2):
+        return jax.nn.gelu(x @ w1 + b1) @ w2 + b2
+    return f, [bf16(512, 1024), bf16(1024, 4096), bf16(4096), bf16(4096, 1024), bf16(1024)]
 
 
 @case("elementwise_16m", "16M-element chain: tanh(x*a+b) * exp(-|x|) + sqrt(|x|+1) - x/2")
@@ -137,6 +157,8 @@ def _while_rnn():
 
 def case_inputs(params: list[dict], seed: int = 0) -> list[np.ndarray]:
     """Deterministic inputs for a case's parameters (scaled so nothing overflows)."""
+    import ml_dtypes  # noqa: F401  (names the "bfloat16" dtype for numpy)
+
     rng = np.random.default_rng(seed)
     out = []
     for p in params:
@@ -152,14 +174,15 @@ def generate(names: list[str]) -> None:
 
     CASES_DIR.mkdir(exist_ok=True)
     for name in names or sorted(CASES):
-        fn, description = CASES[name][0](), CASES[name][1]
+        fn, description, tolerance = CASES[name][0](), CASES[name][1], CASES[name][2]
         f, params = fn
         specs = [jax.ShapeDtypeStruct(shape, dtype) for dtype, shape in params]
         lowered = jax.jit(f).lower(*specs)
         pb = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
         (CASES_DIR / f"{name}.pb").write_bytes(pb)
         meta = {"name": name, "description": description, "jax_version": jax.__version__,
-                "params": [{"dtype": d, "shape": list(s)} for d, s in params]}
+                "params": [{"dtype": d, "shape": list(s)} for d, s in params],
+                "tolerance": tolerance}
         (CASES_DIR / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         print(f"wrote {name}.pb ({len(pb)} bytes)")
 
