@@ -380,3 +380,22 @@ def test_exit_without_teardown_runs_atexit_and_maps_codes(tmp_path):
                            timeout=60)
         assert r.returncode == status and r.stdout == "partialatexit ran\n", r
         assert r.stderr == ("message\n" if arg == "message" else "")
+
+
+def test_run_compares_a_module_computing_in_bf16_with_bf16_tolerances(tmp_path):
+    """f32 outputs of a module that rounds to bf16 on the way: --expected allows bf16 steps
+    (and says so) unless tolerances are given."""
+    text = ("HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n  h = bf16[4] convert(x)\n"
+            "  ROOT y = f32[4] convert(h)\n}\n")
+    (tmp_path / "m.hlo").write_text(text)
+    out = tmp_path / "m.bundle"
+    assert hloc("compile", tmp_path / "m.hlo", "-o", out).exit_code == 0
+    x = np.array([1.0, 1.001, -3.0, 0.1], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "want.npz", out0=x)  # the unrounded values: a bf16 step away
+    r = hlo_run(out, "--inputs", tmp_path / "x.npy", "--expected", tmp_path / "want.npz")
+    assert r.exit_code == 0, r.output
+    assert "bf16 tolerances: computed in bf16" in r.output
+    r = hlo_run(out, "--inputs", tmp_path / "x.npy", "--expected", tmp_path / "want.npz",
+                "--rtol", "1e-5")
+    assert r.exit_code == 1, r.output

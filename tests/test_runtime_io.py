@@ -519,3 +519,30 @@ def test_sample_files_load_and_compare(tmp_path, name):
     back = read_outputs(str(tmp_path / "o.npz"))
     assert [b.tobytes() for b in back] == [e.tobytes() for e in expected]
     assert [b.dtype for b in back] == [e.dtype for e in expected]
+
+
+def test_outputs_of_a_module_computing_in_bf16_get_bf16_tolerances():
+    from hloc.ir.text.parser import parse_module
+    from hloc.runtime.io import narrow_float_type
+
+    mixed = parse_module("""HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  h = bf16[4] convert(x)
+  g = f16[4] convert(x)
+  ROOT y = f32[4] convert(h)
+}
+""")
+    plain = parse_module("HloModule p\nENTRY e {\n  x = f32[4] parameter(0)\n"
+                         "  ROOT y = f32[4] negate(x)\n}\n")
+    assert narrow_float_type(mixed) == "bf16"  # bf16's tolerances are the wider
+    assert narrow_float_type(plain) is None
+    expected = np.array([1.0, 2.0, -3.0, 0.5], np.float32)
+    actual = expected * np.float32(1 + 2 ** -8)  # one bf16 rounding step off
+    assert not compare_arrays([actual], [expected]).ok
+    check = compare_arrays([actual], [expected], computed_in="bf16").checks[0]
+    assert check.ok and "computed in bf16" in check.note
+    # Given tolerances win; integer outputs stay exact.
+    assert not compare_arrays([actual], [expected], rtol=1e-5, computed_in="bf16").ok
+    ints = np.array([1, 2], np.int32)
+    assert not compare_arrays([ints + 1], [ints], computed_in="bf16").ok

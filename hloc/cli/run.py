@@ -198,7 +198,7 @@ def _checks(exe, args, outputs, result: dict, o, profile, bench) -> list[str]:
     failed = []
     if o.expected:
         rep = compare_outputs(outputs, o.expected, rtol=o.rtol, atol=o.atol,
-                              dtypes=_result_dtypes(exe.bundle))
+                              dtypes=_result_dtypes(exe.bundle), computed_in=_computed_in(exe))
         click.echo(rep.format())
         result["expected"] = {"file": o.expected, "ok": rep.ok}
         if not rep.ok:
@@ -255,6 +255,15 @@ def _signature(exe):
     return sig
 
 
+def _computed_in(exe) -> str | None:
+    """The narrow float type the bundle's module computes in (default tolerances follow it),
+    where the executable holds its module."""
+    from ..runtime.io import narrow_float_type
+
+    module = getattr(exe, "module", None)
+    return None if module is None else narrow_float_type(module)
+
+
 def _result_dtypes(bundle) -> list[str]:
     return [r["dtype"] for r in bundle.manifest["entry"]["results"]]
 
@@ -264,7 +273,7 @@ def _compare_reference(exe, args, outputs, rtol, atol, result) -> list[str]:
     from ..runtime.io import compare_arrays
 
     ref = InterpreterExecutable(exe.bundle).run(args)
-    rep = compare_arrays(outputs, ref, rtol=rtol, atol=atol)
+    rep = compare_arrays(outputs, ref, rtol=rtol, atol=atol, computed_in=_computed_in(exe))
     click.echo(rep.format())
     result["reference"] = {"ok": rep.ok}
     return [] if rep.ok else ["outputs differ from the reference interpreter"]

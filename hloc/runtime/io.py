@@ -44,10 +44,12 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from ..util.record import dataclass
-from .tolerance import DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe, summarize
+from .tolerance import (DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe,
+                        narrow_float_type, summarize)
 
 __all__ = [
     "DEFAULT_TOLERANCES", "OutputCheck", "Report", "Signature", "TensorSpec", "compare_arrays",
+    "narrow_float_type",
     "compare_outputs", "describe", "load_inputs", "read_outputs", "summarize", "write_outputs",
 ]
 
@@ -407,15 +409,16 @@ def _stored_dtypes(path: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str
 
 def compare_outputs(actual: Sequence[np.ndarray], expected_path: str, *,
                     rtol: float | None = None, atol: float | None = None,
-                    dtypes: Sequence[str] | None = None) -> Report:
-    """Compare results with an expected .npz (keys out0..); InputError if the count differs."""
+                    dtypes: Sequence[str] | None = None, computed_in: str | None = None) -> Report:
+    """Compare results with an expected .npz (keys out0..); InputError if the count differs.
+    `computed_in`: see compare_arrays."""
     hint = list(dtypes) if dtypes is not None else [_dtype_name(a) for a in actual]
     budget = sum(np.asarray(a).nbytes for a in actual) + _HEADER_SLACK * (len(actual) + 2)
     expected = read_outputs(expected_path, hint, max_bytes=budget)
     if len(expected) != len(actual):
         raise InputError(f"has {len(expected)} output(s), the bundle produces {len(actual)}",
                          path=expected_path)
-    return compare_arrays(actual, expected, rtol=rtol, atol=atol)
+    return compare_arrays(actual, expected, rtol=rtol, atol=atol, computed_in=computed_in)
 
 
 def _dtype_name(arr: np.ndarray) -> str | None:

@@ -96,23 +96,43 @@ def _type_name(dt: np.dtype) -> str:
         return str(dt)
 
 
+def narrow_float_type(module) -> str | None:
+    """The float type under 32 bits with the widest default tolerance that some instruction
+    of `module` (an ir.Module) produces, or None. A module that rounds to bf16 on the way
+    (mixed precision: bf16 layers with f32 results) has f32 outputs that another compiler's
+    agree with only to bf16 steps: one f32 ulp of a sum flips a bf16 rounding."""
+    found = {dtypes.name(shape.element_type)
+             for comp in module.computations for instr in comp.instructions
+             for _, shape in instr.shape.leaves()
+             if shape.is_array and dtypes.info(shape.element_type).kind == "float"
+             and dtypes.info(shape.element_type).bits < 32}
+    return max(found, key=lambda name: DEFAULT_TOLERANCES[name], default=None)
+
+
 def compare_arrays(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], *,
-                   rtol: float | None = None, atol: float | None = None) -> Report:
-    """Compare two equally long lists of arrays output by output."""
+                   rtol: float | None = None, atol: float | None = None,
+                   computed_in: str | None = None) -> Report:
+    """Compare two equally long lists of arrays output by output. `computed_in`: a narrow float
+    type the module computes in (narrow_float_type), whose default tolerances, where wider,
+    replace those of wider float outputs when neither tolerance is given."""
     if len(actual) != len(expected):
         raise ValueError(f"{len(actual)} actual outputs but {len(expected)} expected")
-    checks = (_check(i, np.asarray(a), np.asarray(e), rtol, atol)
+    checks = (_check(i, np.asarray(a), np.asarray(e), rtol, atol, computed_in)
               for i, (a, e) in enumerate(zip(actual, expected, strict=True)))
     return Report(tuple(checks))
 
 
 def _check(index: int, a: np.ndarray, e: np.ndarray, rtol: float | None,
-           atol: float | None) -> OutputCheck:
+           atol: float | None, computed_in: str | None = None) -> OutputCheck:
     text = describe(a)
     if a.dtype != e.dtype or a.shape != e.shape:
         return OutputCheck(index, text, a.size, ok=False, note=f"expected {describe(e)}")
+    note = ""
     if _kind(a.dtype) in ("float", "complex"):
         default = DEFAULT_TOLERANCES.get(_type_name(a.dtype), (1e-4, 1e-5))
+        narrow = DEFAULT_TOLERANCES.get(computed_in or "", default)
+        if rtol is None and atol is None and narrow > default and _kind(a.dtype) == "float":
+            default, note = narrow, f"{computed_in} tolerances: computed in {computed_in}"
         rtol = default[0] if rtol is None else rtol
         atol = default[1] if atol is None else atol
         bad, diff, finite = _float_mismatch(a, e, rtol, atol)
@@ -122,7 +142,7 @@ def _check(index: int, a: np.ndarray, e: np.ndarray, rtol: float | None,
         diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
         finite = np.ones(a.shape, bool)
     e_abs = np.abs(_wide(e))
-    return _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol)
+    return _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol, note)
 
 
 def _kind(dt: np.dtype) -> str:
@@ -151,7 +171,8 @@ def _float_mismatch(a: np.ndarray, e: np.ndarray, rtol: float, atol: float):
     return ~(close | both_nan | same_inf), diff, finite
 
 
-def _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol) -> OutputCheck:
+def _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol,
+                     tolerance_note: str = "") -> OutputCheck:
     count = int(np.count_nonzero(bad))
     max_abs = float(diff[finite].max()) if finite.any() else 0.0
     rel_mask = finite & (e_abs != 0)
@@ -162,6 +183,7 @@ def _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol) ->
         values = f"{_fmt(a[first], a.dtype)} vs {_fmt(e[first], e.dtype)}"
         nonfinite = int(np.count_nonzero(bad & ~finite))
         note = f"{nonfinite} NaN/Inf mismatch(es)" if nonfinite else ""
+    note = "; ".join(n for n in (tolerance_note, note) if n)
     return OutputCheck(index, text, int(a.size), count == 0, count, max_abs, max_rel, first,
                        values, float(rtol), float(atol), note)
 
