@@ -44,8 +44,15 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from ..util.record import dataclass
-from .tolerance import (DEFAULT_TOLERANCES, OutputCheck, Report, compare_arrays, describe,
-                        narrow_float_type, summarize)
+from .tolerance import (
+    DEFAULT_TOLERANCES,
+    OutputCheck,
+    Report,
+    compare_arrays,
+    describe,
+    narrow_float_type,
+    summarize,
+)
 
 __all__ = [
     "DEFAULT_TOLERANCES", "OutputCheck", "Report", "Signature", "TensorSpec", "compare_arrays",
