@@ -162,6 +162,12 @@ BINARY_ELEMENTWISE = frozenset({
     O.SUBTRACT, O.XOR, O.STOCHASTIC_CONVERT,
 })
 TERNARY_ELEMENTWISE = frozenset({O.SELECT, O.CLAMP})
+# Float ops computed by a libm call or a long instruction sequence (a polynomial and its
+# range reduction).
+TRANSCENDENTAL = frozenset({
+    O.ATAN2, O.CBRT, O.COS, O.ERF, O.EXP, O.EXPM1, O.LOG, O.LOG1P, O.LOGISTIC, O.POWER, O.SIN,
+    O.TAN, O.TANH,
+})
 ELEMENTWISE = UNARY_ELEMENTWISE | BINARY_ELEMENTWISE | TERNARY_ELEMENTWISE | {O.MAP}
 # Ops whose result reads each operand element at most by index remapping (no arithmetic).
 INDEX_REMAPPING = frozenset({

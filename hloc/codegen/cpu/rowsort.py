@@ -24,7 +24,7 @@ from ...ir.opcodes import Opcode
 from ...util.record import dataclass
 from ..elemental.context import EmitContext
 from ..elemental.memory import from_storage
-from ..elemental.types import I1, I32, I64, PTR, ElemType
+from ..elemental.types import I1, I32, I64, PTR, ElemType, type_bytes
 from .kernel import add_denormal_mode
 
 RUN = 16  # records per insertion-sorted run
@@ -50,10 +50,6 @@ def read_columns(comp: Computation, m: int) -> tuple[int, ...]:
     return tuple(k for k in range(m) if 2 * k in params or 2 * k + 1 in params)
 
 
-def _byte_size(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return max(1, -(-t.width // 8))
-    return 8 if isinstance(t, ir.DoubleType) else 4
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ class RowOrder:
 
     @property
     def record_bytes(self) -> int:
-        return sum(_byte_size(t) for t in self.record_type.elements)
+        return sum(type_bytes(t) for t in self.record_type.elements)
 
     def make_record(self, ctx: EmitContext, values: list[ir.Value], pos: ir.Value) -> ir.Value:
         b = ctx.builder

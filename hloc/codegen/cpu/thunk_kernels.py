@@ -15,7 +15,8 @@ from dataclasses import replace
 from ...buffers.assignment import Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
-from ...ir.opcodes import ELEMENTWISE, INDEX_REMAPPING
+from ...ir.computation import dfs_post_order
+from ...ir.opcodes import ELEMENTWISE, INDEX_REMAPPING, TRANSCENDENTAL
 from ...registry import Registry
 from ...thunks.base import walk
 from ...thunks.thunks import While
@@ -209,30 +210,18 @@ def work(spec: KernelSpec) -> int:
     return total + sum(dot_work(i) for i in spec.computation.post_order() if buffered(i))
 
 
-# Float ops computed by a long instruction sequence (a polynomial and its range reduction):
-# an element of a kernel that applies one costs about as much as TRANSCENDENTAL_WORK plain
-# ones. Sinkhorn's logsumexp over a 256 x 256 matrix (65536 exps) took 47 us on one thread,
+# An element of a kernel that applies a float TRANSCENDENTAL op (a libm call or a polynomial
+# and its range reduction) costs about as much as TRANSCENDENTAL_WORK plain ones. Sinkhorn's logsumexp over a 256 x 256 matrix (65536 exps) took 47 us on one thread,
 # a multiply-subtract over the same matrix 5.5 us: counted as 65536 operations, it stayed
 # below the runtime's parallel split (2^18) and ran on one core.
 TRANSCENDENTAL_WORK = 4
-TRANSCENDENTAL = frozenset({
-    Opcode.EXP, Opcode.EXPM1, Opcode.LOG, Opcode.LOG1P, Opcode.LOGISTIC, Opcode.TANH,
-    Opcode.SIN, Opcode.COS, Opcode.TAN, Opcode.ATAN2, Opcode.POWER, Opcode.ERF, Opcode.CBRT,
-})
 
 
 def _math_weight(item: Instruction) -> int:
     """TRANSCENDENTAL_WORK where `item` computes a float transcendental op, else 1."""
-    seen, stack = set(), [item]
-    while stack:
-        i = stack.pop()
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        if i.opcode in TRANSCENDENTAL and i.shape.is_array and i.shape.dtype.is_float:
-            return TRANSCENDENTAL_WORK
-        stack.extend(i.operands)
-    return 1
+    below = dfs_post_order([item], lambda i: i.operands)
+    return TRANSCENDENTAL_WORK if any(i.opcode in TRANSCENDENTAL and i.shape.is_array
+                                      and i.shape.dtype.is_float for i in below) else 1
 
 
 def _item_work(spec: KernelSpec, item: Instruction) -> int:

@@ -19,7 +19,7 @@ from ..elemental.complex import ir as complex_ir
 from ..elemental.indexing import delinearize
 from ..elemental.memory import major_to_minor
 from ..elemental.reduction import Reducer
-from ..elemental.types import I1, I8, I32, ElemType, elem_type
+from ..elemental.types import I1, I8, I32, ElemType, elem_type, type_bytes
 from .kernel import KernelBuild
 
 
@@ -165,7 +165,7 @@ class SharedPartials:
     def __init__(self, kb: KernelBuild, ops: PartialOps, count: int):
         self.kb = kb
         self.types = [v.type for v in ops.init_values()]
-        self.arrays = [kb.nvvm.shared(_store_type(t), count, _bytes(t)) for t in self.types]
+        self.arrays = [kb.nvvm.shared(_store_type(t), count, type_bytes(t)) for t in self.types]
         self.flags = kb.nvvm.shared(I8, count, 1)
 
     def store(self, slot: ir.Value, p: Partial) -> None:
@@ -190,12 +190,6 @@ def _store_type(t: ir.Type) -> ir.Type:
     return I8 if t == I1 else t
 
 
-def _bytes(t: ir.Type) -> int:
-    if isinstance(t, ir.LiteralStructType):  # complex: {re, im}
-        return sum(_bytes(e) for e in t.elements)
-    if isinstance(t, ir.IntType):
-        return max(1, t.width // 8)
-    return 8 if isinstance(t, ir.DoubleType) else 4
 
 
 def shared_partial_bytes(rs: ReduceShape, count: int) -> int:
@@ -203,7 +197,7 @@ def shared_partial_bytes(rs: ReduceShape, count: int) -> int:
     total = 0
     for et in rs.element_types():
         t = et.value_type
-        total = -(-total // 16) * 16 + count * _bytes(t)
+        total = -(-total // 16) * 16 + count * type_bytes(t)
     return -(-total // 16) * 16 + count
 
 

@@ -25,7 +25,7 @@ from llvmlite import ir
 from ...ir import Opcode, Shape
 from ..elemental.comparator import emit_before
 from ..elemental.memory import store_element
-from ..elemental.types import I1, I32, I64, elem_type
+from ..elemental.types import I1, I32, I64, elem_type, type_bytes
 from .kernel import KernelBuild, dims, variant
 from .loop import loop_launch
 from .parts import Part, PlanContext, plans
@@ -49,11 +49,6 @@ def _record_types(instr) -> list[ir.Type]:
     """How a record stores each operand's value, then the position."""
     return [_storage(elem_type(o.shape.element_type).value_type) for o in instr.operands] + [I32]
 
-
-def type_bytes(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return t.width // 8
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(t)]
 
 
 def record_offsets(instr) -> tuple[list[list[int]], int]:

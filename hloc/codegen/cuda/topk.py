@@ -17,11 +17,11 @@ from llvmlite import ir
 from ...ir import Opcode
 from ..elemental.compare import total_order_key
 from ..elemental.memory import store_element
-from ..elemental.types import I32, I64, elem_type
+from ..elemental.types import I32, I64, elem_type, type_bytes
 from .kernel import KernelBuild, dims, variant
 from .loop import loop_launch, physical_index
 from .parts import Part, PlanContext, plans
-from .sort import type_bytes, while_loop
+from .sort import while_loop
 
 BLOCK_THREADS = 256
 MIN_BLOCK_ROW = 1024  # shorter rows: topk.rank

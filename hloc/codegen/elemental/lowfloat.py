@@ -133,8 +133,8 @@ def round_to(ctx, et: ElemType, value: ir.Value) -> ir.Value:
         bits = b.and_(_bf16_round_bits(ctx, value), _c(I32, 0xFFFF0000))
         return b.bitcast(bits, F32)
     if et.ptype == P.F16 and ctx.native_half:
-        nan = b.bitcast(b.or_(b.and_(nanbits.float_bits(ctx, value), _c(I32, 0x80000000)),
-                              _nan_bits(b, nanbits.float_bits(ctx, value))), F32)
+        bits = nanbits.float_bits(ctx, value)
+        nan = b.bitcast(b.or_(b.and_(bits, _c(I32, 0x80000000)), _nan_bits(b, bits)), F32)
         return b.select(is_nan(b, value), nan, b.fpext(b.fptrunc(value, ir.HalfType()), F32))
     return decode(ctx, et, encode(ctx, et, value))
 

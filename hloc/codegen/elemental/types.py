@@ -76,6 +76,18 @@ class ElemType:
         return dtypes.info(self.ptype).byte_size
 
 
+def type_bytes(t: ir.Type) -> int:
+    """Bytes of one value of LLVM type `t` in memory (an i1 takes a byte; a complex
+    {re, im} struct both parts)."""
+    if isinstance(t, ir.LiteralStructType):
+        return sum(type_bytes(e) for e in t.elements)
+    if isinstance(t, ir.IntType):
+        return max(1, -(-t.width // 8))
+    if isinstance(t, ir.HalfType):
+        return 2
+    return 8 if isinstance(t, ir.DoubleType) else 4
+
+
 def _storage_int(bits: int) -> ir.IntType:
     return ir.IntType(max(8, bits))
 

@@ -14,15 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...ir import Computation, Instruction, Module, Opcode
-from ...ir.opcodes import ELEMENTWISE, SIDE_EFFECTING
+from ...ir.opcodes import ELEMENTWISE, SIDE_EFFECTING, TRANSCENDENTAL
 
 Op = Opcode
 
 # Elementwise ops whose per-element cost is a libm call or a long instruction sequence.
-EXPENSIVE_ELEMENTWISE = frozenset({
-    Op.ATAN2, Op.CBRT, Op.COS, Op.DIVIDE, Op.ERF, Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P,
-    Op.LOGISTIC, Op.POWER, Op.REMAINDER, Op.RSQRT, Op.SIN, Op.SQRT, Op.TAN, Op.TANH,
-})
+EXPENSIVE_ELEMENTWISE = TRANSCENDENTAL | {Op.DIVIDE, Op.REMAINDER, Op.RSQRT, Op.SQRT}
 # Non-elementwise ops that do real work per output element.
 EXPENSIVE_OTHER = frozenset({
     Op.REDUCE, Op.REDUCE_WINDOW, Op.DOT, Op.CONVOLUTION, Op.FFT, Op.SORT, Op.MAP,

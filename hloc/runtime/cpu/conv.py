@@ -328,7 +328,7 @@ def _direct_convolution_1d(ctx: LoadContext, instr, form: ConvForm, x, kernel_sl
                           base + 4 * (n * image + (lo * wd.stride + j * dilation) * c), 0,
                           wd.stride * c, kp + 4 * j * k_strides[0], 0, k_strides[1],
                           op + 4 * (n * o_strides[0] + lo * o_strides[1]), 0, o_strides[1],
-                          min(j, 1))
+                          ACCUMULATE if j else 0)
                          for j in range(taps)]
         return products
 
