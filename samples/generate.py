@@ -2112,9 +2112,10 @@ def _fma_contraction(rng):
     return f, (x, y, z, u, a, d, h, hy, coef)
 
 
-@op_case("f64_math", "f64 exp, tanh, log1p, softplus and logistic over their whole ranges "
-         "(edges, NaN, infinities, denormals, the clamps at -708.4/709.8 and 17.7/20): XLA CPU "
-         "computes exp, tanh and log1p with its own rational approximations, not libm's. "
+@op_case("f64_math", "f64 exp, tanh, log1p, softplus, logistic and expm1 over their whole "
+         "ranges (edges, NaN, infinities, denormals, the clamps at -708.4/709.8 and 17.7/20, "
+         "expm1's switch at 1/2): XLA CPU computes exp, tanh and log1p with its own rational "
+         "approximations, not libm's, and expm1 from its exp and tanh. "
          "tests/test_xla_numerics.py checks that compiled modules match bit for bit.",
          rtol=1e-12, atol=1e-300, x64=True)
 def _f64_math(rng):
@@ -2124,12 +2125,14 @@ def _f64_math(rng):
     edges = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, -5e-324, 2.2e-308, 1e-300,
                       1e-20, 1e-10, 4e-4, 0.41421356, 0.4142136, -0.41421356, -0.4142136,
                       17.7, 17.72, 19.99, 20.0, -20.0, 700.0, 709.78, 709.79, -708.39,
-                      -708.4, -745.0, -1.0, -1.5, 1e308])
+                      -708.4, -745.0, -1.0, -1.5, 1e308, 0.5, -0.5, 0.5000000000000001,
+                      -0.5000000000000001, 1e-5, -3e-308])
     x = np.concatenate([edges, rng.uniform(-30, 30, 4000), rng.standard_normal(4000),
                         rng.uniform(-750, 750, 2000), rng.uniform(-0.999, 1.0, 2000)])
 
     def f(x):
-        return jnp.exp(x), jnp.tanh(x), jnp.log1p(x), jax.nn.softplus(x), jax.nn.sigmoid(x)
+        return (jnp.exp(x), jnp.tanh(x), jnp.log1p(x), jax.nn.softplus(x), jax.nn.sigmoid(x),
+                jnp.expm1(x))
 
     return f, (x,)
 

@@ -1,7 +1,7 @@
 """Accuracy of the vectorizable f32 math lowerings against numpy/math in float64.
 
 Run with `-s` to print the accuracy table (max ulp error and max relative error per function).
-f64 math goes through libm on the CPU and is checked against the interpreter exactly-ish.
+f64 math (libm, fmath64 or XLA's forms on the CPU) is checked against the interpreter exactly-ish.
 """
 
 from __future__ import annotations
@@ -147,3 +147,38 @@ def test_f32_tanh_erf_and_exp_are_xlas_bit_for_bit(tmp_path):
     for index in (0, 1, 2):  # tanh(x), 1 / (1 + exp(-x)), erf(x)
         assert got[index].dtype == want[index].dtype == np.float32
         np.testing.assert_array_equal(got[index].view(np.int32), want[index].view(np.int32))
+
+
+@pytest.mark.parametrize("cpu", [None, "x86-64-v3"])
+def test_f64_erf_cbrt_expm1_are_vector_code(cpu):
+    """f64 erf and cbrt take fmath64's branch-free code on the CPU and expm1 XLA's form on its
+    exp and tanh (bit for bit XLA's: tests/test_xla_numerics.py): no libm call is left in
+    the objects. cbrt is correctly rounded against 80-bit references (glibc's, which XLA
+    calls, is up to 3 ulp out), erf within an ulp of glibc's and expm1 within 4 (XLA's)."""
+    from hloc.codegen.cpu.compile import object_imports
+    from hloc.codegen.target import cpu_target
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-6, 6, 20_000), rng.uniform(-1e-3, 1e-3, 5_000),
+                        np.exp2(rng.uniform(-1000, 1000, 5_000))
+                        * rng.choice([-1.0, 1.0], 5_000)])
+    target = cpu_target(cpu) if cpu else None
+    results = {}
+    for op in ("erf", "cbrt", "exponential-minus-one"):
+        module = parse_module(unary(op, "f64", len(x)))
+        spec = entry_spec(module, name="k")
+        compiled = Compiled([spec], target=target)
+        objects = compiled.emitted.object_code
+        imports = object_imports(objects if isinstance(objects, list) else [objects])
+        assert not {"erf", "cbrt", "expm1", "exp", "tanh"} & set(imports), (op, imports)
+        results[op] = compiled.run("k", [x])[0]
+
+    def ulps(got, want):
+        want = np.asarray(want)
+        return np.abs(got.astype(np.longdouble) - want) / np.spacing(np.abs(want.astype(np.float64)))
+
+    assert ulps(results["cbrt"], np.cbrt(x.astype(np.longdouble))).max() <= 0.5 + 1e-3
+    assert ulps(results["erf"], _erf(x)).max() <= 1.0
+    finite = np.abs(x) < 700
+    # XLA's form, kept for its bits: its tanh(x/2) (exp(x) + 1) is up to 3-4 ulp out.
+    assert ulps(results["exponential-minus-one"][finite], np.expm1(x[finite])).max() <= 4.0

@@ -3,7 +3,8 @@
 The oracle is XLA itself: samples/ops/long_scans, sum_order, divide_order, fma_contraction and
 f64_math hold outputs XLA CPU computed for scans, narrow-float sums, short f32 sums, means,
 divisions by a broadcast, multiply-adds (which its LLVM fuses into FMAs) and its own f64 exp,
-tanh and log1p; f64_libm its libm's sin, cos, tan, atan2 and pow inside vectorized loops.
+tanh and log1p and the expm1 built on them; f64_libm its libm's sin, cos, tan, atan2 and pow
+inside vectorized loops.
 Compiled for the CPU (the host's features and x86-64-v3) and for the interpreter, they must
 match those outputs exactly (the exceptions, NOT_EXACT, round through exp, log or rsqrt). Independently of XLA, numpy
 models of the two orders (blocks of 16 for scans, windows of 32 for sums) check the passes'
@@ -41,9 +42,9 @@ NOT_EXACT = {("ops/long_scans", 6), ("ops/divide_order", 4)}
 NOT_EXACT_INTERPRETED = {("ops/divide_order", 3)} | {("ops/f64_libm", i) for i in range(2, 7)}
 # Multiply-adds that XLA's LLVM fuses into FMAs: compiled code fuses them as XLA does where the
 # target has FMA; the interpreter, and code for a target without FMA, round the product first.
-# XLA's f64 exp, tanh and log1p (and softplus and logistic, built on them) are rational
+# XLA's f64 exp, tanh and log1p (and softplus, logistic and expm1, built on them) are rational
 # approximations evaluated with FMAs; the interpreter takes numpy's.
-FUSED = {("ops/fma_contraction", i) for i in range(9)} | {("ops/f64_math", i) for i in range(5)}
+FUSED = {("ops/fma_contraction", i) for i in range(9)} | {("ops/f64_math", i) for i in range(6)}
 TARGETS = [({}, "cpu"), ({"cpu": "x86-64-v3"}, "cpu"), ({"target": "interpreter"}, "interpreter")]
 
 
