@@ -104,8 +104,8 @@ def test_other_integer_products_go_one_by_one(lt, rt, tmp_path):
 
 QUANTIZED = """HloModule q
 ENTRY e {
-  a = s8[96,256]{1,0} parameter(0)
-  b = s8[256,80]{1,0} parameter(1)
+  a = s16[96,256]{1,0} parameter(0)
+  b = s16[256,80]{1,0} parameter(1)
   sa = f32[96]{0} parameter(2)
   d = s32[96,80]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   c = f32[96,80]{1,0} convert(d)
@@ -116,12 +116,13 @@ ENTRY e {
 
 
 def test_fused_integer_dot_is_a_kernel_step(tmp_path):
-    """An int8 product with its dequantizing epilogue, too big to be computed inside the
+    """An int16 product with its dequantizing epilogue, too big to be computed inside the
     fused kernel: the composite's product step is a dot kernel (it was the reference
-    interpreter: numpy's integer matmul, 370x XLA's time on a 512 x 1024 x 1024 product)."""
+    interpreter: numpy's integer matmul, 370x XLA's time on a 512 x 1024 x 1024 int8 product;
+    int8 ones now take the native GEMM's int8 form: tests/test_cpu_gemm_int8.py)."""
     assert 96 * 80 * 256 >= SMALL_DOT_WORK
     rng = np.random.default_rng(13)
-    args = [_random("s8", [96, 256], rng), _random("s8", [256, 80], rng),
+    args = [_random("s16", [96, 256], rng), _random("s16", [256, 80], rng),
             rng.uniform(0.01, 0.02, 96).astype(np.float32)]
     o = run_cases({"case": (QUANTIZED, args)}, tmp=tmp_path)["case"]
     np.testing.assert_array_equal(o.got[0], o.want[0])

@@ -171,11 +171,17 @@ LIBRARY_TYPES = frozenset({PrimitiveType.F32, PrimitiveType.F64, PrimitiveType.C
                            PrimitiveType.C128})
 
 
+# Operand types the native GEMM multiplies into another result type (runtime/cpu/gemm.py):
+# bf16 products in f32 (see bf16-dot-operands), int8 ones in int32 (quantized matmuls).
+MIXED_LIBRARY_TYPES = {PrimitiveType.BF16: PrimitiveType.F32, PrimitiveType.S8: PrimitiveType.S32}
+
+
 def library_dot(instr: Instruction) -> bool:
-    """Whether the runtime's GEMM computes this dot: one of LIBRARY_TYPES throughout, or bf16
-    operands with an f32 result (the native GEMM's bf16 form, see bf16-dot-operands)."""
+    """Whether the runtime's GEMM computes this dot: one of LIBRARY_TYPES throughout, or
+    operands and result of MIXED_LIBRARY_TYPES."""
     operands = {o.shape.element_type for o in instr.operands}
-    if operands == {PrimitiveType.BF16} and instr.shape.element_type == PrimitiveType.F32:
+    if len(operands) == 1 and MIXED_LIBRARY_TYPES.get(next(iter(operands))) == \
+            instr.shape.element_type:
         return True
     types = operands | {instr.shape.element_type}
     return len(types) == 1 and types <= LIBRARY_TYPES
@@ -207,9 +213,9 @@ def narrow_product(instr: Instruction) -> bool:
 def kernel_gemm(instr: Instruction) -> bool:
     """A Gemm thunk computed by a tiled kernel: a small dot; a narrow product
     (`narrow_product`); a batch of small products (512 matrix-vector products of 32 x 16 took
-    0.66 ms in the library, one call each); or one no GEMM library takes (integers, mixed
-    types: an int8 product accumulated in int32), whatever its size: the runtime's other path
-    for those is the reference interpreter."""
+    0.66 ms in the library, one call each); or one no GEMM library takes (integers other than
+    int8 into int32, other mixed types), whatever its size: the runtime's other path for those
+    is the reference interpreter."""
     if not tiled(instr):
         return False
     work, lhs = dot_work(instr), instr.operands[0].shape

@@ -43,13 +43,14 @@ from llvmlite import ir
 from ...util.record import dataclass
 from .pool import add_call_job, add_job, add_kernel_job, add_pool
 
-I1, I16, I32, I64, F32 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64), \
-    ir.FloatType()
+I1, I8, I16, I32, I64, F32 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), \
+    ir.IntType(64), ir.FloatType()
 PTR = ir.PointerType()
 # i64s describing one product in hloc_sgemm_list's list (after its count and work words).
 PRODUCT_WORDS = 14
-# Bits of a product's last word (its flags): add to C's old values; A and B are bf16.
-ACCUMULATE, BF16_OPERANDS = 1, 2
+# Bits of a product's last word (its flags): add to C's old values; A and B are bf16; A and B
+# are int8 and C int32.
+ACCUMULATE, BF16_OPERANDS, INT8_OPERANDS = 1, 2, 4
 
 
 class _BFloat(ir.Type):
@@ -68,8 +69,9 @@ class _BFloat(ir.Type):
 @dataclass(frozen=True)
 class Operands:
     """How a GEMM of the module reads A and B: their element type in memory, and whether its
-    packing keeps bf16 pairs for vdpbf16ps (two k steps per packed 32-bit word) or widens
-    every element to f32 for the f32 micro-kernels."""
+    packing keeps pairs of consecutive k in one 32-bit word (bf16 pairs for vdpbf16ps, int8
+    widened to int16 pairs for pmaddwd) or widens every element to f32 for the f32
+    micro-kernels."""
 
     prefix: str  # of the function names: hloc_{prefix}gemm...
     element: ir.Type
@@ -77,7 +79,12 @@ class Operands:
 
     @property
     def bytes(self) -> int:
-        return 4 if self.element == F32 else 2
+        return {F32: 4, I16: 2, I8: 1}[self.element]
+
+    @property
+    def integer(self) -> bool:
+        """int8 operands, int32 accumulators and C."""
+        return self.element == I8
 
     @property
     def k_per_word(self) -> int:
@@ -88,6 +95,7 @@ class Operands:
 F32_OPERANDS = Operands("s", F32, False)
 BF16_PAIRS = Operands("b", I16, True)
 BF16_WIDEN = Operands("b", I16, False)
+INT8_PAIRS = Operands("i", I8, True)
 
 
 @dataclass(frozen=True)
@@ -209,14 +217,17 @@ class _Builder:
 
     # ---- micro-kernel ---------------------------------------------------------------------
 
-    def tile(self, rows: int, pairs: bool = False) -> ir.Function:
+    def tile(self, rows: int, ops: Operands = F32_OPERANDS) -> ir.Function:
         """tile(kc, ap, bp, ldbp, c, ldc, ncols, accumulate): C[rows, :ncols] (+)= A @ P, A
         packed k-major (ap[k * MR + r]); P a kc x NR panel with row stride ldbp, zero beyond
-        ncols (packed, or B itself when it has no column tail). `pairs`: the packed words are
-        bf16 pairs (BF16_PAIRS), ceil(kc / 2) of them per row and column, multiplied and added
-        by vdpbf16ps."""
+        ncols (packed, or B itself when it has no column tail). Where `ops` packs pairs, the
+        packed words are pairs of k, ceil(kc / 2) of them per row and column: bf16 pairs
+        multiplied and added by vdpbf16ps (BF16_PAIRS), int16 pairs by pmaddwd into int32
+        accumulators (INT8_PAIRS; vpdpwssd where LLVM has VNNI). The accumulators are float
+        vectors whatever they hold (the int32 form bitcasts around its integer operations)."""
         geo, vec = self.geo, self.vec
-        fn, b = self._internal(f"hloc_{'b' if pairs else 's'}gemm_tile{rows}",
+        pairs = ops.pairs
+        fn, b = self._internal(f"hloc_{ops.prefix if pairs else 's'}gemm_tile{rows}",
                                [I64, PTR, PTR, I64, PTR, I64, I64, I1])
         if geo.noinline_tiles:
             # Inlined into the loop nest, the k loop reloads spilled pointers from the stack:
@@ -226,7 +237,7 @@ class _Builder:
         buf = b.alloca(F32, size=rows * geo.nr)
         accs = [[b.alloca(vec) for _ in range(geo.vectors)] for _ in range(rows)]
         cp, ldcp, full = self._c_tile(b, rows, buf, c, ldc, ncols, accumulate)
-        madd = self._dpbf16 if pairs else self._fma
+        madd = (self._pmaddwd if ops.integer else self._dpbf16) if pairs else self._fma
 
         def c_at(r, h):
             """&C[r, LANES * h] of the tile."""
@@ -252,7 +263,8 @@ class _Builder:
         for r, row in enumerate(accs):
             for h, slot in enumerate(row):
                 value = b.load(slot, typ=vec)
-                value = b.select(accumulate, b.fadd(self._vload(b, c_at(r, h)), value), value)
+                value = b.select(accumulate, self._add(b, ops, self._vload(b, c_at(r, h)), value),
+                                 value)
                 b.store(value, c_at(r, h), align=4)
         self._copy_columns(b, rows, buf, _i64(geo.nr), c, ldc, ncols, b.not_(full))
         b.ret_void()
@@ -261,6 +273,25 @@ class _Builder:
     def _fma(self, b, x, y, acc):
         """acc + x * y, fused."""
         return b.call(self.fma, [x, y, acc])
+
+    def _add(self, b, ops: Operands, x, y):
+        """x + y: float lanes, or for int8 products the int32 lanes their bits hold."""
+        if not ops.integer:
+            return b.fadd(x, y)
+        ints = ir.VectorType(I32, self.geo.lanes)
+        return b.bitcast(b.add(b.bitcast(x, ints), b.bitcast(y, ints)), self.vec)
+
+    def _pmaddwd(self, b, x, y, acc):
+        """acc + the products of the int16 pairs that x's and y's lanes hold, added per lane
+        in int32 (pmaddwd, then an add: one vpdpwssd where the target has VNNI; the sum of
+        two products of int8 values cannot overflow). Bits carried as float vectors."""
+        lanes = self.geo.lanes
+        name = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd"}[lanes]
+        pair_vec, ints = ir.VectorType(I16, 2 * lanes), ir.VectorType(I32, lanes)
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(ints, [pair_vec, pair_vec]), name)
+        products = b.call(fn, [b.bitcast(x, pair_vec), b.bitcast(y, pair_vec)])
+        return b.bitcast(b.add(b.bitcast(acc, ints), products), self.vec)
 
     def _dpbf16(self, b, x, y, acc):
         """acc + the products of the bf16 pairs that x's and y's lanes hold, per lane
@@ -351,8 +382,9 @@ class _Builder:
                                     typ=ir.VectorType(I16, lanes), align=2))
         first, second, has_second = _pair_rows(b, kc, k, ldb)
         halves = ir.VectorType(I16, lanes)
-        v0 = b.load(_elem_at(b, ops, src, b.add(first, col)), typ=halves, align=2)
-        v1 = b.load(_elem_at(b, ops, src, b.add(second, col)), typ=halves, align=2)
+        v0, v1 = (_as_i16(b, ops, b.load(_elem_at(b, ops, src, b.add(row, col)),
+                                         typ=ir.VectorType(ops.element, lanes), align=ops.bytes))
+                  for row in (first, second))
         v1 = b.select(has_second, v1, ir.Constant(halves, [0] * lanes))
         mixed = [i for j in range(lanes) for i in (j, lanes + j)]  # column j: rows 2k, 2k + 1
         words = b.shuffle_vector(v0, v1, ir.Constant(ir.VectorType(I32, 2 * lanes), mixed))
@@ -365,16 +397,17 @@ class _Builder:
         if not ops.pairs:
             return _widen(b, b.load(_elem_at(b, ops, src, b.add(b.mul(k, ldb), col)), typ=I16))
         first, second, has_second = _pair_rows(b, kc, k, ldb)
-        low = b.zext(b.load(_elem_at(b, ops, src, b.add(first, col)), typ=I16), I32)
-        high = b.zext(b.load(_elem_at(b, ops, src, b.add(second, col)), typ=I16), I32)
+        low, high = (b.zext(_as_i16(b, ops, b.load(_elem_at(b, ops, src, b.add(row, col)),
+                                                   typ=ops.element)), I32)
+                     for row in (first, second))
         high = b.select(has_second, b.shl(high, ir.Constant(I32, 16)), ir.Constant(I32, 0))
         return b.bitcast(b.or_(low, high), F32)
 
     def pack_a(self, ops: Operands = F32_OPERANDS) -> ir.Function:
         """pack_a(kc, rows, a, lda, dst): dst[k * MR + r] = A[r, k], so the micro-kernel reads
         its broadcasts at fixed offsets from one pointer (MR row pointers would spill). For
-        BF16_PAIRS, k counts words: the two bf16 of A[r, 2k:2k + 2] (contiguous in A), the
-        second zero past an odd kc.
+        pairs (BF16_PAIRS, INT8_PAIRS), k counts words: the two elements of A[r, 2k:2k + 2]
+        (contiguous in A; int8 widened to int16), the second zero past an odd kc.
 
         Four rows by four k at a time: four 4-word loads, transposed in registers, four
         4-word stores (rows beyond a multiple of four, and the last kc % 4 steps, one word
@@ -414,8 +447,8 @@ class _Builder:
         if ops.pairs:  # an odd kc: its last word holds A[r, kc - 1] and a zero
             with b.if_then(b.icmp_signed("!=", b.srem(kc, _i64(2)), _i64(0))):
                 for r, row in enumerate(row_at):
-                    v = b.load(_elem_at(b, ops, row, b.sub(kc, _i64(1))), typ=I16)
-                    b.store(b.bitcast(b.zext(v, I32), F32), dst_at(words, r))
+                    v = b.load(_elem_at(b, ops, row, b.sub(kc, _i64(1))), typ=ops.element)
+                    b.store(b.bitcast(b.zext(_as_i16(b, ops, v), I32), F32), dst_at(words, r))
         b.ret_void()
         return fn
 
@@ -425,7 +458,7 @@ class _Builder:
              ops: Operands = F32_OPERANDS) -> ir.Function:
         """hloc_{s,b}gemm(batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, work, flags):
         C (+)= A @ B per batch, adding to C's old values when flags has ACCUMULATE. A and B
-        hold `ops.element`s, C f32s."""
+        hold `ops.element`s, C f32s (int32s for INT8_PAIRS)."""
         geo = self.geo
         fnty = ir.FunctionType(ir.VoidType(), [I64] * 4 + [PTR, I64, I64] * 3 + [PTR, I64])
         fn = ir.Function(self.module, fnty, f"hloc_{ops.prefix}gemm")
@@ -463,10 +496,12 @@ class _Builder:
         b.ret_void()
         return fn
 
-    def product_list(self, sgemm: ir.Function, bgemm: ir.Function | None = None) -> ir.Function:
+    def product_list(self, sgemm: ir.Function, bgemm: ir.Function | None = None,
+                     igemm: ir.Function | None = None) -> ir.Function:
         """hloc_sgemm_list(list): the products of a list of i64s [count, work, then per product
         batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, flags], one after the other, each
-        by `bgemm` where its flags say BF16_OPERANDS, else `sgemm`. One pointer argument: the
+        by `bgemm` where its flags say BF16_OPERANDS, `igemm` where they say INT8_OPERANDS
+        (none without it: the runtime lists no such product), else `sgemm`. One pointer argument: the
         runtime calls it as cheaply as a kernel (a ctypes call with fifteen converted
         arguments costs ten times as much). Returns the internal list_with(list, work), which
         takes the packing buffer apart from the list (pieces of one job share lists' words
@@ -486,15 +521,11 @@ class _Builder:
             batch, m, n, k, a, sa, lda, bm, sb, ldb, c, sc, ldc, flags = w
             args = [batch, m, n, k, b.inttoptr(a, PTR), sa, lda, b.inttoptr(bm, PTR), sb, ldb,
                     b.inttoptr(c, PTR), sc, ldc, work, flags]
-            if bgemm is None:
-                b.call(sgemm, args)
-            else:
-                bf16 = b.icmp_signed("!=", b.and_(flags, _i64(BF16_OPERANDS)), _i64(0))
-                with b.if_else(bf16) as (then, otherwise):
-                    with then:
-                        b.call(bgemm, args)
-                    with otherwise:
-                        b.call(sgemm, args)
+            chosen = sgemm
+            for flag, other in ((BF16_OPERANDS, bgemm), (INT8_OPERANDS, igemm)):
+                if other is not None:
+                    chosen = (flag, other, chosen)
+            _call_by_flags(b, flags, chosen, args)
         b.ret_void()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "hloc_sgemm_list")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -523,6 +554,28 @@ class _Builder:
                 _dispatch(b, rows, tiles, args)
 
 
+def _call_by_flags(b, flags, chosen, args) -> None:
+    """Call the function `chosen` names: a function, or (flag, if set, else chosen)."""
+    if isinstance(chosen, ir.Function):
+        b.call(chosen, args)
+        return
+    flag, fn, otherwise_chosen = chosen
+    with b.if_else(b.icmp_signed("!=", b.and_(flags, _i64(flag)), _i64(0))) as (then, other):
+        with then:
+            b.call(fn, args)
+        with other:
+            _call_by_flags(b, flags, otherwise_chosen, args)
+
+
+def _as_i16(b, ops: Operands, value):
+    """An int8 value (or vector) sign-extended to int16; others as they are (bf16 bits)."""
+    if not ops.integer:
+        return value
+    if isinstance(value.type, ir.VectorType):
+        return b.sext(value, ir.VectorType(I16, value.type.count))
+    return b.sext(value, I16)
+
+
 def _depth(b, ops: Operands, kc):
     """Packed rows (words per column) of a k slice of kc steps."""
     return b.sdiv(b.add(kc, _i64(1)), _i64(2)) if ops.pairs else kc
@@ -535,7 +588,12 @@ def _elem_at(b, ops: Operands, ptr, offset):
 
 def _a_words(b, ops: Operands, row, k, n: int):
     """Packed words k .. k + n - 1 (n = 4: a <4 x float>; 1: a float) of a row of A: f32
-    values, bf16 pairs (two elements a word, at 2-byte alignment), or bf16 widened to f32."""
+    values, bf16 pairs (two elements a word, at 2-byte alignment), int8 pairs widened to int16,
+    or bf16 widened to f32."""
+    if ops.integer:
+        pairs = b.load(_elem_at(b, ops, row, b.mul(k, _i64(2))), typ=ir.VectorType(I8, 2 * n),
+                       align=1)
+        return b.bitcast(_as_i16(b, ops, pairs), _V4 if n == 4 else F32)
     if ops.element == F32 or ops.pairs:
         return b.load(_at(b, row, k), typ=_V4 if n == 4 else F32, align=ops.bytes)
     bits = ir.VectorType(I16, 4) if n == 4 else I16
@@ -599,21 +657,27 @@ def _dispatch(b, rows, tiles, args) -> None:
     b.position_at_end(done)
 
 
-def build_module(geo: Geometry, dpbf16: bool = False) -> ir.Module:
+def build_module(geo: Geometry, dpbf16: bool = False, int8: bool = False) -> ir.Module:
     """The module defining `hloc_sgemm` and `hloc_bgemm` for `geo` (the latter with vdpbf16ps
-    where `dpbf16`, for targets with AVX512_BF16), their product lists and jobs, the native
-    pool that runs them, and kernel and call jobs (pool.add_kernel_job, add_call_job); no
-    triple or data layout."""
+    where `dpbf16`, for targets with AVX512_BF16), with `int8` an int8 GEMM (pmaddwd at the
+    geometry's width: AVX2, or AVX-512BW for the AVX512 one) reached through the product
+    lists, their product lists and jobs, the native pool that runs them, and kernel and call
+    jobs (pool.add_kernel_job, add_call_job); no triple or data layout."""
     module = ir.Module(geo.module_name)
     builder = _Builder(module, geo)
     tiles = [builder.tile(r) for r in range(1, geo.mr + 1)]
     sgemm = builder.gemm(tiles, builder.pack_b(), builder.pack_a())
     if dpbf16:
-        ops, btiles = BF16_PAIRS, [builder.tile(r, pairs=True) for r in range(1, geo.mr + 1)]
+        ops, btiles = BF16_PAIRS, [builder.tile(r, BF16_PAIRS) for r in range(1, geo.mr + 1)]
     else:
         ops, btiles = BF16_WIDEN, tiles
     bgemm = builder.gemm(btiles, builder.pack_b(ops), builder.pack_a(ops), ops)
-    list_with = builder.product_list(sgemm, bgemm)
+    igemm = None
+    if int8:
+        itiles = [builder.tile(r, INT8_PAIRS) for r in range(1, geo.mr + 1)]
+        igemm = builder.gemm(itiles, builder.pack_b(INT8_PAIRS), builder.pack_a(INT8_PAIRS),
+                             INT8_PAIRS)
+    list_with = builder.product_list(sgemm, bgemm, igemm)
     run = add_pool(module)
     add_job(module, list_with, run)
     add_kernel_job(module, run)
@@ -621,9 +685,10 @@ def build_module(geo: Geometry, dpbf16: bool = False) -> ir.Module:
     return module
 
 
-def module_text(geo: Geometry, target, dpbf16: bool = False) -> str:
-    """The IR text of `build_module(geo, dpbf16)` for `target` (a CpuTarget): what the runtime
-    compiles and keys its object cache by, so the key follows the generated code exactly."""
-    module = build_module(geo, dpbf16)
+def module_text(geo: Geometry, target, dpbf16: bool = False, int8: bool = False) -> str:
+    """The IR text of `build_module(geo, dpbf16, int8)` for `target` (a CpuTarget): what the
+    runtime compiles and keys its object cache by, so the key follows the generated code
+    exactly."""
+    module = build_module(geo, dpbf16, int8)
     module.triple, module.data_layout = target.triple, target.data_layout
     return str(module)

@@ -96,8 +96,8 @@ def _native_convolution(c: Instruction) -> bool:
 
 def _native_dot(c: Instruction) -> bool:
     """Whether this dot is a tiled kernel of its own rather than the runtime's GEMM: one no
-    GEMM library computes (integer or mixed types, an int8 product accumulated in int32),
-    whose other path would be the reference interpreter."""
+    GEMM library computes (integer or mixed types other than int8 into int32), whose other
+    path would be the reference interpreter."""
     from .dot import library_dot, tiled
 
     return tiled(c) and not library_dot(c)

@@ -127,14 +127,31 @@ def _chunks(batch: int | None, m: int, n: int, parts: int) -> list[tuple]:
 
 
 class _Widened:
-    """An operand cell's values in the result's type (bf16 operands of an f32 product where
-    the native GEMM is missing), refreshed by `fill` before each product."""
+    """An operand cell's values in a wider type (bf16 operands of an f32 product, int8 ones of
+    an int32 product, where the native GEMM is missing), refreshed by `fill` before each
+    product."""
 
     def __init__(self, cell, dtype: np.dtype):
         self.cell, self.a = cell, np.empty(cell.a.shape, dtype)
 
     def fill(self) -> None:
         np.copyto(self.a, self.cell.a)
+
+
+def _int8_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
+    """co.a = ca.a @ cb.a for int8 operands and an int32 result through f64 BLAS: every
+    product and partial sum of int8 values is exact in f64 below 2^53 (K under 5.5e11), and
+    the int64 of the sum taken to int32 wraps as XLA's int32 accumulation does."""
+    wa, wb = _Widened(ca, np.dtype(np.float64)), _Widened(cb, np.dtype(np.float64))
+    wo = _Widened(co, np.dtype(np.float64))
+    inner = product_runner(wa, wb, wo, batch, m, n, flops)
+
+    def widened() -> None:
+        wa.fill()
+        wb.fill()
+        inner()
+        np.copyto(co.a, wo.a.astype(np.int64), casting="unsafe")
+    return widened
 
 
 def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
@@ -147,6 +164,8 @@ def product_runner(ca, cb, co, batch: int | None, m: int, n: int, flops: int):
     native = gemm.product_describer(ca, cb, co)
     if native is not None:
         return _native_runner(native, (ca, cb, co), batch or 1, m, n, flops)
+    if co.a.dtype == np.int32:  # int8 operands without the native GEMM: f64 products
+        return _int8_runner(ca, cb, co, batch, m, n, flops)
     if ca.a.dtype != co.a.dtype:  # bf16 operands without the native GEMM: widened copies
         wa, wb = _Widened(ca, co.a.dtype), _Widened(cb, co.a.dtype)
         inner = product_runner(wa, wb, co, batch, m, n, flops)
@@ -203,8 +222,10 @@ def native_ranges(batch: int, m: int, n: int, flops: int) -> list[tuple[int, ...
 def _native_runner(product, cells, batch: int, m: int, n: int, flops: int):
     """The native f32 GEMM (gemm.py), its pieces shared with the native pool when big."""
     ranges = native_ranges(batch, m, n, flops)
-    # The narrow library has no vdpbf16ps kernel: bf16 products stay where the host's has one.
-    pairs = cells[0].a.dtype != cells[2].a.dtype and gemm.host_dpbf16()
+    # The narrow library has no vdpbf16ps kernel: bf16 products stay where the host's has one;
+    # int8 ones stay on the host's geometry (not measured on the narrow one).
+    operand = cells[0].a.dtype
+    pairs = operand == np.int8 or (operand != cells[2].a.dtype and gemm.host_dpbf16())
     narrow = not pairs and all(gemm.narrow_pays(r1 - r0, c1 - c0)
                                for _, _, r0, r1, c0, c1 in ranges)
     return gemm.list_runner(cells, lambda: [[product(*r)] for r in ranges], narrow=narrow)

@@ -6,8 +6,9 @@ takes transposed operands directly) and numpy.matmul writes straight into the ou
 here). Views, scratch buffers and matrix shapes are fixed at load time.
 
 Only same-dtype f32/f64/c64/c128 contractions, and bf16 ones with an f32 result (the
-bf16-dot-operands pass), take these paths (XLA CPU computes those in their own type); others
-run the reference interpreter's implementation.
+bf16-dot-operands pass), take these paths (XLA CPU computes those in their own type), and for
+Gemm thunks int8 ones with an int32 result (the native GEMM's int8 form, f64 BLAS on widened
+copies without it); others run the reference interpreter's implementation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .program import LoadContext, Step, builds, op_names
 _BLAS_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64,
                                                np.complex128))
 _BF16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+_S8, _S32 = np.dtype(np.int8), np.dtype(np.int32)
 
 
 def blas_dtype(*shapes) -> bool:
@@ -36,6 +38,13 @@ def blas_dtype(*shapes) -> bool:
     if dts[:-1] == [_BF16] * (len(dts) - 1) and dts[-1] == _F32:
         return True
     return len(set(dts)) == 1 and dts[0] in _BLAS_DTYPES
+
+
+def library_product(*shapes) -> bool:
+    """Whether a Gemm thunk of these operand and result shapes runs as a library product:
+    blas_dtype's, or int8 operands with an int32 result (codegen/cpu/dot.library_dot)."""
+    dts = [s.np_dtype for s in shapes]
+    return blas_dtype(*shapes) or (dts[:-1] == [_S8] * (len(dts) - 1) and dts[-1] == _S32)
 
 
 def as_matrix(view: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -148,7 +157,7 @@ def _matrices(ctx: LoadContext, thunk, instr):
 @builds(ThunkKind.GEMM)
 def build_gemm(ctx: LoadContext, thunk) -> Step:
     instr = ctx.instruction(thunk.name)
-    if not blas_dtype(*(o.shape for o in instr.operands), instr.shape):
+    if not library_product(*(o.shape for o in instr.operands), instr.shape):
         return build_host_step(ctx, thunk)
     a, b, out, batch, m, n, k = _matrices(ctx, thunk, instr)
     run = matmul_runner(a, b, out, 2 * batch * m * n * k)
@@ -163,7 +172,7 @@ def native_product_list(ctx: LoadContext, thunk):
     from . import gemm
 
     instr = ctx.instruction(thunk.name)
-    if not blas_dtype(*(o.shape for o in instr.operands), instr.shape):
+    if not library_product(*(o.shape for o in instr.operands), instr.shape):
         return None
     a, b, out, batch, m, n, _ = _matrices(ctx, thunk, instr)
     if not (a.fixed and b.fixed and out.fixed):

@@ -12,7 +12,9 @@ that, as much as a 32 x 256 x 64 product itself). `product_describer()` returns 
 the host has neither geometry or HLOC_CPU_GEMM=blas is set (callers then stay with BLAS). All
 strides are in elements; the innermost dimension of every operand is contiguous. bf16 products
 (f32 results) run vdpbf16ps where the host has AVX512_BF16 (`host_dpbf16`), else the f32
-micro-kernels on widened packs.
+micro-kernels on widened packs. int8 products with int32 results (quantized matmuls) run
+pmaddwd micro-kernels on int16 pairs, vpdpwssd where the host has AVX512_VNNI
+(`host_int8`: every AVX2 host; AVX-512 ones need AVX512BW).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ import numpy as np
 
 from ... import __version__
 from ...codegen.cpu import pool as pool_layout
-from ...codegen.cpu.gemm import AVX2, AVX512, BF16_OPERANDS, PRODUCT_WORDS, Geometry, module_text
+from ...codegen.cpu.gemm import (
+    AVX2,
+    AVX512,
+    BF16_OPERANDS,
+    INT8_OPERANDS,
+    PRODUCT_WORDS,
+    Geometry,
+    module_text,
+)
 from ...util.objcache import cache_key, cached_object
 from . import native_pool
 
@@ -46,7 +56,7 @@ class _Library:
     """The compiled GEMM, loaded into this process, and one packing buffer per thread."""
 
     def __init__(self, geo: Geometry, max_flops: float = float("inf"), target=None,
-                 dpbf16: bool = False):
+                 dpbf16: bool = False, int8: bool = False):
         import llvmlite.binding as llvm_binding
 
         from ...codegen import llvm
@@ -54,7 +64,7 @@ class _Library:
 
         target = target or host_target()
         # Keyed by the IR text (and target and versions): the key changes with the object.
-        text = module_text(geo, target, dpbf16)
+        text = module_text(geo, target, dpbf16, int8)
         key = cache_key(text, target.triple, target.cpu, target.features, "O3",
                         ".".join(map(str, llvm_binding.llvm_version_info)), __version__)
         obj = cached_object(key, lambda: llvm.compile_ir(text, target, 3).object_code, "gemm")
@@ -67,7 +77,7 @@ class _Library:
         self.kernel_job_fn = _LIST_TYPE(self.library.address("hloc_kernel_job"))
         self.call_job_fn = _LIST_TYPE(self.library.address("hloc_call_job"))
         self._local = threading.local()
-        self.work_floats, self.max_flops = geo.work_floats, max_flops
+        self.work_floats, self.max_flops, self.int8 = geo.work_floats, max_flops, int8
         self._pool: native_pool.NativePool | None = None
 
     def pool_address(self) -> int:
@@ -127,12 +137,22 @@ def host_dpbf16() -> bool:
     return host_geometry() == "avx512" and "+avx512bf16" in llvm.host_cpu_features().split(",")
 
 
+def host_int8() -> bool:
+    """Whether this host's native GEMM has the int8 form (pmaddwd at its geometry's width:
+    AVX2's, or AVX-512BW's for the AVX512 geometry)."""
+    from ...codegen import llvm
+
+    geometry = host_geometry()
+    return geometry == "avx2" or (geometry == "avx512"
+                                  and "+avx512bw" in llvm.host_cpu_features().split(","))
+
+
 @functools.cache
 def _library() -> _Library | None:
     """The GEMM for this host (or HLOC_CPU_GEMM), built on first use; None: use BLAS."""
     geometry = host_geometry()
     if geometry == "avx512":
-        return _Library(AVX512, dpbf16=host_dpbf16())
+        return _Library(AVX512, dpbf16=host_dpbf16(), int8=host_int8())
     if geometry == "avx2":
         from ...codegen.target import cpu_target
 
@@ -140,7 +160,7 @@ def _library() -> _Library | None:
         # mode), compiled for that level so LLVM cannot reach for EVEX-only registers.
         forced = os.environ.get("HLOC_CPU_GEMM", "") == "avx2"
         target = cpu_target("x86-64-v3") if forced else None
-        return _Library(AVX2, AVX2_MAX_FLOPS, target)
+        return _Library(AVX2, AVX2_MAX_FLOPS, target, int8=True)
     return None
 
 
@@ -153,7 +173,7 @@ def _narrow_library() -> _Library | None:
         return _library()
     from ...codegen.target import cpu_target
 
-    return _Library(AVX2, target=cpu_target("x86-64-v3"))
+    return _Library(AVX2, target=cpu_target("x86-64-v3"), int8=True)
 
 
 # AMD Zen 4 runs each AVX-512 instruction as two 256-bit halves. There the AVX2 geometry (6 x 16
@@ -206,10 +226,12 @@ def native():
     return None if lib is None else (lib.fn, lib.work)
 
 
-# Operand and result types the native GEMM computes: f32 @ f32 -> f32 (hloc_sgemm), and bf16 @
-# bf16 -> f32 (hloc_bgemm), with the flags word of each.
+# Operand and result types the native GEMM computes: f32 @ f32 -> f32 (hloc_sgemm), bf16 @
+# bf16 -> f32 (hloc_bgemm) and int8 @ int8 -> int32 (where the library has it), with the
+# flags word of each.
 _TYPES = {(np.dtype(np.float32), np.dtype(np.float32)): 0,
-          (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)): BF16_OPERANDS}
+          (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)): BF16_OPERANDS,
+          (np.dtype(np.int8), np.dtype(np.int32)): INT8_OPERANDS}
 
 
 def product_describer(ca, cb, co):
@@ -217,19 +239,20 @@ def product_describer(ca, cb, co):
     product computing rows [r0, r1) x columns [c0, c1) of batches [b0, b1) of co.a = ca.a @
     cb.a, from the cells' current arrays, for cells holding fixed-shape views ([B,]M,K @
     [B,]K,N; their strides depend only on the layout, the arrays may be rebound between runs)
-    of f32 or bf16 operands and an f32 result. None where the native GEMM does not apply (no
-    AVX2/AVX-512, another dtype, a non-unit column stride, an empty operand, a product too
-    big for the AVX2 one)."""
+    of f32 or bf16 operands and an f32 result, or int8 operands and an int32 one. None where
+    the native GEMM does not apply (no AVX2/AVX-512, another dtype, int8 without the int8
+    form, a non-unit column stride, an empty operand, an f32 product too big for the AVX2
+    one)."""
     a, b, out = ca.a, cb.a, co.a
     flags = _TYPES.get((a.dtype, out.dtype)) if a.dtype == b.dtype else None
     if flags is None or 0 in a.shape or 0 in b.shape:
         return None
     strides = [_strides(_as3(x)) for x in (a, b, out)]
-    if None in strides or (lib := _library()) is None:
+    if None in strides or (lib := _library()) is None or (flags & INT8_OPERANDS and not lib.int8):
         return None
     (sa, lda), (sb, ldb), (sc, ldc) = strides
     k, size = a.shape[-1], a.itemsize
-    # (bf16 products of any size: BLAS would need widened copies of both operands first)
+    # (bf16 and int8 products of any size: BLAS would need widened copies of both operands)
     if 2 * out.size * k > lib.max_flops and not flags:
         return None
 
