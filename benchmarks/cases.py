@@ -38,6 +38,10 @@ def bf16(*shape):
     return ("bfloat16", shape)
 
 
+def s8(*shape):
+    return ("int8", shape)
+
+
 @case("matmul_1024", "f32 1024x1024 @ 1024x1024")
 def _matmul():
     return (lambda a, b: a @ b), [f32(1024, 1024), f32(1024, 1024)]
@@ -65,6 +69,18 @@ def _mlp_bf16():
     def f(x, w1, b1, w2, b2):
         return jax.nn.gelu(x @ w1 + b1) @ w2 + b2
     return f, [bf16(512, 1024), bf16(1024, 4096), bf16(4096), bf16(4096, 1024), bf16(1024)]
+
+
+@case("matmul_int8", "int8 512x1024 @ 1024x1024 accumulated in int32, dequantized by row and "
+      "column scales (a quantized linear layer)")
+def _matmul_int8():
+    import jax
+    import jax.numpy as jnp
+
+    def f(a, b, sa, sb):
+        acc = jax.lax.dot(a, b, preferred_element_type=jnp.int32)
+        return acc.astype(jnp.float32) * sa * sb
+    return f, [s8(512, 1024), s8(1024, 1024), f32(512, 1), f32(1, 1024)]
 
 
 @case("elementwise_16m", "16M-element chain: tanh(x*a+b) * exp(-|x|) + sqrt(|x|+1) - x/2")
@@ -163,6 +179,10 @@ def case_inputs(params: list[dict], seed: int = 0) -> list[np.ndarray]:
     out = []
     for p in params:
         shape = tuple(p["shape"])
+        if np.dtype(p["dtype"]).kind == "i":  # int8 values over their whole range
+            info = np.iinfo(p["dtype"])
+            out.append(rng.integers(info.min, info.max, shape, endpoint=True, dtype=p["dtype"]))
+            continue
         fan = shape[-2] if len(shape) >= 2 else 1
         scale = 1.0 / np.sqrt(max(1, fan))
         out.append((rng.standard_normal(shape) * scale).astype(p["dtype"]))
