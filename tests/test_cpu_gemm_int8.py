@@ -14,6 +14,7 @@ from hloc.codegen.cpu import gemm
 from hloc.codegen.target import cpu_target, host_target
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu
+from .support.gemm import PAIR_SHAPES, native_library
 from .support.kernels import asm_function
 from .support.run import interpret
 
@@ -27,13 +28,8 @@ _FORMS = {"avx512": (gemm.AVX512, ("avx512f", "avx512bw")), "avx2": (gemm.AVX2, 
 
 
 def _library(form: str):
-    from hloc.runtime.cpu.gemm import _Library
-
     geo, needs = _FORMS[form]
-    if not _HOST.is_x86 or not all(_HOST.has(f) for f in needs):
-        pytest.skip(f"the host cannot run the {form} form (needs {', '.join(needs)})")
-    target = cpu_target("x86-64-v3") if geo is gemm.AVX2 else None
-    return _Library(geo, target=target, int8=True)
+    return native_library(form, geo, needs, int8=True)
 
 
 def _exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -42,15 +38,7 @@ def _exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("form", list(_FORMS))
-@pytest.mark.parametrize("batch,m,k,n,accumulate,pad_a,pad_b", [
-    (1, 1, 1, 1, 0, 0, 0),
-    (1, 7, 5, 3, 0, 0, 0),          # odd k: the last pair's second half is zero
-    (2, 13, 300, 37, 0, 0, 0),      # column tails, a batch
-    (1, 32, 64, 256, 0, 0, 0),
-    (1, 100, 1025, 270, 1, 0, 0),   # several k slices (an odd depth), accumulating
-    (1, 29, 7, 33, 1, 1, 3),        # odd row strides: pairs start at odd addresses
-    (3, 6, 16, 16, 1, 2, 0),
-])
+@PAIR_SHAPES
 def test_int8_gemm_is_exact(form, batch, m, k, n, accumulate, pad_a, pad_b):
     lib = _library(form)
     rng = np.random.default_rng(m * n + k)
