@@ -32,6 +32,13 @@ bf16 products with an f32 result (`hloc_bgemm`, what XLA's mixed-precision dots 
     denormal bf16 inputs as zero and flushes denormal results (XLA's values do the same).
   - `BF16_WIDEN` elsewhere: the packing routines widen bf16 to f32 (a shift: exact) and the f32
     micro-kernels run unchanged, so no converted copy of either operand is written.
+
+int8 products with an int32 result (`hloc_igemm`, quantized matmuls; `INT8_PAIRS`, built where
+the geometry's pmaddwd exists) share it too: A and B are packed as 32-bit words of two int8 of
+consecutive k sign-extended to int16, and the micro-kernel's multiply-add is pmaddwd (two
+products per int32 lane, which two int8 products cannot overflow) and an integer add, one
+vpdpwssd where the target has VNNI. Its int32 accumulators live in the same float vectors,
+bitcast around the integer operations; C's int32s are added as integers.
 """
 
 from __future__ import annotations
@@ -501,8 +508,8 @@ class _Builder:
         """hloc_sgemm_list(list): the products of a list of i64s [count, work, then per product
         batch, m, n, k, a, sa, lda, b, sb, ldb, c, sc, ldc, flags], one after the other, each
         by `bgemm` where its flags say BF16_OPERANDS, `igemm` where they say INT8_OPERANDS
-        (none without it: the runtime lists no such product), else `sgemm`. One pointer argument: the
-        runtime calls it as cheaply as a kernel (a ctypes call with fifteen converted
+        (none without it: the runtime lists no such product), else `sgemm`. One pointer
+        argument: the runtime calls it as cheaply as a kernel (a ctypes call with fifteen converted
         arguments costs ten times as much). Returns the internal list_with(list, work), which
         takes the packing buffer apart from the list (pieces of one job share lists' words
         but not buffers)."""
