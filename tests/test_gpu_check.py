@@ -49,7 +49,7 @@ def test_only_and_k_select_parts(capsys, tmp_path):
         gpu_check._xdist_workers()))]
     lines = _dry_run(capsys, "--only", "models", "-k", "lstm", "--arch", "sm_80")
     assert len(lines) == 3 and all("lstm" in ln for ln in lines) and "sm_80" in lines[0]
-    lines = _dry_run(capsys, "--skip-tests", "-k", "matmul")
+    lines = _dry_run(capsys, "--skip-tests", "-k", "matmul_1024")
     assert len(lines) == 3 and "pytest" not in lines[0]
     lines = _dry_run(capsys, "--only", "cases,models", "--emulated", "-k", "lstm")
     assert "--device cuda-emulated" in lines[1] and "--platform cpu" in lines[2]
