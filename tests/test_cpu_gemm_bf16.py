@@ -9,12 +9,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hloc.codegen import llvm
 from hloc.codegen.cpu import gemm
-from hloc.codegen.target import cpu_target, host_target
+from hloc.codegen.target import host_target
 
 from .support.bundles import compile_bundle, dumped, load_cpu
-from .support.gemm import PAIR_SHAPES, native_library
+from .support.gemm import PAIR_SHAPES, module_assembly, native_library
 from .support.kernels import asm_function
 from .support.run import interpret
 
@@ -61,18 +60,12 @@ def test_bf16_gemm_matches_the_exact_product(form, batch, m, k, n, accumulate, p
 
 @needs_x86
 def test_pairs_kernel_multiplies_with_vdpbf16ps_and_widening_one_without():
-    target = cpu_target("sapphirerapids")
-    module = gemm.build_module(gemm.AVX512, dpbf16=True)
-    module.triple, module.data_layout = target.triple, target.data_layout
-    asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
-    bgemm = asm_function(asm, "hloc_bgemm")  # its micro-kernels inlined
+    bgemm = asm_function(module_assembly(gemm.AVX512, "sapphirerapids", dpbf16=True),
+                         "hloc_bgemm")  # its micro-kernels inlined
     # One vdpbf16ps per accumulator and step of the full tile's k loop (24 for 12 x 32).
     assert len(re.findall(r"vdpbf16ps\s", bgemm)) >= gemm.AVX512.mr * gemm.AVX512.vectors
     assert "vfmadd" not in bgemm
-    v3 = cpu_target("x86-64-v3")
-    module = gemm.build_module(gemm.AVX2)
-    module.triple, module.data_layout = v3.triple, v3.data_layout
-    asm = llvm.compile_ir(str(module), v3, 3, assembly=True).assembly
+    asm = module_assembly(gemm.AVX2, "x86-64-v3")
     assert "vdpbf16ps" not in asm
     # The widening packs shift bf16 into the top half of f32 lanes (inlined into hloc_bgemm).
     assert re.search(r"vpslld\s+\$16", asm_function(asm, "hloc_bgemm"))

@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from hloc.codegen import llvm
 from hloc.codegen.cpu import gemm
-from hloc.codegen.target import cpu_target, host_target
+from hloc.codegen.target import host_target
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu
-from .support.gemm import PAIR_SHAPES, native_library
+from .support.gemm import PAIR_SHAPES, module_assembly, native_library
+from .support.hlo import quantized_matmul
 from .support.kernels import asm_function
 from .support.run import interpret
 
@@ -61,31 +61,15 @@ def test_int8_gemm_is_exact(form, batch, m, k, n, accumulate, pad_a, pad_b):
 
 @needs_x86
 def test_int8_kernel_is_vpdpwssd_with_vnni_and_pmaddwd_without():
-    target = cpu_target("sapphirerapids")
-    module = gemm.build_module(gemm.AVX512, int8=True)
-    module.triple, module.data_layout = target.triple, target.data_layout
-    asm = llvm.compile_ir(str(module), target, 3, assembly=True).assembly
-    igemm = asm_function(asm, "hloc_igemm")  # its micro-kernels inlined
+    igemm = asm_function(module_assembly(gemm.AVX512, "sapphirerapids", int8=True),
+                         "hloc_igemm")  # its micro-kernels inlined
     # One vpdpwssd per accumulator and step of the full tile's k loop (24 for 12 x 32).
     assert len(re.findall(r"vpdpwssd\s", igemm)) >= gemm.AVX512.mr * gemm.AVX512.vectors
-    v3 = cpu_target("x86-64-v3")
-    module = gemm.build_module(gemm.AVX2, int8=True)
-    module.triple, module.data_layout = v3.triple, v3.data_layout
-    asm = llvm.compile_ir(str(module), v3, 3, assembly=True).assembly
+    asm = module_assembly(gemm.AVX2, "x86-64-v3", int8=True)
     assert "vpdpwssd" not in asm and re.search(r"vpmaddwd\s", asm)
 
 
-_QUANTIZED = """HloModule q
-ENTRY e {
-  a = s8[200,300]{1,0} parameter(0)
-  b = s8[300,256]{1,0} parameter(1)
-  sa = f32[200]{0} parameter(2)
-  d = s32[200,256]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  c = f32[200,256]{1,0} convert(d)
-  s = f32[200,256]{1,0} broadcast(sa), dimensions={0}
-  ROOT m = f32[200,256]{1,0} multiply(c, s)
-}
-"""
+_QUANTIZED = quantized_matmul("s8", 200, 300, 256)
 
 
 @pytest.mark.parametrize("gemm_choice", ["", "blas"])

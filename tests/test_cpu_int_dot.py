@@ -12,6 +12,7 @@ from hloc.codegen.cpu.dot import SMALL_DOT_WORK
 from hloc.codegen.target import cpu_target, host_target
 
 from .support.bundles import compile_bundle, kernels_json, load_cpu, members
+from .support.hlo import quantized_matmul
 from .support.run import run_cases
 
 pytestmark = pytest.mark.cpu
@@ -102,17 +103,7 @@ def test_other_integer_products_go_one_by_one(lt, rt, tmp_path):
     assert "pmadd" not in members(o.artifact)["module.ll"].decode()
 
 
-QUANTIZED = """HloModule q
-ENTRY e {
-  a = s16[96,256]{1,0} parameter(0)
-  b = s16[256,80]{1,0} parameter(1)
-  sa = f32[96]{0} parameter(2)
-  d = s32[96,80]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  c = f32[96,80]{1,0} convert(d)
-  s = f32[96,80]{1,0} broadcast(sa), dimensions={0}
-  ROOT m = f32[96,80]{1,0} multiply(c, s)
-}
-"""
+QUANTIZED = quantized_matmul("s16", 96, 256, 80)
 
 
 def test_fused_integer_dot_is_a_kernel_step(tmp_path):

@@ -31,3 +31,14 @@ def native_library(name: str, geo, needs: tuple[str, ...], **forms):
         pytest.skip(f"the host cannot run the {name} form (needs {', '.join(needs)})")
     target = cpu_target("x86-64-v3") if geo is gemm.AVX2 else None
     return _Library(geo, target=target, **forms)
+
+
+def module_assembly(geo, cpu: str, **forms) -> str:
+    """The assembly of the GEMM module for `geo` with `forms` (dpbf16=..., int8=...), compiled
+    at -O3 for CPU `cpu`, as the runtime compiles it."""
+    from hloc.codegen import llvm
+
+    target = cpu_target(cpu)
+    module = gemm.build_module(geo, **forms)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    return llvm.compile_ir(str(module), target, 3, assembly=True).assembly

@@ -155,3 +155,18 @@ def unary(op: str, dtype: str, shape, out: str | None = None, attrs: str = "") -
 
 def binary(op: str, dtype: str, shape, out: str | None = None, attrs: str = "") -> str:
     return nary(op, dtype, shape, 2, out, attrs)
+
+
+def quantized_matmul(dtype: str, m: int, k: int, n: int) -> str:
+    """A `dtype` [m, k] @ [k, n] product accumulated in s32 and dequantized by row scales (f32)."""
+    return f"""HloModule q
+ENTRY e {{
+  a = {dtype}[{m},{k}]{{1,0}} parameter(0)
+  b = {dtype}[{k},{n}]{{1,0}} parameter(1)
+  sa = f32[{m}]{{0}} parameter(2)
+  d = s32[{m},{n}]{{1,0}} dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  c = f32[{m},{n}]{{1,0}} convert(d)
+  s = f32[{m},{n}]{{1,0}} broadcast(sa), dimensions={{0}}
+  ROOT m = f32[{m},{n}]{{1,0}} multiply(c, s)
+}}
+"""
