@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from hloc.runtime.cpu.memory import SCRATCH
 from tests.conftest import SAMPLES, sample_arrays, sample_meta, sample_names
 from tests.test_interp_samples import mismatch
 
@@ -25,6 +26,8 @@ CASES = [(name, suffix) for name in sample_names() + sample_names("ops")
 def test_sample_on_cpu(name, suffix, tmp_path):
     bundle = sample_bundle(SAMPLES / f"{name}{suffix}", tmp_path / "s.bundle")
     exe = load_cpu(bundle)
+    # Every composite's scratch was placed by buffer assignment (so temp_bytes counts it).
+    assert exe.memory.sizes[SCRATCH] == 0
     got = exe.run(sample_arrays(name, "inputs"))
     expected = sample_arrays(name, "expected")
     assert len(got) == len(expected)

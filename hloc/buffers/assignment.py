@@ -2,13 +2,16 @@
 
 Every entry parameter leaf and every constant gets its own allocation, so does every buffer
 that is live out of the entry (maybe_live_out) unless it is a parameter's (input_output_alias)
-or a constant's. All other buffers share one temp allocation packed by the heap simulator.
-Before packing, an elementwise instruction's output takes over the storage of an operand that
+or a constant's. All other buffers share one temp allocation packed by the heap simulator,
+and so does the *scratch* of instructions that need memory of their own only while they run
+(`scratch`: the CPU code generator's outlined fusions, codegen/cpu/outline.py): an item live
+at that instruction's tick alone. Before packing, an elementwise instruction's output takes over the storage of an operand that
 dies at that instruction when their sizes match (operand-buffer reuse).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 
 from ..analysis import AliasAnalysis, HloBuffer, HloValue, Liveness, leaves
@@ -49,6 +52,15 @@ class Allocation:
 
 
 @dataclass(frozen=True)
+class ScratchNeed:
+    """Bytes an instruction needs while it runs: `alone` when its output shares no storage
+    with an operand, `shared` when it does (then its own result cannot be built in place)."""
+
+    alone: int
+    shared: int
+
+
+@dataclass(frozen=True)
 class MemoryStats:
     temp_bytes: int
     argument_bytes: int
@@ -65,7 +77,8 @@ class BufferAssignment:
 
     def __init__(self, module: Module, alias: AliasAnalysis, liveness: Liveness,
                  allocations: list[Allocation], value_slices: list[Slice],
-                 heap: HeapResult, temp_lower_bound: int, units: dict[int, list[int]]):
+                 heap: HeapResult, temp_lower_bound: int, units: dict[int, list[int]],
+                 scratch: dict[str, Slice] | None = None):
         self.module = module
         self.alias = alias
         self.dataflow = alias.dataflow
@@ -75,6 +88,10 @@ class BufferAssignment:
         self.temp_lower_bound = temp_lower_bound
         self.units = units  # storage unit key -> buffer ids sharing its storage
         self._value_slices = value_slices
+        self.scratch = scratch or {}  # instruction name -> its scratch slice
+
+    def scratch_slice(self, instr: Instruction) -> Slice | None:
+        return self.scratch.get(instr.name)
 
     def value_slice(self, value: HloValue) -> Slice:
         return self._value_slices[value.id]
@@ -115,26 +132,48 @@ def _kind(buf: HloBuffer, entry) -> str:
 
 
 def assign_buffers(module: Module, alias: AliasAnalysis, liveness: Liveness,
-                   budget: int | None = None) -> BufferAssignment | None:
+                   budget: int | None = None,
+                   scratch: Mapping[Instruction, ScratchNeed] | None = None
+                   ) -> BufferAssignment | None:
     """Allocate every buffer of a scheduled, copy-inserted module.
 
     Several packings are tried (operand reuse into outputs on or off, greedy or peak-driven
     hosting of temporaries in outputs) and the smallest temp heap is kept, the first on ties.
     With a `budget`, gives up (returns None) as soon as a lower bound shows the temp
     allocation could not be smaller than `budget` bytes: comparing schedules then skips the
-    packing of hopeless ones."""
+    packing of hopeless ones. `scratch`: bytes an instruction needs while it runs."""
     check_buffers(alias, liveness)
     entry = module.entry
     kinds = [_kind(b, entry) for b in alias.buffers]
     fixed = _fixed_order(alias, kinds)
     best: _Packing | None = None
     tried: dict = {"units": {}, "packings": set()}
+    needs = _scratch_needs(liveness, scratch or {})
     for absorb, hosting in _VARIANTS:
         limit = budget if best is None else best.heap.size
-        packing = _pack(alias, liveness, kinds, fixed, absorb, hosting, limit, tried)
+        packing = _pack(alias, liveness, kinds, fixed, absorb, hosting, limit, tried, needs)
         if packing is not None and (limit is None or packing.heap.size < limit):
             best = packing
     return None if best is None else _build(module, alias, liveness, kinds, fixed, best)
+
+
+def _scratch_needs(liveness: Liveness, scratch: Mapping[Instruction, ScratchNeed]
+                   ) -> list[tuple[int, Instruction, ScratchNeed]]:
+    """(tick, instruction, need) of every scheduled instruction with a scratch need."""
+    start = liveness.timeline.start
+    return sorted(((start[i], i, n) for i, n in scratch.items()
+                   if i in start and max(n.alone, n.shared) > 0), key=lambda t: (t[0], t[1].name))
+
+
+def _scratch_items(needs, reuse: StorageUnits) -> dict[int, tuple[str, HeapItem]]:
+    """Heap items (negative keys: unit keys are buffer ids) for instructions' scratch, each
+    live at its instruction's tick alone, by key with the instruction's name."""
+    out = {}
+    for k, (tick, instr, need) in enumerate(needs):
+        size = need.shared if reuse.shares_operand_storage(instr) else need.alone
+        if size > 0:
+            out[-1 - k] = (instr.name, HeapItem(-1 - k, tick, tick, size))
+    return out
 
 
 # (absorb dying operands into outputs, hosting strategy), in order of preference on ties.
@@ -150,10 +189,11 @@ class _Packing:
     hosted: dict[int, tuple[int, int]]
     heap: HeapResult
     temp_items: list[HeapItem]
+    scratch: dict[int, tuple[str, int]]  # heap item key -> (instruction, bytes) of a scratch
 
 
 def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: list[HloBuffer],
-          absorb: bool, hosting, budget: int | None, tried: dict) -> _Packing | None:
+          absorb: bool, hosting, budget: int | None, tried: dict, needs) -> _Packing | None:
     """One packing variant, or None if it cannot beat `budget` temp bytes or repeats one in
     `tried["packings"]` (variants often coincide: no output absorbs anything, or both
     hosting strategies choose alike); `tried` records this one."""
@@ -162,6 +202,8 @@ def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: lis
     items = {key: HeapItem(key, liveness.buffer_start[bids[0]],
                            max(liveness.buffer_end[b] for b in bids),
                            max(alias.buffers[b].size for b in bids)) for key, bids in units.items()}
+    scratch = _scratch_items(needs, reuse)
+    items.update((key, item) for key, (_, item) in scratch.items())
     if budget is not None and _temp_bound(items, fixed, kinds) >= budget:
         return None
     position = {buf.id: i for i, buf in enumerate(fixed)}
@@ -178,7 +220,8 @@ def _pack(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], fixed: lis
     temp_items = [it for key, it in items.items() if key not in hosted]
     if budget is not None and lower_bound(temp_items) >= budget:
         return None
-    return _Packing(units, hosted, simulate(temp_items), temp_items)
+    return _Packing(units, hosted, simulate(temp_items), temp_items,
+                    {key: (name, item.size) for key, (name, item) in scratch.items()})
 
 
 def _storage_units(alias: AliasAnalysis, liveness: Liveness, kinds: list[str], absorb: bool,
@@ -211,12 +254,16 @@ def _build(module: Module, alias: AliasAnalysis, liveness: Liveness, kinds: list
         for v in (v for b in bids for v in alias.buffers[b].values):
             value_slices[v.id] = Slice(index, offset, v.size)
             assigned[index].append((v.id, offset, v.size))
+    scratch = {}
+    for key, (name, size) in packing.scratch.items():
+        index, offset = places[key]
+        scratch[name] = Slice(index, offset, size)
     allocations = [_fixed_allocation(i, buf, kinds[buf.id], entry, tuple(sorted(assigned[i])))
                    for i, buf in enumerate(fixed)]
     allocations.append(Allocation(len(fixed), packing.heap.size, "temp",
                                   assigned=tuple(sorted(assigned[len(fixed)]))))
     return BufferAssignment(module, alias, liveness, allocations, value_slices, packing.heap,
-                            lower_bound(packing.temp_items), packing.units)
+                            lower_bound(packing.temp_items), packing.units, scratch)
 
 
 def _temp_bound(items: dict[int, HeapItem], fixed: list[HloBuffer], kinds: list[str]) -> int:

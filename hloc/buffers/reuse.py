@@ -75,6 +75,19 @@ class StorageUnits:
                 return unit
         return None
 
+    def shares_operand_storage(self, instr) -> bool:
+        """Whether `instr`'s output leaves are stored where one of its operands is (the same
+        buffer, or a unit the output took over)."""
+        df = self.alias.dataflow
+        outs = {self.alias.buffer_of(v).id for _, v in df.leaves_of(instr)}
+        homes = {self.absorbed.get(b, self.unit_of.get(b, b)) for b in outs}
+        for op in instr.operands:
+            for _, v in df.leaves_of(op):
+                b = self.alias.buffer_of(v).id
+                if b in outs or self.unit_of.get(b, b) in homes:
+                    return True
+        return False
+
     def units(self) -> dict[int, list[int]]:
         start = self.liveness.buffer_start
         return dict(sorted(self.members.items(), key=lambda kv: (start[kv[0]], kv[0])))

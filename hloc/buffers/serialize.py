@@ -32,12 +32,17 @@ def assignment_to_text(assignment: BufferAssignment) -> str:
              f"peak memory (arguments + constants + outputs + temp): "
              f"{stats.argument_bytes + stats.constant_bytes + _non_param_outputs(assignment) + stats.temp_bytes} bytes",
              ""]
+    ticks = {i.name: t for i, t in live.timeline.start.items()}
     for a in assignment.allocations:
         lines.append(_allocation_header(a))
         for value_id, offset, size in sorted(a.assigned, key=lambda t: (t[1], live.value_start[t[0]])):
             v = df.values[value_id]
             lines.append(f"  value {v.id} {_value_name(v)} {v.shape} offset {offset} size {size} "
                          f"live [{live.value_start[v.id]}, {live.value_end[v.id]}]")
+        for name, s in sorted(assignment.scratch.items(), key=lambda kv: kv[1].offset):
+            if s.allocation == a.index:
+                lines.append(f"  scratch of %{name} offset {s.offset} size {s.size} "
+                             f"live [{ticks[name]}, {ticks[name]}]")
     return "\n".join(lines) + "\n"
 
 

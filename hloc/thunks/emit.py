@@ -74,7 +74,9 @@ _emits = EMITTERS.register
 
 def _kernel(e: Emitter, instr: Instruction) -> Thunk:
     fused = instr.called[0].name if instr.opcode == Opcode.FUSION else ""
-    return Kernel(instr.name, instr.opcode.value, fused, e.operands(instr), e.outputs(instr))
+    scratch = e.assignment.scratch_slice(instr)
+    return Kernel(instr.name, instr.opcode.value, fused, e.operands(instr), e.outputs(instr),
+                  () if scratch is None else (scratch,))
 
 
 @_emits(Opcode.DOT)

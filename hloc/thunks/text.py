@@ -61,7 +61,8 @@ def _field_text(name: str, role: Role, value) -> str | None:
 
 def _neutral_line(thunk: Thunk) -> str:
     parts = [p for f in field_roles(type(thunk))
-             if (p := _field_text(f.name, f.role, getattr(thunk, f.name)))]
+             if not (f.optional and getattr(thunk, f.name) in ((), None))
+             and (p := _field_text(f.name, f.role, getattr(thunk, f.name)))]
     return f"{thunk.kind} %{thunk.name} " + " ".join(parts)
 
 

@@ -20,13 +20,18 @@ from .collectives import MULTI_DEVICE_KINDS
 
 @dataclass(frozen=True)
 class Kernel(Thunk):
-    """A generated kernel: a fused computation (`computation`) or a single op (computation "")."""
+    """A generated kernel: a fused computation (`computation`) or a single op (computation "").
+
+    `scratch`: at most one slice of temp memory the thunk may use while it runs and that holds
+    nothing before or after (buffer assignment gives it to fusions the CPU code generator
+    outlines into a product and kernels around it: the product's result lives there)."""
 
     kind: ClassVar[ThunkKind] = ThunkKind.KERNEL
     opcode: str
     computation: str
     operands: Slices
     outputs: Slices
+    scratch: Slices = ()
 
     def reads(self) -> Slices:
         return self.operands

@@ -46,7 +46,29 @@ def check_plan(p: Plan) -> None:
         assert s.size == v.size, (v, s)
         assert 0 <= s.offset and s.offset + s.size <= sizes[s.allocation], (v, s, sizes[s.allocation])
     _check_overlaps(a)
+    _check_scratch(a, sizes)
     _check_outputs(p)
+
+
+def _check_scratch(a, sizes) -> None:
+    """An instruction's scratch lies in its allocation and shares no byte with a value live
+    at its tick (operands and outputs included) nor with another scratch."""
+    ticks = {i.name: t for i, t in a.liveness.timeline.start.items()}
+    live = a.liveness
+    spans = []
+    for name, s in a.scratch.items():
+        assert 0 <= s.offset and s.offset + s.size <= sizes[s.allocation], (name, s)
+        spans.append((s.allocation, s.offset, s.offset + s.size, name))
+        t = ticks[name]
+        for v in a.dataflow.values:
+            vs = a.value_slice(v)
+            if (vs.size and vs.allocation == s.allocation and live.value_start[v.id] <= t
+                    <= live.value_end[v.id] and vs.offset < s.offset + s.size
+                    and s.offset < vs.offset + vs.size):
+                raise AssertionError(f"scratch of %{name} {s} overlaps {v} {vs} live at tick {t}")
+    spans.sort()
+    for (a1, _, e1, n1), (a2, b2, _, n2) in zip(spans, spans[1:], strict=False):
+        assert a1 != a2 or e1 <= b2 or ticks[n1] != ticks[n2], f"scratch of {n1} and {n2} overlap"
 
 
 def _check_overlaps(a) -> None:

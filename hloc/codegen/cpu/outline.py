@@ -11,7 +11,10 @@ computes itself: thunk_kernels, dot.py): for each contraction,
     kernel of its own where convolutions get native kernels (small and depthwise ones) and
     for dots no GEMM library computes (integer and mixed-type products),
 and then one epilogue kernel: the fused computation with each contraction replaced by a new
-parameter that reads its scratch buffer.
+parameter that reads its scratch buffer. Where the epilogue only applies elementwise ops to
+a lone contraction's result, in the output's shape, layout and element size, and the output
+shares no storage with an operand (`into_output`), the contraction writes the output itself
+and the epilogue rewrites it in place: no scratch buffer for it.
 
 Buffers are named by references: ("operand", i) the fusion's operand leaf i, ("output", k) its
 output leaf k, ("scratch", j) scratch buffer j of the composite.
@@ -21,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from ...ir import Attrs, Computation, Instruction, Opcode, Shape
+from ...ir import Attrs, Computation, Instruction, Layout, Opcode, Shape
 from ...ir.computation import dfs_post_order
+from ...ir.opcodes import ELEMENTWISE
 from ...util.record import dataclass
 from .kernel_spec import KernelSpec
 
@@ -43,9 +47,11 @@ class Composite:
         return ("scratch", len(self.scratch) - 1)
 
 
-def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
+def outline(fusion: Instruction, thunk: str, symbol: str, into_output: bool = False
+            ) -> Composite | None:
     """The composite for a fusion with contractions, or None (no contraction, or a form
-    this outliner does not handle: contractions feeding contractions, tuple parameters)."""
+    this outliner does not handle: contractions feeding contractions, tuple parameters).
+    `into_output`: the fusion's output may be written before its operands are all read."""
     comp = fusion.fused_computation()
     contractions = [i for i in comp.post_order() if i.opcode in CONTRACTIONS]
     if not contractions or any(not p.shape.is_array for p in comp.parameters):
@@ -53,13 +59,14 @@ def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
     if any(_reaches(o, contractions) for c in contractions for o in c.operands):
         return None
     composite = Composite(thunk)
+    in_place = _in_place_contraction(comp, contractions) if into_output else None
     params = comp.parameters
     refs: dict[int, tuple[str, int]] = {id(p): ("operand", p.attrs.parameter_number)
                                         for p in params}
     for c in contractions:
         operands = [_operand_ref(composite, params, refs, o, f"{symbol}_pro{len(composite.specs)}")
                     for o in c.operands]
-        out = ("output", 0) if c is comp.root else composite.new_scratch(c.shape)
+        out = ("output", 0) if c is comp.root or c is in_place else composite.new_scratch(c.shape)
         refs[id(c)] = out
         if c.opcode == Opcode.CONVOLUTION and _native_convolution(c):
             _kernel_step(composite, c, operands, out, f"{symbol}_conv{len(composite.specs)}")
@@ -71,6 +78,39 @@ def outline(fusion: Instruction, thunk: str, symbol: str) -> Composite | None:
         _epilogue(composite, comp, params, contractions, refs, f"{symbol}_epi")
         _mark_convolution_epilogue(composite, comp, contractions)
     return composite
+
+
+def _in_place_contraction(comp: Computation, contractions: list[Instruction]
+                          ) -> Instruction | None:
+    """The lone contraction whose result the epilogue reads only through elementwise ops
+    ending at the (array) root, stored like the root: it can be built in the output."""
+    root = comp.root
+    if len(contractions) != 1 or root is contractions[0] or not root.shape.is_array:
+        return None
+    (c,) = contractions
+    if (c.shape.dims != root.shape.dims or c.shape.byte_size != root.shape.byte_size
+            or _storage(c.shape) != _storage(root.shape)):
+        return None
+    users: dict[int, list[Instruction]] = {}
+    for i in comp.instructions:
+        for o in i.operands:
+            users.setdefault(id(o), []).append(i)
+    stack, seen = [c], {id(c)}
+    while stack:
+        for u in users.get(id(stack.pop()), ()):
+            if (u.opcode not in ELEMENTWISE or u.opcode == Opcode.MAP
+                    or u.shape.dims != root.shape.dims):
+                return None
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack.append(u)
+    return c if id(root) in seen else None
+
+
+def _storage(shape: Shape) -> tuple:
+    """How an array's elements are laid out in memory (None: row major)."""
+    layout = shape.layout or Layout.row_major(len(shape.dims))
+    return layout.minor_to_major, layout.tiles, layout.element_size_in_bits
 
 
 def _mark_convolution_epilogue(composite: Composite, comp: Computation, contractions) -> None:

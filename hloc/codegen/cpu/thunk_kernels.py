@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from ...buffers.assignment import Slice
+from ...buffers.assignment import ScratchNeed, Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Opcode
 from ...ir.computation import dfs_post_order
@@ -107,8 +107,8 @@ def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
     if any(not o.shape.is_array for o in instr.operands):
         raise UnsupportedError(f"%{instr.name} has a tuple-shaped operand")
     symbol = kernel_symbol(thunk.name)
-    composite = outline(instr, thunk.name, symbol) \
-        if instr.opcode == Opcode.FUSION and not optional and not _dots_inline(instr) else None
+    composite = None if optional else outlined(instr, thunk.name, symbol,
+                                               _output_alone(thunk.reads(), thunk.writes()))
     if composite is not None:
         return KernelGroup(thunk.name, instr.opcode.value, _composite_specs(composite, thunk),
                            composite)
@@ -118,6 +118,30 @@ def _group(instr: Instruction, thunk, optional: bool = False) -> KernelGroup:
     if len(spec.operand_shapes) != len(operands) or len(spec.output_shapes) != len(outputs):
         raise UnsupportedError(f"%{instr.name}: operand/output leaves do not match its slices")
     return KernelGroup(thunk.name, instr.opcode.value, [spec], optional=optional)
+
+
+def outlined(instr: Instruction, thunk: str, symbol: str, into_output: bool
+             ) -> Composite | None:
+    """The composite a Kernel thunk `thunk` of `instr` becomes, or None (one kernel);
+    `into_output`: outline.outline's."""
+    if instr.opcode != Opcode.FUSION or _dots_inline(instr) \
+            or any(not o.shape.is_array for o in instr.operands):
+        return None
+    return outline(instr, thunk, symbol, into_output)
+
+
+def _output_alone(operands: tuple[Slice, ...], outputs: tuple[Slice, ...]) -> bool:
+    """Whether no output slice overlaps an operand slice."""
+    return not any(o.allocation == i.allocation and o.offset < i.offset + i.size
+                   and i.offset < o.offset + o.size for o in outputs for i in operands)
+
+
+def thunk_scratch(instr: Instruction) -> ScratchNeed:
+    """The scratch the Kernel thunk of `instr` needs while it runs (buffer assignment places
+    it: plan.py): its composite's intermediate buffers, with the output alone or not."""
+    symbol = kernel_symbol(instr.name)
+    return ScratchNeed(*(0 if (c := outlined(instr, instr.name, symbol, alone)) is None
+                         else scratch_bytes(c) for alone in (True, False)))
 
 
 def _dots_inline(fusion: Instruction) -> bool:

@@ -20,9 +20,10 @@ import numpy as np
 
 from ...codegen.cpu.hostops import SYMBOL as HOST_OPS
 from ...errors import InputError
+from ...thunks.base import walk
 from ..executable import ProfileRow
 from . import blas, checks, gemm
-from .kernels import LoadedKernels
+from .kernels import LoadedKernels, planned_scratch
 from .memory import Memory, OutputBlocks, array_view, physical_order, round_up
 from .program import LoadContext, Profiler, realize
 
@@ -110,8 +111,9 @@ class CpuExecutable:
     def _new_device(self) -> None:
         """The arena, the steps over it and the I/O bindings: everything a run writes."""
         kernels = self._kernels
-        scratch = max((c["scratch_bytes"] for c in kernels.get("composites", {}).values()),
-                      default=0)
+        thunks = {v.thunk.name: v.thunk for v in walk(self.program.sequence)}
+        scratch = max((c["scratch_bytes"] for name, c in kernels.get("composites", {}).items()
+                       if planned_scratch(thunks[name], c) is None), default=0)
         self.memory = Memory(self.program.allocations, self._in_place | self._fresh, scratch)
         self._output_blocks = OutputBlocks()
         self._ctx = LoadContext(self.memory, self.module, kernels, self._loaded)

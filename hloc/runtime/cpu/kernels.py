@@ -179,9 +179,19 @@ def _native_address(ctx: LoadContext, by_name: dict, kind: str, value) -> int | 
 
 # ---- composites: kernels around a gemm / convolution (hloc/codegen/cpu/outline.py) -------------
 
+def planned_scratch(thunk, composite: dict) -> Slice | None:
+    """The composite's scratch block where buffer assignment placed it (the Kernel thunk's
+    `scratch` slice), or None: bundles of earlier hlocs, whose composites use the runtime's
+    own scratch allocation (SCRATCH, sized by Executable)."""
+    block = thunk.scratch[0] if getattr(thunk, "scratch", ()) else None
+    return block if block is not None and block.size >= composite["scratch_bytes"] else None
+
+
 def _composite_slices(thunk, composite: dict) -> Callable[[list], Slice]:
     """slice_of(ref): the slice a composite's buffer reference names (kernels.json)."""
-    scratch = [Slice(SCRATCH, offset, size) for offset, size in composite["scratch"]]
+    block = planned_scratch(thunk, composite)
+    allocation, base = (SCRATCH, 0) if block is None else (block.allocation, block.offset)
+    scratch = [Slice(allocation, base + offset, size) for offset, size in composite["scratch"]]
 
     def slice_of(ref) -> Slice:
         kind, index = ref
