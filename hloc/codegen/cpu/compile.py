@@ -33,7 +33,9 @@ kernels.json (version 3):
   Driver slots (driver.py) are ["buffers", kernel thunk name] | ["slice", [alloc, offset, size]]
   | ["gemm", gemm thunk name] | ["step", [composite thunk name, step index]].
   A ref is ["operand", i] | ["output", k] | ["scratch", j]; "instruction" names the
-  contraction inside the fused computation.
+  contraction inside the fused computation. A composite's "scratch" ranges are offsets in
+  its thunk's `scratch` slice (thunks.json: buffer assignment placed it) when that slice
+  holds scratch_bytes, else in the runtime's own scratch allocation (earlier bundles).
 Version 2 (bundles of earlier hlocs, still loaded) had one object: "object": "cpu.o" and
 "object_sha256" in place of "objects".
 """

@@ -183,8 +183,9 @@ def planned_scratch(thunk, composite: dict) -> Slice | None:
     """The composite's scratch block where buffer assignment placed it (the Kernel thunk's
     `scratch` slice), or None: bundles of earlier hlocs, whose composites use the runtime's
     own scratch allocation (SCRATCH, sized by Executable)."""
-    block = thunk.scratch[0] if getattr(thunk, "scratch", ()) else None
-    return block if block is not None and block.size >= composite["scratch_bytes"] else None
+    blocks = getattr(thunk, "scratch", ())
+    return blocks[0] if len(blocks) == 1 and blocks[0].size >= composite["scratch_bytes"] \
+        else None
 
 
 def _composite_slices(thunk, composite: dict) -> Callable[[list], Slice]:
