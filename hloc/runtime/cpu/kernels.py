@@ -183,7 +183,7 @@ def planned_scratch(thunk, composite: dict) -> Slice | None:
     """The composite's scratch block where buffer assignment placed it (the Kernel thunk's
     `scratch` slice), or None: bundles of earlier hlocs, whose composites use the runtime's
     own scratch allocation (SCRATCH, sized by Executable)."""
-    blocks = getattr(thunk, "scratch", ())
+    blocks: tuple[Slice, ...] = getattr(thunk, "scratch", ())
     return blocks[0] if len(blocks) == 1 and blocks[0].size >= composite["scratch_bytes"] \
         else None
 
