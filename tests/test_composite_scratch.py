@@ -127,3 +127,31 @@ def test_plans_of_outlined_fusions_pass_the_checks(tmp_path):
     (fusion,) = [i for i in module.entry.instructions if i.opcode == Opcode.FUSION]
     assert p.assignment.scratch[fusion.name].size == 200 * 256 * 4
     assert p.memory.temp_bytes >= 200 * 256 * 4
+
+
+def _scratch_kernel(doc) -> dict:
+    return next(t for t in doc["sequence"] if t["kind"] == "kernel" and t["scratch"])
+
+
+def test_tampered_scratch_slices(tmp_path):
+    from hloc.errors import InputError
+    from hloc.runtime import load
+
+    from .trust_support import repack
+
+    bundle, _, _ = _compiled(tmp_path, NARROWED)
+
+    def past(doc):
+        _scratch_kernel(doc)["scratch"][0][1] = 1 << 30
+
+    with pytest.raises(InputError, match="reaches past"):
+        load(str(repack(bundle, tmp_path / "past.bundle", edit_json={"thunks.json": past})))
+
+    def shrunk(doc):  # too small for the composite: the runtime uses scratch of its own
+        _scratch_kernel(doc)["scratch"][0][2] = 64
+
+    exe = load_cpu(repack(bundle, tmp_path / "small.bundle", edit_json={"thunks.json": shrunk}))
+    assert exe.memory.sizes[SCRATCH] == 200 * 256 * 4
+    args = [np.ones((200, 300), np.float32), np.full((300, 256), 0.5, np.float32)]
+    (got,) = exe.run(args)
+    np.testing.assert_array_equal(got, np.full((200, 256), 150, np.float16))
