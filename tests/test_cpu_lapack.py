@@ -204,8 +204,9 @@ def test_complex_and_unknown_calls_stay_with_the_interpreter(monkeypatch):
 
 def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch):
     """The compiled sample (LU, QR, Cholesky, eigh, triangular solves) through the CPU
-    runtime: every LAPACK call a native job, except the small triangular solves, which are
-    kernels (codegen/cpu/trsm.py); the outputs XLA's."""
+    runtime: every LAPACK call a native job, except the small triangular solves and the
+    Cholesky factorization, which are kernels (codegen/cpu/trsm.py, potrf.py); the outputs
+    XLA's."""
     made = []
     real = hostops.thunk_job
     monkeypatch.setattr(hostops, "thunk_job", lambda ctx, t: made.append(real(ctx, t)) or made[-1])
@@ -214,10 +215,11 @@ def test_the_linalg_sample_runs_its_lapack_calls_on_lapack(tmp_path, monkeypatch
     args, expected = sample_arrays("linalg", "inputs"), sample_arrays("linalg", "expected")
     assert_close(exe.run(args), expected, rtol=1e-4, atol=1e-4)
     native = [m for m in made if m is not None]
-    assert len(native) == 4, made  # getrf, geqrf, potrf, syevd
+    assert len(native) == 3, made  # getrf, geqrf, syevd
     kernels = kernels_json(bundle)["kernels"]
     assert sorted(k for k, v in kernels.items() if v["segments"] == ["trsm"]) == [
         "triangular_solve.3", "triangular_solve.6", "triangular_solve.7"]
+    assert [v["segments"] for k, v in kernels.items() if k.startswith("cholesky")] == [["potrf"]]
 
 
 
@@ -334,17 +336,18 @@ def test_small_calls_run_on_one_blas_thread(n, single, monkeypatch):
 def test_lapack_calls_in_loops_run_inside_the_loops_native_drivers(tmp_path):
     """The linalg_in_loop sample: every LAPACK call of its scan and fori_loop runs inside a
     native driver (the loops never return to Python), as a ["host", thunk] slot or, for the
-    small triangular solves, a kernel slot; the outputs are XLA's, and bit for bit those of
-    the same thunks stepped one by one."""
+    small triangular solves and Cholesky factorizations, a kernel slot; the outputs are
+    XLA's, and bit for bit those of the same thunks stepped one by one."""
     from hloc.bundle.reader import read_bundle
 
     path = sample_bundle(SAMPLES / "ops/linalg_in_loop.pb", tmp_path / "loop.bundle")
     kernels = json.loads(bytes(read_bundle(path).members["kernels.json"]))
     slots = [tuple(slot) for d in kernels["drivers"] for slot in d["slots"]]
-    solves = {name for name, k in kernels["kernels"].items() if k["segments"] == ["trsm"]}
+    solves = {name for name, k in kernels["kernels"].items()
+              if k["segments"] in (["trsm"], ["potrf"])}
     exe = load_cpu(path)
     calls = [t.name for t in exe.program.walk() if t.kind == "custom-call"]
-    assert len(calls) >= 11 and len(solves) == 6  # the sample's 11, inlined
+    assert len(calls) >= 11 and len(solves) == 7  # the sample's 11, inlined
     assert sorted(calls) == sorted([v for kind, v in slots if kind == "host"] + sorted(solves))
     assert all(("buffers", name) in slots for name in solves)
     assert "host:custom-call" not in exe.describe()["steps"], exe.describe()

@@ -1,5 +1,5 @@
 """Custom calls with native kernels, by target: XLA CPU's TopK (topk.py) and jax's LAPACK
-triangular solve of small matrices (trsm.py).
+triangular solve (trsm.py) and Cholesky factorization (potrf.py) of small matrices.
 
 A custom-call thunk tries a kernel when its target is registered here and the entry's `wants`
 accepts the call; `plan` gives the kernel's segment and `work` its size (the runtime's
@@ -27,7 +27,8 @@ class CustomCallKernel:
 
 
 CUSTOM_CALL_KERNELS: Registry[str, CustomCallKernel] = Registry(
-    "CPU custom-call kernel", modules=("hloc.codegen.cpu.topk", "hloc.codegen.cpu.trsm"))
+    "CPU custom-call kernel", modules=("hloc.codegen.cpu.topk", "hloc.codegen.cpu.trsm",
+                                              "hloc.codegen.cpu.potrf"))
 
 
 def _entry(instr: Instruction) -> CustomCallKernel | None:
