@@ -357,3 +357,36 @@ def test_lapack_calls_in_loops_run_inside_the_loops_native_drivers(tmp_path):
     stepped = exe.run_wrapped(args, lambda step, runner: runner)
     for a, b in zip(got, stepped, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_big_batches_run_in_ranges_on_the_pool(tmp_path, monkeypatch):
+    """A batch of LAPACK calls with enough work (64 QRs of 96 x 32) runs as one job per
+    range of matrices, each with scratch of its own, on the pool's threads (outside native
+    drivers); the results are bit for bit those of the calls one after another."""
+    from hloc.runtime.cpu import parallel
+
+    from .support.bundles import compile_bundle
+
+    text = """HloModule q
+ENTRY e {
+  a = f32[64,96,32]{2,1,0} parameter(0)
+  ROOT q = (f32[64,96,32]{2,1,0}, f32[64,32]{1,0}) custom-call(a), custom_call_target="lapack_sgeqrf_ffi", output_to_operand_aliasing={{0}: (0, {})}, api_version=API_VERSION_TYPED_FFI
+}
+"""
+    src = tmp_path / "q.hlo"
+    src.write_text(text)
+    bundle = compile_bundle(src, tmp_path / "q.bundle")
+    assert not kernels_json(bundle)["drivers"]
+    threads = parallel.Pool(2)
+    monkeypatch.setattr(parallel, "pool", lambda: threads)
+    made = []
+    real = hostops.split_thunk_jobs
+    monkeypatch.setattr(hostops, "split_thunk_jobs",
+                        lambda ctx, t, parts: made.append(real(ctx, t, parts)) or made[-1])
+    exe = load_cpu(bundle)
+    assert len(made) == 1 and len(made[0]) == 3
+    a = RNG.standard_normal((64, 96, 32)).astype(np.float32)
+    got = exe.run([a])
+    want = lapack.native_call(exe.module.entry.root).run([a])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)

@@ -35,10 +35,25 @@ JOB_TARGETS = frozenset(lapack_targets("potrf trsm getrf geqrf orgqr syevd", "s"
 
 
 def lapack_flops(instr) -> int:
-    """A LAPACK call's size, about n^3 per matrix of its first operand's batch: what decides
-    whether it runs on one BLAS thread (runtime/lapack.py) or inside a native driver."""
+    """A LAPACK call's size, about m n min(m, n) per m x n matrix of its first operand's
+    batch (n^3 for a square one; a tall QR's work grows with m n^2): what decides whether it
+    runs on one BLAS thread (runtime/lapack.py), over several ranges of its batch, or
+    inside a native driver."""
     dims = instr.operands[0].shape.dims
-    return math.prod(dims[:-2]) * max(dims[-2:], default=1) ** 3
+    m, n = (1, 1) if len(dims) < 2 else dims[-2:]
+    return math.prod(dims[:-2]) * m * n * min(m, n)
+
+
+# A batch of LAPACK calls with at least this many flops (lapack_flops) runs its matrices in
+# ranges on the CPU pool's threads (runtime/cpu/hostops.split_thunk_jobs), outside native
+# drivers: 256 eighs of 24 x 24 took 7.5 ms on one thread.
+SPLIT_LAPACK_FLOPS = 1 << 20
+
+
+def splits_over_threads(instr) -> bool:
+    """Whether LAPACK call `instr` is big enough to run in ranges of its batch at once."""
+    batch = instr.operands[0].shape.dims[:-2]
+    return bool(batch) and batch[0] >= 2 and lapack_flops(instr) >= SPLIT_LAPACK_FLOPS
 
 
 def runs_as_job(instr) -> bool:

@@ -36,7 +36,7 @@ from dataclasses import field
 from llvmlite import ir
 
 from ...ir import PrimitiveType
-from ...ir.custom_calls import lapack_flops, runs_as_job
+from ...ir.custom_calls import lapack_flops, runs_as_job, splits_over_threads
 from ...util.record import dataclass
 from ..elemental.types import I1, I8, I32, I64, PTR
 
@@ -153,14 +153,15 @@ def driver_composites(module, composites: dict[str, dict]) -> frozenset[str]:
 
 def driver_host_jobs(module, program) -> frozenset[str]:
     """The LAPACK custom calls a driver may run (custom_calls.runs_as_job): those of fewer
-    than DRIVER_MAX_GEMM_FLOPS (about n^3 per matrix), which run on one thread."""
+    than DRIVER_MAX_GEMM_FLOPS (about n^3 per matrix), which run on one thread, unless their
+    batch is big enough to run on several (custom_calls.splits_over_threads)."""
     instructions = {i.name: i for c in module.computations for i in c.instructions}
     names = set()
     for thunk in program.walk():
         instr = instructions.get(thunk.name)
         if thunk.kind != "custom-call" or instr is None or not runs_as_job(instr):
             continue
-        if lapack_flops(instr) < DRIVER_MAX_GEMM_FLOPS:
+        if lapack_flops(instr) < DRIVER_MAX_GEMM_FLOPS and not splits_over_threads(instr):
             names.add(thunk.name)
     return frozenset(names)
 

@@ -48,13 +48,24 @@ def _leaves(value, out: list) -> list:
     return out
 
 
+def _call(fn) -> None:
+    fn()
+
+
 def build_host_step(ctx: LoadContext, thunk) -> Step:
     """Run the thunk's instruction with the reference interpreter on arena views, or on
     LAPACK (lapack.native_impl)."""
     instr = ctx.instruction(thunk.name)
     if (getattr(instr.attrs, "custom_call_target", None) or "").startswith("lapack_"):
-        from .hostops import thunk_job
+        from .hostops import split_thunk_jobs, thunk_job
+        from .parallel import pool
 
+        threads = pool()
+        jobs = split_thunk_jobs(ctx, thunk, threads.threads)
+        if jobs is not None:  # ranges of the batch at once, on the CPU pool's threads
+            ranges = [(job.run,) for job in jobs]
+            return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name),
+                        lambda: threads.run(_call, ranges))
         job = thunk_job(ctx, thunk)
         if job is not None:  # the call and its copies in native code (hostops.py)
             return Step(thunk.name, f"host:{thunk.kind}", op_names(ctx, thunk.name), job.run)

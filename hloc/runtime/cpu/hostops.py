@@ -25,11 +25,12 @@ import numpy as np
 from ... import __version__
 from ...buffers.assignment import Slice
 from ...codegen.cpu import hostops as ops
-from ...ir.custom_calls import lapack_flops
+from ...ir.custom_calls import lapack_flops, splits_over_threads
 from ...util.objcache import cache_key, cached_object
 from ..lapack import Call, native_call
 from ..layouts import memory_order
 from .blas import LAPACK_SINGLE_THREAD_FLOPS, _setter
+from .parallel import split
 from .program import LoadContext
 
 _JOB_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -283,6 +284,24 @@ def copy_job(dst: np.ndarray, src: np.ndarray) -> Job | None:
 
 def thunk_job(ctx: LoadContext, thunk) -> Job | None:
     """The job of a LAPACK custom-call thunk, or None (not one, or no native form)."""
+    jobs = _jobs(ctx, thunk, 1)
+    return jobs[0] if jobs else None
+
+
+def split_thunk_jobs(ctx: LoadContext, thunk, parts: int) -> list[Job] | None:
+    """Jobs running the call's matrices in `parts` ranges of its first batch dimension, each
+    with scratch of its own (so they may run at once; each call on one BLAS thread, set
+    thread-locally), or None: not a LAPACK job, too few or too many flops, too few
+    matrices, or a batch dimension that is not the major one of every operand and output."""
+    instr = ctx.instruction(thunk.name)
+    # (Calls big enough for BLAS threads of their own keep them: one range at a time.)
+    if parts < 2 or not splits_over_threads(instr) \
+            or lapack_flops(instr) >= LAPACK_SINGLE_THREAD_FLOPS:
+        return None
+    return _jobs(ctx, thunk, parts)
+
+
+def _jobs(ctx: LoadContext, thunk, parts: int) -> list[Job] | None:
     instr = ctx.instruction(thunk.name)
     call = native_call(instr)
     if call is None:
@@ -291,8 +310,40 @@ def thunk_job(ctx: LoadContext, thunk) -> Job | None:
     shapes = instr.shape.tuple_shapes if instr.shape.is_tuple else [instr.shape]
     if len(reads) != len(instr.operands) or len(writes) != len(shapes):
         return None
-    operands = [arena_place(ctx, s, op.shape) for s, op in zip(reads, instr.operands,
-                                                                 strict=True)]
-    outputs = [arena_place(ctx, s, shape) for s, shape in zip(writes, shapes, strict=True)]
+    pairs = list(zip(reads, [op.shape for op in instr.operands], strict=True))
+    pairs += list(zip(writes, shapes, strict=True))
+    batch = call.batch
+    if parts > 1 and not (batch and batch[0] >= parts
+                          and all(_major_batch(shape, batch) for _, shape in pairs)):
+        return None
     provide_symbol()
-    return lapack_job(call, operands, outputs)
+    jobs = []
+    for lo, hi in ([(0, batch[0] if batch else 1)] if parts == 1 else split(batch[0], parts)):
+        if parts > 1:
+            call = native_call(instr)  # scratch and bound arguments of its own
+            call.batch = (hi - lo, *batch[1:])
+        places = [_batch_place(ctx, s, shape, lo, hi, parts > 1) for s, shape in pairs]
+        job = lapack_job(call, places[:len(reads)], places[len(reads):])
+        if job is None:
+            return None
+        jobs.append(job)
+    return jobs
+
+
+def _major_batch(shape, batch) -> bool:
+    """Whether `shape` leads with the call's batch dimensions, the first its major one."""
+    strides = byte_strides(shape)
+    return (tuple(shape.dims[:len(batch)]) == tuple(batch)
+            and strides[0] * shape.dims[0] == shape.byte_size)
+
+
+def _batch_place(ctx: LoadContext, s: Slice, shape, lo: int, hi: int, part: bool) -> Place:
+    """The Place of matrices [lo, hi) of the first batch dimension of slice `s`."""
+    if not part:
+        return arena_place(ctx, s, shape)
+    strides = byte_strides(shape)
+    sub = Slice(s.allocation, s.offset + lo * strides[0], (hi - lo) * strides[0])
+
+    def register(words, index: int) -> None:
+        ctx.memory.pointer(sub, words, index)
+    return Place((hi - lo, *shape.dims[1:]), strides, shape.np_dtype.itemsize, register)
