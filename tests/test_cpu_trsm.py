@@ -56,13 +56,7 @@ def test_every_option_against_the_interpreter(dtype):
         module = parse_module(trsm_text(dtype, batch, n, m, side, uplo, trans, diag))
         assert trsm.as_solve(module.entry.root) is not None
         cases[f"k{k}"] = (module, operands(np_dtype, batch, n, m, side))
-    compiled = kernels.Compiled([kernels.entry_spec(m, name) for name, (m, _) in cases.items()])
-    tol = 2e-5 if dtype == "f32" else 1e-12
-    for name, (module, args) in cases.items():
-        want = kernels.reference(module.entry, args)
-        for chunks in (1, 3):
-            got = compiled.run(name, args, chunks=chunks)
-            np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol, err_msg=name)
+    kernels.entries_against_reference(cases, 2e-5 if dtype == "f32" else 1e-12)
 
 
 def test_a_zero_diagonal_gives_infinities_as_lapack():

@@ -189,6 +189,21 @@ class Compiled:
         return self.loaded.run(self.specs[name], list(inputs), chunks=chunks)
 
 
+def entries_against_reference(cases: dict, tol: float, chunks=(1, 3)) -> dict:
+    """Every case's (module, inputs) entry compiled into one object, run whole and split in
+    each of `chunks` parts; each run's first output within `tol` of the interpreter's.
+    Returns {case: (outputs of the last run, the interpreter's)}."""
+    compiled = Compiled([entry_spec(m, name) for name, (m, _) in cases.items()])
+    out = {}
+    for name, (module, args) in cases.items():
+        want = reference(module.entry, args)
+        for parts in chunks:
+            got = compiled.run(name, args, chunks=parts)
+            np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol, err_msg=name)
+        out[name] = (got, want)
+    return out
+
+
 def reference(comp: Computation, inputs) -> list[np.ndarray]:
     value = evaluate_computation(comp, [np.asarray(a) for a in inputs])
     if isinstance(value, tuple):
