@@ -363,9 +363,12 @@ def test_big_batches_run_in_ranges_on_the_pool(tmp_path, monkeypatch):
     """A batch of LAPACK calls with enough work (64 QRs of 96 x 32) runs as one job per
     range of matrices, each with scratch of its own, on the pool's threads (outside native
     drivers); the results are bit for bit those of the calls one after another."""
-    from hloc.runtime.cpu import parallel
+    from hloc.runtime.cpu import blas, parallel
 
     from .support.bundles import compile_bundle
+
+    if blas._setter() is None:
+        pytest.skip("numpy's OpenBLAS has no thread-local setter here: batches stay whole")
 
     text = """HloModule q
 ENTRY e {

@@ -294,9 +294,10 @@ def split_thunk_jobs(ctx: LoadContext, thunk, parts: int) -> list[Job] | None:
     thread-locally), or None: not a LAPACK job, too few or too many flops, too few
     matrices, or a batch dimension that is not the major one of every operand and output."""
     instr = ctx.instruction(thunk.name)
-    # (Calls big enough for BLAS threads of their own keep them: one range at a time.)
+    # (Calls big enough for BLAS threads of their own keep them: one range at a time; so do
+    # all where OpenBLAS cannot be held to one thread for the calling thread alone.)
     if parts < 2 or not splits_over_threads(instr) \
-            or lapack_flops(instr) >= LAPACK_SINGLE_THREAD_FLOPS:
+            or lapack_flops(instr) >= LAPACK_SINGLE_THREAD_FLOPS or _setter() is None:
         return None
     return _jobs(ctx, thunk, parts)
 
