@@ -47,11 +47,13 @@ class Composite:
         return ("scratch", len(self.scratch) - 1)
 
 
-def outline(fusion: Instruction, thunk: str, symbol: str, into_output: bool = False
-            ) -> Composite | None:
+def outline(fusion: Instruction, thunk: str, symbol: str, into_output: bool = False,
+            kernels: bool = True) -> Composite | None:
     """The composite for a fusion with contractions, or None (no contraction, or a form
     this outliner does not handle: contractions feeding contractions, tuple parameters).
-    `into_output`: the fusion's output may be written before its operands are all read."""
+    `into_output`: the fusion's output may be written before its operands are all read.
+    `kernels=False`: the scratch buffers alone, laid out alike, without steps or kernel
+    specs (what buffer assignment needs to know, at a fraction of the cost)."""
     comp = fusion.fused_computation()
     contractions = [i for i in comp.post_order() if i.opcode in CONTRACTIONS]
     if not contractions or any(not p.shape.is_array for p in comp.parameters):
@@ -64,17 +66,19 @@ def outline(fusion: Instruction, thunk: str, symbol: str, into_output: bool = Fa
     refs: dict[int, tuple[str, int]] = {id(p): ("operand", p.attrs.parameter_number)
                                         for p in params}
     for c in contractions:
-        operands = [_operand_ref(composite, params, refs, o, f"{symbol}_pro{len(composite.specs)}")
-                    for o in c.operands]
+        operands = [_operand_ref(composite, params, refs, o, f"{symbol}_pro{len(composite.specs)}",
+                                 kernels) for o in c.operands]
         out = ("output", 0) if c is comp.root or c is in_place else composite.new_scratch(c.shape)
         refs[id(c)] = out
+        if not kernels:
+            continue
         if c.opcode == Opcode.CONVOLUTION and _native_convolution(c):
             _kernel_step(composite, c, operands, out, f"{symbol}_conv{len(composite.specs)}")
         elif c.opcode == Opcode.DOT and _native_dot(c):
             _kernel_step(composite, c, operands, out, f"{symbol}_dot{len(composite.specs)}")
         else:
             composite.steps.append(_contraction_step(c, operands, out))
-    if comp.root not in contractions:
+    if kernels and comp.root not in contractions:
         _epilogue(composite, comp, params, contractions, refs, f"{symbol}_epi")
         _mark_convolution_epilogue(composite, comp, contractions)
     return composite
@@ -178,17 +182,19 @@ def _reaches(instr: Instruction, targets: list[Instruction]) -> bool:
     return False
 
 
-def _operand_ref(composite: Composite, params, refs, operand: Instruction, symbol: str):
+def _operand_ref(composite: Composite, params, refs, operand: Instruction, symbol: str,
+                 kernels: bool = True):
     if id(operand) in refs:
         return refs[id(operand)]
     # A computed operand: a prologue kernel writes it to scratch.
-    out = composite.new_scratch(operand.shape)
+    out = refs[id(operand)] = composite.new_scratch(operand.shape)
+    if not kernels:
+        return out
     sub = _clone(f"{symbol}.computation", params, operand, {})
     spec = KernelSpec.for_computation(sub, symbol)
     buffers = [["operand", p.attrs.parameter_number] for p in params] + [list(out)]
     composite.specs.append(spec)
     composite.steps.append({"kind": "kernel", "symbol": symbol, "buffers": buffers})
-    refs[id(operand)] = out
     return out
 
 

@@ -124,10 +124,13 @@ def outlined(instr: Instruction, thunk: str, symbol: str, into_output: bool
              ) -> Composite | None:
     """The composite a Kernel thunk `thunk` of `instr` becomes, or None (one kernel);
     `into_output`: outline.outline's."""
-    if instr.opcode != Opcode.FUSION or _dots_inline(instr) \
-            or any(not o.shape.is_array for o in instr.operands):
-        return None
-    return outline(instr, thunk, symbol, into_output)
+    return outline(instr, thunk, symbol, into_output) if _outlines(instr) else None
+
+
+def _outlines(instr: Instruction) -> bool:
+    """Whether the Kernel thunk of `instr` may become a composite (outline decides)."""
+    return (instr.opcode == Opcode.FUSION and not _dots_inline(instr)
+            and all(o.shape.is_array for o in instr.operands))
 
 
 def _output_alone(operands: tuple[Slice, ...], outputs: tuple[Slice, ...]) -> bool:
@@ -139,8 +142,9 @@ def _output_alone(operands: tuple[Slice, ...], outputs: tuple[Slice, ...]) -> bo
 def thunk_scratch(instr: Instruction) -> ScratchNeed:
     """The scratch the Kernel thunk of `instr` needs while it runs (buffer assignment places
     it: plan.py): its composite's intermediate buffers, with the output alone or not."""
-    symbol = kernel_symbol(instr.name)
-    return ScratchNeed(*(0 if (c := outlined(instr, instr.name, symbol, alone)) is None
+    if not _outlines(instr):
+        return ScratchNeed(0, 0)
+    return ScratchNeed(*(0 if (c := outline(instr, instr.name, "", alone, kernels=False)) is None
                          else scratch_bytes(c) for alone in (True, False)))
 
 
