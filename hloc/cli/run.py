@@ -209,7 +209,7 @@ def _checks(exe, args, outputs, result: dict, o, profile, bench) -> list[str]:
         click.echo(profile)
     if bench:
         failed += _report_benchmark(bench, o.baseline, o.max_regression, result)
-    result["memory"] = _memory(exe.bundle.manifest)
+    result["memory"] = _memory(exe)
     if profile or bench:
         click.echo("memory: " + " ".join(f"{k}={v}" for k, v in result["memory"].items()))
     return failed
@@ -218,14 +218,18 @@ def _checks(exe, args, outputs, result: dict, o, profile, bench) -> list[str]:
 _MEMORY_KEYS = ("temp_bytes", "argument_bytes", "output_bytes", "constant_bytes")
 
 
-def _memory(manifest: dict) -> dict[str, int]:
-    """The bundle's arena sizes (its buffer assignment) and this process's peak resident set
-    so far: what a run of the bundle costs in memory."""
+def _memory(exe) -> dict[str, int]:
+    """The bundle's arena sizes (its buffer assignment), what the runtime holds beside them
+    (CPU: buffers the steps share, `runtime_bytes`) and this process's peak resident set so
+    far: what a run of the bundle costs in memory."""
     import resource
     import sys
 
-    sizes = manifest.get("memory") or {}
+    sizes = exe.bundle.manifest.get("memory") or {}
     out = {k: int(sizes.get(k, 0)) for k in _MEMORY_KEYS}
+    runtime_bytes = getattr(exe, "runtime_bytes", None)
+    if runtime_bytes is not None:
+        out["runtime_bytes"] = int(runtime_bytes())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports kilobytes, macOS bytes.
     out["peak_rss_bytes"] = int(peak if sys.platform == "darwin" else peak * 1024)

@@ -205,17 +205,48 @@ def padded_input(x, form: ConvForm):
     return (lambda: copy(0, n)), xp
 
 
-def padded_images(x, form: ConvForm):
+def padded_dims(form: ConvForm) -> list[int]:
+    """(N, *spatial, C) of the zero-bordered input buffer."""
+    return [form.x_dims[0], *(_placement(n, wd)[0] for n, wd in
+                              zip(form.x_dims[1:-1], form.window, strict=True)), form.x_dims[-1]]
+
+
+def padded_images(x, form: ConvForm, into: np.ndarray | None = None):
     """(copy(n0, n1) copying images [n0, n1) of the input in, the zero-bordered (N, *spatial,
-    C) buffer): the copies of disjoint image ranges may run on different threads."""
+    C) buffer): the copies of disjoint image ranges may run on different threads. `into`: a
+    buffer of that shape other thunks also use (scratch): each copy zeroes its images'
+    borders (or, with base dilation, the images) first; else a zeroed one of its own."""
     places = [_placement(n, wd) for n, wd in zip(form.x_dims[1:-1], form.window, strict=True)]
-    xp = np.zeros([form.x_dims[0], *(p[0] for p in places), form.x_dims[-1]], x.a.dtype)
+    xp = np.zeros(padded_dims(form), x.a.dtype) if into is None else into
     inner = tuple(p[1] for p in places)
     src = tuple(p[2] for p in places)
+    clear = None if into is None else _border_clearer(xp, places, form.window)
 
     def copy(n0: int, n1: int) -> None:
+        if clear is not None:
+            clear(n0, n1)
         strided_copy(xp[(slice(n0, n1), *inner)], x.a[(slice(n0, n1), *src)])
     return copy, xp
+
+
+def _border_clearer(xp: np.ndarray, places, window):
+    """clear(n0, n1): zero what the input copy leaves unwritten in images [n0, n1) of `xp`:
+    the bands before and after the copied range of each spatial axis, or everything where a
+    base dilation leaves holes between the copied elements."""
+    if any(wd.base_dilation != 1 for wd in window):
+        return lambda n0, n1: xp[n0:n1].fill(0)
+    bands = []
+    for axis, (size, dst, _) in enumerate(places, start=1):
+        for band in (slice(0, dst.start), slice(dst.stop, size)):
+            if band.stop > band.start:
+                bands.append((axis, band))
+
+    def clear(n0: int, n1: int) -> None:
+        for axis, band in bands:
+            index = [slice(n0, n1)] + [slice(None)] * (xp.ndim - 1)
+            index[axis] = band
+            xp[tuple(index)] = 0
+    return clear
 
 
 def _patches(x, form: ConvForm):

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +35,7 @@ from ...util.objcache import cache_key, cached_object
 from . import blas, gemm, native_pool, parallel
 from .contract import MatrixCell, _Scratch
 from .gemm import address
+from .memory import ALIGN, round_up
 
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -75,8 +78,12 @@ def conv_runner(ctx, instr, form, x, kernel_slice, output_slice, epilogue=()):
     is no [N*OH*OW, O] matrix with unit column stride, an epilogue it cannot apply).
 
     `epilogue`: (conv_gemm.Epilogue, operand) pairs applied to the result before it is stored
-    into `output_slice`, operand a (slice, HLO shape) or None (see epilogue_operands)."""
-    from .conv import padded_images
+    into `output_slice`, operand a (slice, HLO shape) or None (see epilogue_operands).
+    The padded input and the packed filter live in the executable's convolution workspace
+    (LoadContext.conv_workspace), which every such convolution shares: both are filled at
+    the start of each run and dead at its end. Before, each convolution held its own for the
+    executable's life (ResNet50, 1x224x224: 77 MB of them; the shared workspace is 10 MB)."""
+    from .conv import padded_dims, padded_images
 
     lib = library()
     window = form.window
@@ -93,22 +100,57 @@ def conv_runner(ctx, instr, form, x, kernel_slice, output_slice, epilogue=()):
     kernel = MatrixCell(ctx, kernel_slice, instr.operands[1].shape, form.k_perm,
                         (kh * kw * c, o))
     weights = kernel.cell if kernel.fixed and _unit_rows(kernel.cell.a) else _Scratch(kernel)
-    copy, xp = padded_images(x, form)
-    gather = _gather(copy, form.x_dims[0], 2 * rows * kh * kw * c * o)
     depth = kh * kw * c
-    packed = _aligned(-(-o // lib.geo.nr) * lib.geo.nr * depth)
-    hp, wp = xp.shape[1], xp.shape[2]
-    template = [0, 0, form.y_dims[1] * form.y_dims[2], form.y_dims[2], xp.ctypes.data,
-                hp * wp * c, window[0].stride * wp * c, window[1].stride * c, kh, kw * c,
-                window[0].window_dilation * wp * c, packed.ctypes.data, o, 0,
-                out.cell.a.strides[0] // 4, len(ops)]
-    for code, _, ld in ops:
-        template += [int(code), 0, ld]
-    lists = [_words(template, lo, hi) for lo, hi in _pieces(rows, lib.geo.mr, 2 * rows * depth * o)]
-    pack = functools.partial(_pack, lib, weights, depth, o, packed)
-    run = _runner(lib, lists, [out.cell] + [cell for _, cell, _ in ops], gather, pack)
-    run.keep_alive = (xp, packed)
+    sizes = Workspace(tuple(padded_dims(form)), -(-o // lib.geo.nr) * lib.geo.nr * depth)
+    ctx.reserve_conv_workspace(sizes.nbytes)
+
+    def setup():
+        into, packed = _buffers(sizes, ctx.conv_workspace())
+        copy, xp = padded_images(x, form, into)
+        gather = _gather(copy, form.x_dims[0], 2 * rows * depth * o)
+        hp, wp = xp.shape[1], xp.shape[2]
+        template = [0, 0, form.y_dims[1] * form.y_dims[2], form.y_dims[2], xp.ctypes.data,
+                    hp * wp * c, window[0].stride * wp * c, window[1].stride * c, kh, kw * c,
+                    window[0].window_dilation * wp * c, packed.ctypes.data, o, 0,
+                    out.cell.a.strides[0] // 4, len(ops)]
+        for code, _, ld in ops:
+            template += [int(code), 0, ld]
+        lists = [_words(template, lo, hi)
+                 for lo, hi in _pieces(rows, lib.geo.mr, 2 * rows * depth * o)]
+        pack = functools.partial(_pack, lib, weights, depth, o, packed)
+        run = _runner(lib, lists, [out.cell] + [cell for _, cell, _ in ops], gather, pack)
+        return run, (xp, packed)
+    return _on_first_run(setup)
+
+
+def _on_first_run(setup):
+    """A runner that makes its real one (setup() -> (runner, what it points into)) when first
+    called: by then every convolution of the executable has reserved its workspace, which the
+    first of them allocates at the largest size."""
+    made: list = []
+
+    def run() -> None:
+        if not made:
+            made.extend(setup())
+        made[0]()
     return run
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What one convolution needs of the shared workspace: its zero-padded input, (N, HP, WP,
+    C) floats, then its filter packed into panels, `packed_floats`, each 64-byte aligned."""
+
+    padded: tuple[int, ...]
+    packed_floats: int
+
+    @property
+    def padded_bytes(self) -> int:
+        return round_up(4 * math.prod(self.padded))
+
+    @property
+    def nbytes(self) -> int:
+        return self.padded_bytes + round_up(4 * self.packed_floats)
 
 
 def epilogue_ops(ops: list, slice_of, shapes: list):
@@ -206,6 +248,18 @@ def _gather(copy, images: int, flops: int):
 def _unit_rows(a: np.ndarray) -> bool:
     """A 2-D f32 view with contiguous rows (unit column stride) and whole-element strides."""
     return (a.strides[1] == 4 or a.shape[1] == 1) and a.strides[0] % 4 == 0
+
+
+def _buffers(ws: Workspace, workspace: np.ndarray | None):
+    """(padded input buffer or None, packed filter buffer): carved from `workspace` where it
+    is large enough and 64-byte aligned, else (None: padded_images makes one, a packed filter
+    buffer of this runner's own)."""
+    if workspace is None or workspace.size < ws.nbytes or workspace.ctypes.data % ALIGN:
+        return None, _aligned(ws.packed_floats)
+    floats = workspace[:ws.nbytes].view(np.float32)
+    into = floats[:math.prod(ws.padded)].reshape(ws.padded)
+    start = ws.padded_bytes // 4
+    return into, floats[start:start + ws.packed_floats]
 
 
 def _aligned(floats: int) -> np.ndarray:

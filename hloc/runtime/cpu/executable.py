@@ -24,7 +24,7 @@ from ...thunks.base import walk
 from ..executable import ProfileRow
 from . import blas, checks, gemm
 from .kernels import LoadedKernels, planned_scratch
-from .memory import Memory, OutputBlocks, array_view, physical_order, round_up
+from .memory import SCRATCH, Memory, OutputBlocks, array_view, physical_order, round_up
 from .program import LoadContext, Profiler, realize
 
 
@@ -187,6 +187,12 @@ class CpuExecutable:
                 np.copyto(copy, cell.a)
                 out.append(copy)
         return out
+
+    def runtime_bytes(self) -> int:
+        """Memory the runtime holds for the steps beside the bundle's arena: the convolution
+        workspace and GEMM packing buffer the steps share, and the composites' scratch of
+        bundles that do not plan it (sized at load, the shared ones at the first run)."""
+        return self._ctx.own_bytes() + self.memory.sizes[SCRATCH]
 
     def run(self, args) -> list[np.ndarray]:
         """Execute on one array per entry parameter; the flattened results."""

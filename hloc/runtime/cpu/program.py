@@ -52,6 +52,8 @@ class LoadContext:
     instructions: dict[str, Instruction] = field(default_factory=dict)
     keep_alive: list = field(default_factory=list)  # ctypes arrays the steps point into
     _gemm_work: np.ndarray | None = None
+    _conv_workspace: np.ndarray | None = None
+    _conv_workspace_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.instructions = {i.name: i for c in self.module.computations for i in c.instructions}
@@ -59,6 +61,24 @@ class LoadContext:
 
     def instruction(self, name: str) -> Instruction:
         return self.instructions[name]
+
+    def reserve_conv_workspace(self, nbytes: int) -> None:
+        """Ask for `nbytes` of conv_workspace (before the first run)."""
+        self._conv_workspace_bytes = max(self._conv_workspace_bytes, nbytes)
+
+    def conv_workspace(self) -> np.ndarray:
+        """The bytes the native implicit-GEMM convolutions share (conv_native.py), allocated at
+        the first call at the largest size reserved: like gemm_work's, its users never run at
+        the same time."""
+        if self._conv_workspace is None:
+            from .memory import empty_aligned
+
+            self._conv_workspace = empty_aligned(self._conv_workspace_bytes)
+        return self._conv_workspace
+
+    def own_bytes(self) -> int:
+        """Bytes of the buffers the steps share besides the arena (conv_workspace, gemm_work)."""
+        return sum(b.nbytes for b in (self._conv_workspace, self._gemm_work) if b is not None)
 
     def gemm_work(self) -> int:
         """The address of the packing buffer of the native products drivers run (one per
