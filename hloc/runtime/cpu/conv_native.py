@@ -23,7 +23,6 @@ import ctypes
 import functools
 import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from ...codegen.cpu import conv_gemm
 from ...codegen.cpu.conv_gemm import Epilogue
 from ...codegen.cpu.gemm import AVX2, Geometry
 from ...util.objcache import cache_key, cached_object
+from ...util.record import dataclass
 from . import blas, gemm, native_pool, parallel
 from .contract import MatrixCell, _Scratch
 from .gemm import address
