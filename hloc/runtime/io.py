@@ -50,13 +50,14 @@ from .tolerance import (
     Report,
     compare_arrays,
     describe,
+    judge_rounding,
     narrow_float_type,
     summarize,
 )
 
 __all__ = [
     "DEFAULT_TOLERANCES", "OutputCheck", "Report", "Signature", "TensorSpec", "compare_arrays",
-    "narrow_float_type",
+    "judge_rounding", "narrow_float_type",
     "compare_outputs", "describe", "load_inputs", "read_outputs", "summarize", "write_outputs",
 ]
 
