@@ -239,11 +239,14 @@ ILL_CONDITIONED = 1e-2
 
 def judge_rounding(actual: Sequence[np.ndarray], reference: Sequence[np.ndarray],
                    exact: Sequence[np.ndarray], strict: Report) -> tuple[Report, list[str]]:
-    """Re-judge the outputs that failed `strict` (a comparison with the f32 reference) against
-    `exact`, the reference's f64 shadow (interpreter/shadow.py): an element passes where it is
-    within the strict tolerance of the exact value plus ROUNDING_FACTOR times the largest error
-    the f32 reference itself makes in that output, or where it matched the reference. Returns
-    the new report and warnings for ill-conditioned outputs."""
+    """Re-judge the outputs that failed `strict` (a comparison with the reference interpreter)
+    against `exact`, the module's f64 shadow (interpreter/shadow.py) on the same interpreter:
+    an element passes where it is within the strict tolerance of the exact value plus
+    ROUNDING_FACTOR times the largest error the reference itself makes in that output, or
+    where it matched the reference. Sound only for the interpreter: its f32 and f64 runs share
+    every operation, so their difference is rounding alone; another implementation's results
+    (an --expected file) may be wrong, and a wrong file would widen its own allowance.
+    Returns the new report and warnings for ill-conditioned outputs."""
     checks, warnings = [], []
     for c in strict.checks:
         i = c.index
