@@ -176,3 +176,16 @@ ENTRY main {
     result = _run(bundle, "--random-inputs", "--reference")
     assert result.exit_code == 0, result.output
     assert "out0 has no finite value in the reference" in result.output
+
+
+def test_localize_charges_no_thunk_with_rounding_only(dot_bundle):
+    result = _run(dot_bundle, "--random-inputs", "--localize")
+    assert result.exit_code == 0, result.output
+    assert "no thunk diverges" in result.output
+    result = _run(dot_bundle, "--random-inputs", "--localize", "--perturb", "d=1e-3")
+    assert result.exit_code == 1, result.output
+    assert "first divergent thunk: d" in result.output
+    # The strict rule (explicit tolerances) flags the rounding of this 8192-term dot.
+    strict = _run(dot_bundle, "--random-inputs", "--localize", "--rtol", "1e-4", "--atol", "1e-5")
+    verdict = _run(dot_bundle, "--random-inputs", "--reference", "--rtol", "1e-4", "--atol", "1e-5")
+    assert (strict.exit_code == 1) == (verdict.exit_code == 1)
