@@ -274,17 +274,16 @@ def _result_dtypes(bundle) -> list[str]:
 
 def _compare_reference(exe, args, outputs, rtol, atol, result) -> list[str]:
     from ..runtime.executable import InterpreterExecutable
-    from ..runtime.io import compare_arrays
+    from ..runtime.io import compare_arrays, without_finite_values
 
     ref = InterpreterExecutable(exe.bundle).run(args)
     rep = compare_arrays(outputs, ref, rtol=rtol, atol=atol, computed_in=_computed_in(exe))
     strict_ok = rep.ok
     if not rep.ok and rtol is None and atol is None:
         rep = _judge_rounding(exe, args, outputs, ref, rep)
-    for i, r in enumerate(ref):
-        if r.dtype.kind in "fcV" and r.size and not np.isfinite(r.astype(np.complex128)).any():
-            click.echo(f"hlo-run: warning: out{i} has no finite value in the reference (NaN/Inf "
-                       "only): the comparison checked nothing", err=True)
+    for i in without_finite_values(ref):
+        click.echo(f"hlo-run: warning: out{i} has no finite value in the reference (NaN/Inf "
+                   "only): the comparison checked nothing", err=True)
     click.echo(rep.format())
     result["reference"] = {"ok": rep.ok, "strict_ok": strict_ok}
     return [] if rep.ok else ["outputs differ from the reference interpreter"]
@@ -294,17 +293,15 @@ def _judge_rounding(exe, args, outputs, ref, strict):
     """The strict comparison failed: judge the differing outputs against the reference's f64
     shadow (interpreter/shadow.py, tolerance.judge_rounding), unless the module cannot have
     one; warnings for outputs that rounding alone makes unreliable."""
-    from ..frontend import load_bytes
     from ..runtime.executable import InterpreterExecutable
-    from ..runtime.interpreter.shadow import ShadowUnavailable, shadow_module
+    from ..runtime.interpreter.shadow import ShadowUnavailable, shadow_copy
     from ..runtime.io import judge_rounding
 
     module = getattr(exe, "module", None)
     if module is None or module.config.device_count > 1:
         return strict
     try:
-        copy = load_bytes(bytes(exe.bundle.module_proto), f"{exe.bundle.path}:module.pb").module
-        exact = InterpreterExecutable(exe.bundle, shadow_module(copy)).run(args)
+        exact = InterpreterExecutable(exe.bundle, shadow_copy(module)).run(args)
     except (ShadowUnavailable, UnsupportedError) as e:
         click.echo(f"hlo-run: note: no f64 check of the differences ({e})", err=True)
         return strict

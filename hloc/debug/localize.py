@@ -19,13 +19,14 @@ from dataclasses import field
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..ir import dtypes
-from ..runtime.interpreter.shadow import KEEP, ShadowUnavailable, shadow_module
+from ..runtime.interpreter.shadow import KEEP, ShadowUnavailable, shadow_copy
 from ..runtime.tolerance import compare_arrays, judge_rounding
 from ..thunks.base import Thunk, ThunkKind
 from ..util.record import dataclass
 from .probe import Frame, Instrumented, Stop
-from .thunk_io import ThunkIO, leaves, thunk_io
+from .thunk_io import ThunkIO, thunk_io
 
 
 def ulp_error(actual: np.ndarray, expected: np.ndarray) -> int:
@@ -150,12 +151,11 @@ class Localizer:
         instr = self._shadow.get(io.instruction.name) if io.instruction is not None else None
         if instr is None or instr.opcode in KEEP:
             return None
-        from ..runtime.interpreter import evaluate_computation, registry
-
         wide = [_widen(v, op.shape) for v, op in zip(inputs, instr.operands, strict=True)]
-        result = registry.lookup(instr)(registry.Context(evaluate_computation), instr, wide)
-        return [np.asarray(v).reshape(shape.dims)
-                for v, (shape, _) in zip(leaves(result), io.outputs, strict=True)]
+        try:
+            return io.evaluate(instr, wide)
+        except UnsupportedError:  # an operation the interpreter has only at narrower types
+            return None
 
     def _note_nonfinite(self, frame: Frame, io: ThunkIO, inputs, actual) -> None:
         if self.nonfinite is not None:
@@ -168,16 +168,12 @@ class Localizer:
 
 
 def _shadow_instructions(module) -> dict:
-    """{name: instruction} of a copy of `module` rewritten into its f64 shadow ({} if it has
-    none)."""
-    from ..frontend import load_bytes, module_to_proto
-
-    copy = load_bytes(module_to_proto(module).SerializeToString(), "<shadow>").module
+    """{name: instruction} of `module`'s f64 shadow ({} if it has none)."""
     try:
-        shadow_module(copy)
+        shadow = shadow_copy(module)
     except ShadowUnavailable:
         return {}
-    return {i.name: i for c in copy.computations for i in c.instructions}
+    return {i.name: i for c in shadow.computations for i in c.instructions}
 
 
 def _widen(value, shape):

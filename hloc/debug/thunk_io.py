@@ -81,11 +81,17 @@ class ThunkIO:
         if isinstance(self.thunk, Memset):
             size = self.thunk.destination.size
             return [typed(np.full(size, self.thunk.byte, np.uint8), self.outputs[0][0]).copy()]
+        return [np.asarray(v).astype(shape.np_dtype, copy=False)
+                for v, (shape, _) in zip(self.evaluate(self.instruction, inputs), self.outputs,
+                                         strict=True)]
+
+    def evaluate(self, instr: Instruction, inputs: list) -> list[np.ndarray]:
+        """`instr` (this thunk's instruction, or its twin in another version of the module)
+        on the interpreter: the output leaves in the types it computes."""
         from ..runtime.interpreter import evaluate_computation, registry
 
-        instr = self.instruction
         result = registry.lookup(instr)(registry.Context(evaluate_computation), instr, inputs)
-        return [np.asarray(v).astype(shape.np_dtype, copy=False).reshape(shape.dims)
+        return [np.asarray(v).reshape(shape.dims)
                 for v, (shape, _) in zip(leaves(result), self.outputs, strict=True)]
 
 

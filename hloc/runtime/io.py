@@ -53,12 +53,13 @@ from .tolerance import (
     judge_rounding,
     narrow_float_type,
     summarize,
+    without_finite_values,
 )
 
 __all__ = [
     "DEFAULT_TOLERANCES", "OutputCheck", "Report", "Signature", "TensorSpec", "compare_arrays",
     "judge_rounding", "narrow_float_type",
-    "compare_outputs", "describe", "load_inputs", "read_outputs", "summarize", "write_outputs",
+    "compare_outputs", "describe", "load_inputs", "read_outputs", "summarize", "without_finite_values", "write_outputs",
 ]
 
 DTYPES_KEY = "__dtypes__"

@@ -145,6 +145,13 @@ def _check(index: int, a: np.ndarray, e: np.ndarray, rtol: float | None,
     return _summarize_check(index, text, a, e, bad, diff, finite, e_abs, rtol, atol, note)
 
 
+def without_finite_values(arrays: Sequence[np.ndarray]) -> list[int]:
+    """Indices of the non-empty float/complex arrays holding no finite value (NaN/Inf only):
+    a comparison of them checks nothing."""
+    return [i for i, x in enumerate(map(np.asarray, arrays))
+            if x.size and _kind(x.dtype) in ("float", "complex") and not np.isfinite(_wide(x)).any()]
+
+
 def _kind(dt: np.dtype) -> str:
     """"pred", "int", "uint", "float" or "complex" (numpy's view for types XLA lacks)."""
     try:

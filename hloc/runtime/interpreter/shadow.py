@@ -44,6 +44,16 @@ def promotes(shape: Shape) -> bool:
     return widened(shape) != shape
 
 
+def shadow_copy(module: Module) -> Module:
+    """A copy of `module` (through its proto: `module` is left as it was) rewritten into its
+    shadow; ShadowUnavailable as shadow_module."""
+    from ...frontend import load_bytes, module_to_proto
+
+    copy = load_bytes(module_to_proto(module).SerializeToString(deterministic=True),
+                      f"{module.name} (f64 shadow)").module
+    return shadow_module(copy)
+
+
 def shadow_module(module: Module) -> Module:
     """Rewrite `module` (a copy the caller owns: it is changed in place) into its shadow and
     return it."""
