@@ -76,9 +76,8 @@ def source_fingerprint() -> str:
 
 def _toolchain(target: str) -> list[str]:
     import google.protobuf
-    import numpy
 
-    parts = [f"python {sys.version_info[0]}.{sys.version_info[1]}", f"numpy {numpy.__version__}",
+    parts = [f"python {sys.version_info[0]}.{sys.version_info[1]}", _numpy_version(),
              f"protobuf {google.protobuf.__version__}"]
     if target != "interpreter":
         import llvmlite
@@ -87,6 +86,17 @@ def _toolchain(target: str) -> list[str]:
         parts += [f"llvmlite {llvmlite.__version__}",
                   "llvm " + ".".join(map(str, llvmlite.binding.llvm_version_info))]
     return parts
+
+
+def _numpy_version() -> str:
+    """'numpy VERSION', from its installed metadata when there is one: a compile that needs
+    no NumPy does not import it for its version (the same text either way)."""
+    found = _installed("numpy", "numpy")
+    if found is None:
+        import numpy
+
+        found = f"numpy {numpy.__version__}"
+    return found
 
 
 def _target_description(options) -> str:

@@ -12,10 +12,13 @@ smaller temp heap):
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..util.record import dataclass
 from .heap import HeapItem, IntervalIndex, Placer
+
+if TYPE_CHECKING:
+    pass
 
 # Bounds the work per temporary when a module has many outputs.
 _MAX_TRIES = 8
@@ -76,14 +79,13 @@ def host_peaks(items: dict[int, HeapItem], hosts: list[Host]) -> dict[int, tuple
     live_items = [it for it in items.values() if it.size]
     if not live_items or not hosts:
         return {}
-    ticks = max(it.end for it in live_items) + 2
-    live = np.zeros(ticks, dtype=np.int64)
+    live = _LiveBytes(max(it.end for it in live_items) + 2)
     for it in live_items:
-        live[it.start:it.end + 1] += it.size
+        live.add(it.start, it.end, it.size)
     placed: dict[int, tuple[int, int]] = {}
     index = IntervalIndex(live_items)
     for _ in range(_MAX_ROUNDS):
-        tick = int(np.argmax(live))
+        tick = live.peak()
         here = sorted((it for it in index.overlapping(tick, tick) if it.key not in placed),
                       key=lambda it: (-it.size, it.start, it.key))
         moved = next(((it, w) for it in here if (w := _try_host(it, hosts)) is not None), None)
@@ -91,5 +93,37 @@ def host_peaks(items: dict[int, HeapItem], hosts: list[Host]) -> dict[int, tuple
             break
         item, where = moved
         placed[item.key] = where
-        live[item.start:item.end + 1] -= item.size
+        live.add(item.start, item.end, -item.size)
     return host_greedy(items, hosts, placed)
+
+
+class _LiveBytes:
+    """Bytes live at each tick, with range updates and the first tick of the peak: a Python
+    list for a small schedule (no NumPy for a small module's compile), NumPy's for a long one."""
+
+    SMALL = 4096  # ticks
+
+    def __init__(self, ticks: int) -> None:
+        if ticks <= self.SMALL:
+            self._live: list[int] | None = [0] * ticks
+            self._array = None
+        else:
+            import numpy as np
+
+            self._live = None
+            self._array = np.zeros(ticks, dtype=np.int64)
+
+    def add(self, start: int, end: int, delta: int) -> None:
+        """`delta` more bytes live at ticks start..end (inclusive)."""
+        if self._live is not None:
+            self._live[start:end + 1] = [v + delta for v in self._live[start:end + 1]]
+        else:
+            self._array[start:end + 1] += delta
+
+    def peak(self) -> int:
+        """The first tick with the most bytes live."""
+        if self._live is not None:
+            return max(range(len(self._live)), key=self._live.__getitem__)
+        import numpy as np
+
+        return int(np.argmax(self._array))

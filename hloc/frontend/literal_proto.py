@@ -2,13 +2,15 @@
 
 Array data in a LiteralProto is in the physical order of the literal shape's layout; the IR's
 literals are logical row-major numpy arrays, so non-row-major layouts are transposed here.
+A row-major literal of bytes, or of at most SMALL values of a type ir/packing.py packs, is
+kept as element bytes, without NumPy (ir/literal.py).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from hloc.ir import dtypes
+from hloc.ir import dtypes, packing
 from hloc.ir.dtypes import PrimitiveType
 from hloc.ir.literal import Literal
 from hloc.ir.shape import Shape
@@ -17,7 +19,11 @@ from ..util.record import dataclass
 from .gen import xla_data_pb2
 from .shape_proto import MalformedProto, UnsupportedProto, shape_from_proto, shape_to_proto
 
+if TYPE_CHECKING:
+    import numpy as np
+
 P = PrimitiveType
+SMALL = 4096  # values of a repeated field packed without NumPy (ir/packing.py)
 
 
 @dataclass(frozen=True)
@@ -26,30 +32,35 @@ class _Storage:
 
     field: str
     kind: str  # "repeated" (typed repeated field), "bytes" (little-endian bytes), "complex"
-    wire: np.dtype  # element type on the wire (for "complex": the real component type)
+    wire: str  # numpy's name of the element type on the wire (complex: the component's)
+
+    def wire_dtype(self) -> np.dtype:
+        import numpy as np
+
+        return np.dtype(self.wire)
 
 
 def _bytes(field: str, wire: str) -> _Storage:
-    return _Storage(field, "bytes", np.dtype(wire))
+    return _Storage(field, "bytes", wire)
 
 
 # Sub-byte and 8-bit float types travel one element per byte, in ml_dtypes' byte encoding.
 _STORAGE: dict[PrimitiveType, _Storage] = {
-    P.PRED: _Storage("preds", "repeated", np.dtype(np.bool_)),
+    P.PRED: _Storage("preds", "repeated", "bool"),
     P.S8: _bytes("s8s", "i1"),
     P.U8: _bytes("u8s", "u1"),
     P.S16: _bytes("s16s", "<i2"),
     P.U16: _bytes("u16s", "<u2"),
-    P.S32: _Storage("s32s", "repeated", np.dtype(np.int32)),
-    P.S64: _Storage("s64s", "repeated", np.dtype(np.int64)),
-    P.U32: _Storage("u32s", "repeated", np.dtype(np.uint32)),
-    P.U64: _Storage("u64s", "repeated", np.dtype(np.uint64)),
+    P.S32: _Storage("s32s", "repeated", "int32"),
+    P.S64: _Storage("s64s", "repeated", "int64"),
+    P.U32: _Storage("u32s", "repeated", "uint32"),
+    P.U64: _Storage("u64s", "repeated", "uint64"),
     P.F16: _bytes("f16s", "<u2"),
     P.BF16: _bytes("bf16s", "<u2"),
-    P.F32: _Storage("f32s", "repeated", np.dtype(np.float32)),
-    P.F64: _Storage("f64s", "repeated", np.dtype(np.float64)),
-    P.C64: _Storage("c64s", "complex", np.dtype(np.float32)),
-    P.C128: _Storage("c128s", "complex", np.dtype(np.float64)),
+    P.F32: _Storage("f32s", "repeated", "float32"),
+    P.F64: _Storage("f64s", "repeated", "float64"),
+    P.C64: _Storage("c64s", "complex", "float32"),
+    P.C128: _Storage("c128s", "complex", "float64"),
     P.F8E5M2: _bytes("f8e5m2s", "u1"),
     P.F8E4M3FN: _bytes("f8e4m3fns", "u1"),
     P.F8E4M3B11FNUZ: _bytes("f8e4m3b11fnuzs", "u1"),
@@ -75,26 +86,47 @@ def _physical_dims(shape: Shape) -> tuple[tuple[int, ...], tuple[int, ...] | Non
     return tuple(shape.dims[d] for d in major_to_minor), major_to_minor
 
 
-def _decode_flat(pb: xla_data_pb2.LiteralProto, ptype: PrimitiveType, count: int) -> np.ndarray:
+def _checked_field(pb: xla_data_pb2.LiteralProto, ptype: PrimitiveType, count: int):
+    """(storage, the field's data) after checking its length against `count` elements."""
     storage = _STORAGE.get(ptype)
     if storage is None:
         raise UnsupportedProto(f"literals of type {dtypes.name(ptype)} are not supported")
-    target = dtypes.to_numpy(ptype)
     raw = getattr(pb, storage.field)
     if storage.kind == "bytes":
-        if len(raw) != count * storage.wire.itemsize:
+        width = dtypes.info(ptype).byte_size  # the wire's element width too
+        if len(raw) != count * width:
             raise MalformedProto(
-                f"literal has {len(raw)} bytes of {storage.field}, "
-                f"expected {count * storage.wire.itemsize}"
+                f"literal has {len(raw)} bytes of {storage.field}, expected {count * width}"
             )
-        native = np.frombuffer(raw, dtype=storage.wire).astype(storage.wire.newbyteorder("="))
-        return native.view(target)
+        return storage, raw
     width = 2 if storage.kind == "complex" else 1
     if len(raw) != count * width:
         raise MalformedProto(
             f"literal has {len(raw)} values in {storage.field}, expected {count * width}"
         )
-    flat = np.array(raw, dtype=storage.wire)
+    return storage, raw
+
+
+def _element_bytes(storage: _Storage, raw, ptype: PrimitiveType) -> bytes | None:
+    """The literal's element bytes without NumPy, or None where NumPy must convert them."""
+    if not packing.LITTLE:
+        return None
+    if storage.kind == "bytes":
+        return bytes(raw)
+    if storage.kind == "repeated" and len(raw) <= SMALL:
+        return packing.pack(list(raw), ptype)
+    return None
+
+
+def _decode_flat(storage: _Storage, raw, ptype: PrimitiveType) -> np.ndarray:
+    import numpy as np
+
+    target = dtypes.to_numpy(ptype)
+    wire = storage.wire_dtype()
+    if storage.kind == "bytes":
+        native = np.frombuffer(raw, dtype=wire).astype(wire.newbyteorder("="))
+        return native.view(target)
+    flat = np.array(raw, dtype=wire)
     return flat.view(target) if storage.kind == "complex" else flat
 
 
@@ -123,27 +155,58 @@ def _literal_of_shape(pb: xla_data_pb2.LiteralProto, shape: Shape) -> Literal:
             raise UnsupportedProto(f"literals of type {shape.dtype.name} are not supported")
         return Literal(shape)
     physical, perm = _physical_dims(shape)
-    flat = _decode_flat(pb, shape.element_type, shape.num_elements)
-    array = flat.reshape(physical)
+    storage, raw = _checked_field(pb, shape.element_type, shape.num_elements)
+    if perm is None:
+        data = _element_bytes(storage, raw, shape.element_type)
+        if data is not None:
+            return Literal(shape, data=data)
+    import numpy as np
+
+    array = _decode_flat(storage, raw, shape.element_type).reshape(physical)
     if perm is not None:
         array = array.transpose(np.argsort(perm))
     return Literal(shape, array)
 
 
-def _encode_flat(array: np.ndarray, ptype: PrimitiveType, out: xla_data_pb2.LiteralProto) -> None:
+def _storage(ptype: PrimitiveType) -> _Storage:
     storage = _STORAGE.get(ptype)
     if storage is None:
         raise UnsupportedProto(f"literals of type {dtypes.name(ptype)} are not supported")
+    return storage
+
+
+def _encode_flat(array: np.ndarray, ptype: PrimitiveType, out: xla_data_pb2.LiteralProto) -> None:
+    import numpy as np
+
+    storage = _storage(ptype)
+    wire = storage.wire_dtype()
     flat = np.ascontiguousarray(array).reshape(-1)
     if storage.kind == "bytes":
         setattr(
             out,
             storage.field,
-            flat.view(storage.wire.newbyteorder("=")).astype(storage.wire, copy=False).tobytes(),
+            flat.view(wire.newbyteorder("=")).astype(wire, copy=False).tobytes(),
         )
         return
-    values = flat.view(storage.wire) if storage.kind == "complex" else flat
+    values = flat.view(wire) if storage.kind == "complex" else flat
     getattr(out, storage.field).extend(values.tolist())
+
+
+def _encode_bytes(literal: Literal, out: xla_data_pb2.LiteralProto) -> bool:
+    """Fill `out`'s data field from a row-major literal kept as bytes, without NumPy; False
+    when that takes NumPy (the literal has an array, or a repeated field of a type
+    ir/packing.py does not unpack)."""
+    storage = _storage(literal.shape.element_type)
+    if not literal.kept_as_bytes:
+        return False
+    if storage.kind == "bytes":
+        setattr(out, storage.field, literal.data)
+        return True
+    values = packing.unpack(literal.data, literal.shape.element_type)
+    if storage.kind != "repeated" or values is None:
+        return False
+    getattr(out, storage.field).extend(values)
+    return True
 
 
 def literal_to_proto(
@@ -160,6 +223,8 @@ def literal_to_proto(
     if not shape.is_array or shape.element_type == P.BUFFER:
         return pb
     _, perm = _physical_dims(shape)
+    if perm is None and _encode_bytes(literal, pb):
+        return pb
     array = literal.array if perm is None else literal.array.transpose(perm)
     _encode_flat(array, shape.element_type, pb)
     return pb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from hloc.ir.replica_groups import (
     IotaReplicaGroups,
@@ -12,6 +12,9 @@ from hloc.ir.replica_groups import (
 )
 
 from .shape_proto import MalformedProto
+
+if TYPE_CHECKING:
+    pass
 
 
 def iota_from_proto(pb) -> IotaReplicaGroups:
@@ -23,6 +26,8 @@ def iota_from_proto(pb) -> IotaReplicaGroups:
 
 
 def _mesh_device_ids(mesh) -> tuple[int, ...]:
+    import numpy as np
+
     if mesh.device_ids:
         return tuple(mesh.device_ids)
     if not mesh.HasField("iota_transform"):

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 import re
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..util.record import dataclass
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Groups = tuple[tuple[int, ...], ...]
 
@@ -44,6 +46,8 @@ class IotaReplicaGroups:
             raise ValueError("iota replica groups: reshape dims do not hold groups x size ids")
 
     def groups(self) -> Groups:
+        import numpy as np
+
         perm = self.transpose_perm or tuple(range(len(self.reshape_dims)))
         ids = np.arange(math.prod(self.reshape_dims)).reshape(self.reshape_dims).transpose(perm)
         return _rows(ids, self.group_size)
@@ -87,6 +91,8 @@ class MeshReplicaGroups:
         return math.prod(ax.size if ax.pre_size else self.axis_sizes[ax.index] for ax in self.axes)
 
     def groups(self) -> Groups:
+        import numpy as np
+
         sizes, grouped = self._reindexed()
         count = math.prod(self.axis_sizes)
         ids = np.array(self.device_ids) if self.device_ids else np.arange(count)

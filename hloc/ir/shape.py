@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..util.record import dataclass
 from . import dtypes
 from .dtypes import PrimitiveType
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ShapeIndex = tuple[int, ...]
 

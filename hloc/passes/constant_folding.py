@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedError
 from ..ir import Instruction, Literal, Module, Opcode
 from ..util.record import dataclass
 from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, constant, has_side_effects, rewrite_module
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger("hloc.passes.constant_folding")
 Op = Opcode
@@ -25,6 +27,8 @@ _NEVER = frozenset({
 
 def evaluate_instruction(instr: Instruction) -> Literal:
     """Evaluate one instruction whose operands are constants with the reference interpreter."""
+    import numpy as np
+
     from ..runtime.interpreter import evaluate_computation, to_literal, to_value
     from ..runtime.interpreter.registry import Context, lookup
 

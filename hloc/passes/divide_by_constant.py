@@ -16,7 +16,7 @@ wide type, with converts around it, exactly as XLA evaluates it.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..ir import Instruction, Literal, Module, Opcode, PrimitiveType, Shape, dtypes
 from ..util.record import dataclass
@@ -24,6 +24,9 @@ from .base import Pass, register_pass
 from .expand_builder import Emit
 from .float_normalization import compute_types
 from .rewrite import P, RuleTable, constant, new, rewrite_module
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Op = Opcode
 _b = Emit()
@@ -66,6 +69,8 @@ def _applies(instr: Instruction) -> bool:
 @DIVIDE_RULES.rule(P(Op.DIVIDE, where=_applies))
 def reciprocal(instr):
     """a / c → a * (1/c), the reciprocal rounded to the type the division runs in."""
+    import numpy as np
+
     a, b = instr.operands
     values, mapping = _constant_divisor(b)
     ptype = instr.shape.element_type

@@ -7,13 +7,10 @@ Shapes come out row-major; element types follow the operands.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir import (
     Attrs,
     Computation,
     Instruction,
-    Literal,
     Module,
     Opcode,
     PrimitiveType,
@@ -21,7 +18,7 @@ from ..ir import (
     SliceDim,
     dtypes,
 )
-from .rewrite import constant, new
+from .rewrite import constant, new, scalar_literal
 
 Op = Opcode
 
@@ -32,8 +29,7 @@ class Emit:
     # ---- values ---------------------------------------------------------------------------
     @staticmethod
     def scalar(value, ptype: PrimitiveType) -> Instruction:
-        arr = np.asarray(value).astype(dtypes.to_numpy(ptype))
-        return constant(Literal(Shape.scalar(ptype), arr))
+        return constant(scalar_literal(value, ptype))
 
     def full(self, value, ptype: PrimitiveType, dims) -> Instruction:
         """An array of `dims` with every element `value`."""

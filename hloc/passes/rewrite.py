@@ -17,9 +17,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import field
 
-import numpy as np
-
-from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape
+from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape, dtypes, packing
 from ..ir.computation import dfs_post_order
 from ..ir.opcodes import SIDE_EFFECTING
 from ..util.record import dataclass
@@ -147,39 +145,50 @@ def constant(literal: Literal) -> Instruction:
     return new(Opcode.CONSTANT, literal.shape, literal=literal)
 
 
+def scalar_literal(value, ptype) -> Literal:
+    """`value` as a scalar of `ptype`, converted as NumPy's `astype` converts (integers wrap
+    around): without NumPy where ir/packing.py can say."""
+    data = packing.pack((value,), ptype)
+    if data is not None:
+        return Literal(Shape.scalar(ptype), data=data)
+    import numpy as np
+
+    return Literal(Shape.scalar(ptype), np.asarray(value).astype(dtypes.to_numpy(ptype)))
+
+
 def splat(value, shape: Shape) -> Instruction:
     """A constant of `shape` with every element `value`: a scalar constant, broadcast if needed."""
-    scalar = Literal.scalar(np.asarray(value).astype(shape.np_dtype), shape.element_type)
-    c = constant(scalar)
+    c = constant(scalar_literal(value, shape.element_type))
     if shape.rank == 0:
         return c
     return new(Opcode.BROADCAST, shape, [c], dimensions=())
 
 
-def splat_value(instr: Instruction):
-    """The one value every element of `instr` holds (a numpy scalar), when it is a constant or a
-    broadcast of one; None otherwise (including empty arrays)."""
+def _splat_literal(instr: Instruction) -> Literal | None:
+    """The literal of the constant `instr` is or broadcasts, when every element holds the same
+    bits; None otherwise (including empty arrays)."""
     while instr.opcode == Opcode.BROADCAST:
         instr = instr.operands[0]
     if instr.opcode != Opcode.CONSTANT or not instr.shape.is_array or instr.literal is None:
         return None
-    arr = instr.literal.array
-    if arr.size == 0:
-        return None
-    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).reshape(arr.size, -1)
-    if not (raw == raw[0]).all():
-        return None
-    return arr.reshape(-1)[0]
+    literal = instr.literal
+    return literal if literal.splat_bytes() is not None else None
+
+
+def splat_value(instr: Instruction):
+    """The one value every element of `instr` holds (a numpy scalar), when it is a constant or a
+    broadcast of one; None otherwise (including empty arrays)."""
+    literal = _splat_literal(instr)
+    return None if literal is None else literal.array.reshape(-1)[0]
 
 
 def is_splat_of(instr: Instruction, value) -> bool:
     """Every element of `instr` has exactly the bits of `value` in instr's element type
     (so -0.0 and +0.0 differ, which exactness needs)."""
-    v = splat_value(instr)
-    if v is None:
+    literal = _splat_literal(instr)
+    if literal is None:
         return False
-    want = np.asarray(value).astype(v.dtype)
-    return np.asarray(v).tobytes() == want.tobytes()
+    return literal.splat_bytes() == scalar_literal(value, literal.shape.element_type).data
 
 
 # ---- removing instructions in bulk ----------------------------------------------------------

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..ir import Computation, Instruction, Module, Opcode
 from ..util.record import dataclass
@@ -18,6 +17,9 @@ from .while_loop_state import (
     dead_elements,
     rebuild_while,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("hloc.passes.while_loop_simplifier")
 Op = Opcode
@@ -87,6 +89,8 @@ class InductionVariable:
 
     def _wrap(self, value: int) -> int:
         """Two's-complement wrap-around, as the loop's integer add does."""
+        import numpy as np
+
         bits = 8 * self.dtype.itemsize
         value %= 1 << bits
         if np.issubdtype(self.dtype, np.signedinteger) and value >= 1 << (bits - 1):

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import numpy as np
-
 from ..analysis import leaves, while_body, while_condition
 from ..buffers.assignment import BufferAssignment, Slice
 from ..ir import Computation, Instruction, Opcode, PrimitiveType
@@ -107,7 +105,7 @@ def _broadcast(e: Emitter, instr: Instruction) -> Thunk:
     """A broadcast of a scalar constant whose bytes are all equal is a memset."""
     src = instr.operands[0]
     if src.opcode == Opcode.CONSTANT and src.shape.rank == 0 and src.shape.is_array:
-        raw = np.ascontiguousarray(src.literal.array).tobytes()
+        raw = src.literal.data
         if raw and raw == raw[:1] * len(raw) and src.shape.element_type != PrimitiveType.PRED:
             return Memset(instr.name, e.slice(instr), raw[0])
     return _kernel(e, instr)

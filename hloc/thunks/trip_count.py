@@ -10,11 +10,13 @@ are looked through.
 from __future__ import annotations
 
 import json
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..analysis.call_graph import while_body, while_condition
 from ..ir import Instruction, Opcode
+
+if TYPE_CHECKING:
+    pass
 
 _LIMIT = 1 << 62
 
@@ -53,6 +55,8 @@ def _expr(instr: Instruction) -> tuple[Opcode, Instruction, list[Instruction]]:
 
 
 def _constant(instr: Instruction) -> int | None:
+    import numpy as np
+
     op, carrier, _ = _expr(instr)
     if op != Opcode.CONSTANT or carrier.shape.rank != 0:
         return None

@@ -325,17 +325,18 @@ def iota(ctx, instr, gens):
 @emits(Opcode.CONSTANT)
 def constant(ctx, instr, gens):
     shape = instr.shape
-    array = instr.attrs.literal.array
-    if shape.rank == 0 or array.size == 1:
-        return constant_generator(scalar_constant(elem_type(shape.element_type), array))
-    table = literal_table(ctx, ("literal", id(instr)), shape, array)
+    literal = instr.attrs.literal
+    if shape.num_elements == 1:
+        return constant_generator(scalar_constant(elem_type(shape.element_type), literal))
+    table = literal_table(ctx, ("literal", id(instr)), shape, literal.array)
     logical = row_major(shape)
     return lambda index: load_element(ctx, logical, table, index)
 
 
-def scalar_constant(et, array) -> ir.Constant:
+def scalar_constant(et, literal) -> ir.Constant:
     """The register-form constant of a one-element literal."""
-    x = array.reshape(-1)[0]
+    values = literal.python_values()
+    x = values[0] if values is not None else literal.array.reshape(-1)[0]
     if et.is_float:
         return const(et, float(x))
     if et.kind == "pred":

@@ -8,13 +8,17 @@ conversion when the target has one.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from llvmlite import ir
 
 from ...ir import PrimitiveType, dtypes
 from ...util.record import dataclass
 from . import nanbits
 from .types import F32, I32, ElemType
+
+if TYPE_CHECKING:
+    pass
 
 P = PrimitiveType
 
@@ -75,6 +79,8 @@ def decode(ctx, et: ElemType, raw: ir.Value) -> ir.Value:
 
 
 def _decode_table(ctx, et: ElemType, raw: ir.Value) -> ir.Value:
+    import numpy as np
+
     b = ctx.builder
     count = 1 << dtypes.info(et.ptype).bits
     values = np.arange(count, dtype=np.uint8).view(dtypes.to_numpy(et.ptype)).astype(np.float32)

@@ -6,13 +6,17 @@ LLVM's vectorizer handles as an interleaved group; struct loads would hide that 
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from llvmlite import ir
 
 from ...ir import Shape
 from . import lowfloat
 from .complex import ir as complex_ir
 from .types import I32, ElemType, elem_type
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def major_to_minor(shape: Shape) -> list[int]:
@@ -168,6 +172,8 @@ def store_complex(ctx, et: ElemType, ptr: ir.Value, value: ir.Value) -> None:
 
 def storage_bytes(shape: Shape, array: np.ndarray) -> bytes:
     """A literal's elements in row-major order as the bytes of their storage form."""
+    import numpy as np
+
     et = elem_type(shape.element_type, complex_ok=True)
     arr = np.ascontiguousarray(array)
     if et.kind == "pred":

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-
-import ml_dtypes
-import numpy as np
+import struct
+from typing import TYPE_CHECKING
 
 from ...util.record import dataclass
 from .. import dtypes
@@ -22,6 +21,9 @@ from ..dtypes import PrimitiveType as P
 from ..literal import Literal
 from ..shape import Shape
 from .lexer import Cursor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class FloatFormat:
 
 
 def _float_format(ptype: P) -> FloatFormat:
+    import ml_dtypes
+    import numpy as np
+
     dt = dtypes.to_numpy(ptype)
     fi = np.finfo(dt) if ptype in (P.F16, P.F32, P.F64) else ml_dtypes.finfo(dt)
     nmant = int(fi.nmant)
@@ -70,18 +75,70 @@ def format_literal(literal: Literal | None) -> str:
         return "( " + ", ".join(format_literal(e) for e in literal.elements) + " )"
     if shape.is_token:
         return "token"
+    texts = _format_python(literal)
+    if texts is not None:
+        return _nest(texts, shape.dims)
     arr = literal.array
     return _nest(format_elements(arr, shape.element_type), arr.shape)
 
 
+# The IEEE types whose elements _format_python spells from Python floats, the same text as
+# format_floats gives: (struct code of the value, of its bits, the bits' width, nmant, the
+# precisions format_floats tries: _float_format's).
+_PYTHON_FLOATS = {P.F16: ("e", "H", 16, 10, (5, 6, 17)), P.F32: ("f", "I", 32, 23, (6, 9)),
+                  P.F64: ("d", "Q", 64, 52, (15, 17))}
+
+
+def _format_python(literal: Literal) -> list[str] | None:
+    """format_elements' text for a literal kept as bytes of a type ir/packing.py reads, without
+    NumPy (a compile of a module with only small constants imports none); None otherwise."""
+    values = literal.python_values()
+    if values is None:
+        return None
+    ptype = literal.shape.element_type
+    if ptype == P.PRED:
+        if literal.shape.rank == 0:
+            return ["true" if values[0] else "false"]
+        return ["1" if v else "0" for v in values]
+    spec = _PYTHON_FLOATS.get(ptype)
+    if spec is None:
+        return [str(v) for v in values]  # integers
+    code, bits_code, width, nmant, digits = spec
+    bits = struct.unpack(f"<{len(values)}{bits_code}", literal.data)
+    out = []
+    for v, raw in zip(values, bits, strict=True):
+        if v != v:
+            out.append(_nan_spelling(raw, bool(raw >> (width - 1)), True, nmant))
+            continue
+        text = f"{v:.{digits[0]}g}"
+        for prec in digits[1:]:
+            if not text[-1:].isdigit() or _reads_back(text, code, bits_code, raw):
+                break
+            text = f"{v:.{prec}g}"
+        out.append(text)
+    return out
+
+
+def _reads_back(text: str, code: str, bits_code: str, raw: int) -> bool:
+    """Whether `text` parses (through a double, as format_floats parses it) to the bits `raw`."""
+    try:
+        return struct.unpack(f"<{bits_code}", struct.pack(f"<{code}", float(text)))[0] == raw
+    except OverflowError:  # beyond the type's range: NumPy's cast gives inf, not these bits
+        return False
+
+
 def format_scalar(value, ptype: P) -> str:
     """One element (a numpy or Python scalar of type ptype) in XLA's spelling."""
+    import numpy as np
+
     arr = np.asarray(value, dtype=dtypes.to_numpy(ptype)).reshape(())
     return format_elements(arr, ptype)[0]
 
 
 def format_elements(arr: np.ndarray, ptype: P) -> list[str]:
     """Every element of arr, row-major, as text."""
+    import numpy as np
+
     flat = arr.reshape(-1)
     if ptype == P.PRED:
         if arr.ndim == 0:
@@ -99,6 +156,8 @@ def format_elements(arr: np.ndarray, ptype: P) -> list[str]:
 
 
 def format_floats(flat: np.ndarray, ptype: P) -> list[str]:
+    import numpy as np
+
     fmt = _format_of(ptype)
     with np.errstate(all="ignore"):
         wide = flat.astype(np.float64)
@@ -116,6 +175,8 @@ def format_floats(flat: np.ndarray, ptype: P) -> list[str]:
 
 
 def _not_round_tripping(texts: list[str], bits: np.ndarray, fmt: FloatFormat) -> list[int]:
+    import numpy as np
+
     with np.errstate(all="ignore"):
         back = np.array(texts, dtype=np.float64).astype(fmt.np_dtype).view(fmt.uint)
     wrong = back != bits
@@ -124,10 +185,14 @@ def _not_round_tripping(texts: list[str], bits: np.ndarray, fmt: FloatFormat) ->
 
 
 def _nan_text(raw: int, negative: bool, fmt: FloatFormat) -> str:
+    return _nan_spelling(raw, negative, fmt.payload, fmt.nmant)
+
+
+def _nan_spelling(raw: int, negative: bool, payload_bits: bool, nmant: int) -> str:
     text = "-nan" if negative else "nan"
-    if fmt.payload:
-        payload = raw & ((1 << fmt.nmant) - 1)
-        if payload != 1 << (fmt.nmant - 1):
+    if payload_bits:
+        payload = raw & ((1 << nmant) - 1)
+        if payload != 1 << (nmant - 1):
             text += f"(0x{payload:x})"
     return text
 
@@ -361,6 +426,8 @@ class _BodyWalk:
 
 
 def _to_array(cur: Cursor, values: list[str], imag: list[str], shape: Shape, pos: int) -> np.ndarray:
+    import numpy as np
+
     ptype = shape.element_type
     info = dtypes.info(ptype)
     if info.is_complex:
@@ -381,6 +448,8 @@ def _to_array(cur: Cursor, values: list[str], imag: list[str], shape: Shape, pos
 
 
 def _preds(cur: Cursor, values: list[str], pos: int) -> np.ndarray:
+    import numpy as np
+
     table = {"true": True, "false": False, "1": True, "0": False, "-0": False}
     try:
         return np.array([table[v] for v in values], dtype=np.bool_)
@@ -389,6 +458,8 @@ def _preds(cur: Cursor, values: list[str], pos: int) -> np.ndarray:
 
 
 def _ints(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
+    import numpy as np
+
     if values and not _INT_LIST.fullmatch(" ".join(values)):
         bad = next(v for v in values if not _INT_RE.fullmatch(v))
         raise cur.error(f"expected an integer for {dtypes.name(ptype)}, found '{bad}'", pos)
@@ -411,6 +482,8 @@ def _int_range(ptype: P) -> tuple[int, int]:
 
 
 def _floats(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
+    import numpy as np
+
     fmt = _format_of(ptype)
     bad = next((v for v in values if v in ("true", "false")), None)
     if bad is not None:
@@ -439,6 +512,8 @@ def _floats(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
 
 
 def _nan_bits(cur: Cursor, text: str, fmt: FloatFormat, ptype: P, pos: int) -> int:
+    import numpy as np
+
     if not fmt.has_nan:
         raise cur.error(f"{dtypes.name(ptype)} has no NaN", pos)
     negative = text.startswith("-")

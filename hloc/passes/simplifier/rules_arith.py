@@ -9,12 +9,14 @@ for floats (NaN and inf times zero are NaN).
 from __future__ import annotations
 
 import math
-
-import ml_dtypes
+from typing import TYPE_CHECKING
 
 from ...ir import Instruction, Opcode, PrimitiveType
 from ...ir import dtypes as dt
 from ..rewrite import P, RuleTable, is_splat_of, new, splat, splat_value
+
+if TYPE_CHECKING:
+    pass
 
 Op = Opcode
 ARITH_RULES = RuleTable("simplifier-arith")
@@ -39,6 +41,8 @@ def _with_constant(instr: Instruction, value, *, commutative: bool = True):
 
 def _all_ones(instr: Instruction):
     """The value with every bit set in instr's element type (True for pred)."""
+    import ml_dtypes
+
     kind = _kind(instr)
     if kind == "pred":
         return True
@@ -124,6 +128,8 @@ def divide_by_power_of_two(instr):
     f = float(value)
     if not math.isfinite(f) or f == 0.0 or abs(math.frexp(f)[0]) != 0.5:
         return None
+    import ml_dtypes
+
     info = ml_dtypes.finfo(instr.shape.np_dtype)
     reciprocal = 1.0 / f
     if not all(float(info.smallest_normal) <= abs(v) <= float(info.max) for v in (f, reciprocal)):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-
-import ml_dtypes
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ...ir import Instruction, Opcode, Shape, SliceDim
 from ...ir.attrs import Window
 from ..rewrite import P, RuleTable, new, splat_value
+
+if TYPE_CHECKING:
+    pass
 
 Op = Opcode
 SLICING_RULES = RuleTable("simplifier-slicing")
@@ -99,6 +100,8 @@ def dot_degenerate(instr):
 def _folds_into_window(conv: Instruction) -> bool:
     """conv's input is a pad with (bitwise) zero that only grows spatial dimensions, none base-dilated:
     the convolution's own zero padding can do it (XLA's FoldConvInputPad)."""
+    import numpy as np
+
     pad, window, dn = conv.operands[0], conv.attrs.window, conv.attrs.conv_dnums
     if pad.opcode != Op.PAD or window is None or dn is None:
         return False
@@ -143,6 +146,8 @@ def reducer_opcode(comp) -> Opcode | None:
 
 def _identity(opcode: Opcode, shape: Shape):
     """The identity element of a reducer op in `shape`'s element type, or None."""
+    import ml_dtypes
+
     kind = shape.dtype.kind
     if kind == "float":
         table = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM: math.inf}
