@@ -259,18 +259,17 @@ def test_concurrent_writers_leave_a_whole_entry(cache):
 
 
 _IMPORTED = """
-import sys
-from hloc.cli.main import cli
-try:
-    cli(sys.argv[1:], prog_name="hloc")
-except SystemExit as e:
-    assert not e.code, e.code
-print(" ".join(sorted(sys.modules)))
+import atexit, sys
+atexit.register(lambda: print(" ".join(sorted(sys.modules)), flush=True))
+sys.argv = ["hloc", *sys.argv[1:]]
+from hloc.cli.entry import main
+main()
 """
 
 
 def imported_by(*args, env) -> set[str]:
-    """The modules an `hloc` command imports, run in a fresh interpreter."""
+    """The modules an `hloc` command imports, run in a fresh interpreter as the `hloc`
+    command runs it (hloc.cli.entry; conftest sets HLOC_SERVER=off)."""
     out = subprocess.run([sys.executable, "-c", _IMPORTED, *map(str, args)], check=True,
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, **env}).stdout
@@ -284,7 +283,8 @@ def under(modules: set[str], *prefixes: str) -> list[str]:
 def test_import_budget(tmp_path):
     """What each command may import: --help nothing heavy; a CPU compile no runtime, no CUDA
     code generator or GPU thunk kinds, no text parser for a proto, no jsonschema, and for a
-    module whose constants are small, no NumPy (ir/packing.py); a cache hit of a file compiled
+    module whose constants are small, no NumPy (ir/packing.py), and no click for a plain
+    command line (cli/compile_cmd.py); a cache hit of a file compiled
     before neither the compiler nor the IR, NumPy, protobuf or llvmlite (it is found by the
     file's bytes)."""
     env = {"HLOC_CACHE_DIR": str(tmp_path / "cache")}
@@ -292,7 +292,8 @@ def test_import_budget(tmp_path):
                      "numpy", "llvmlite", "google", "jsonschema", "hloc.ir", "hloc.compiler")
     miss = imported_by("compile", MLP, "-o", tmp_path / "a.bundle", env=env)
     assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.text.parser",
-                     "hloc.thunks.gpu", "numpy", "ml_dtypes")  # its constants are all scalars
+                     "hloc.thunks.gpu", "numpy", "ml_dtypes",  # its constants are all scalars
+                     "click", "hloc.cli.main")  # its command line is read without click
     hit = imported_by("compile", MLP, "-o", tmp_path / "b.bundle", env=env)
     assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen", "hloc.schedule",
                      "hloc.runtime", "jsonschema", "hloc.ir", "hloc.frontend", "hloc.plan",

@@ -54,10 +54,10 @@ def bisect_cmd(model, O0, O1, O2, O3, passes, pipeline_file, disable_pass, targe
     from ..frontend import load
     from ..ir.verifier import verify
     from ..passes.pipelines import check_disabled
-    from .main import _opt_level
+    from .compile_cmd import opt_level
 
     setup_logging(debug_enabled(debug))
-    level = _opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3})
+    level = opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3})
     options = CompileOptions(target=target, opt_level=level, passes=passes,
                              pipeline_file=pipeline_file, disabled_passes=tuple(disable_pass))
     if target not in ("cpu", "cuda", "interpreter"):

@@ -13,8 +13,6 @@ import traceback
 from collections.abc import Iterator
 from typing import NoReturn
 
-import click
-
 from ..errors import HlocError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -36,9 +34,19 @@ def setup_logging(debug: bool) -> None:
 RANK_MESSAGES_ENV = "HLOC_RANK_MESSAGES"
 
 
+def echo_err(text: str, nl: bool = True) -> None:
+    """`text` (and a newline) on stderr, flushed: click.echo(text, err=True) without click,
+    which a compile run from its own command line does not import (cli/compile_cmd.py)."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    stream.write(text + "\n" if nl else text)
+    stream.flush()
+
+
 def say_error(line: str) -> None:
     """`line` on stderr, and for an MPI rank, in the launcher's message directory too."""
-    click.echo(line, err=True)
+    echo_err(line)
     directory = os.environ.get(RANK_MESSAGES_ENV)
     if directory:
         try:
@@ -65,19 +73,19 @@ def guarded(prog: str):
                 if not getattr(e, "quiet", False):  # e.g. another MPI rank reports it
                     say_error(f"{prog}: error: {e}")
                 sys.exit(e.exit_code)
-            except (click.exceptions.Exit, click.ClickException, click.Abort):
-                raise
             except BrokenPipeError:
                 # The reader went away (e.g. `| head`): not an error of ours.
                 sys.stderr.close()
                 sys.exit(EXIT_OK)
             except KeyboardInterrupt:
-                click.echo(f"{prog}: interrupted", err=True)
+                echo_err(f"{prog}: interrupted")
                 sys.exit(130)
             except MemoryError:
                 say_error(f"{prog}: error: out of memory")
                 sys.exit(EXIT_INTERNAL)
             except Exception as e:  # noqa: BLE001 - the contract's exit 3
+                if _from_click(e):  # click's own exits and usage errors: click reports them
+                    raise
                 if debug:
                     traceback.print_exc()
                 say_error(f"{prog}: internal error: {type(e).__name__}: {e} "
@@ -87,6 +95,11 @@ def guarded(prog: str):
         return run
 
     return wrap
+
+
+def _from_click(error: BaseException) -> bool:
+    """An exception of click's (Exit, ClickException, Abort), told without importing click."""
+    return any(c.__module__.split(".")[0] == "click" for c in type(error).__mro__)
 
 
 @contextlib.contextmanager

@@ -2,34 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import json
 import os
-import sys
 
 import click
 
 from .. import __version__
 from ..errors import InputError
 from .common import (
-    about_file,
     debug_enabled,
     exit_status,
     exit_without_teardown,
     guarded,
     setup_logging,
 )
+from .compile_cmd import compile_command, opt_level
 
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
-
-
-def _opt_level(flags: dict) -> int:
-    chosen = [int(k[1]) for k, v in flags.items() if v]
-    if len(chosen) > 1:
-        raise InputError("give at most one of -O0, -O1, -O2, -O3")
-    return chosen[0] if chosen else 2
 
 
 def opt_level_options(fn):
@@ -127,87 +118,16 @@ def compile(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3,
     background, which exits after 15 idle minutes (HLOC_SERVER=use: never start one;
     HLOC_SERVER=off: never use one).
     """
-    _single_threaded_blas()
+    argv = None
     if check_determinism:
         from ..debug import determinism
 
         ctx = click.get_current_context()
         argv = determinism.compile_argv(ctx.command, ctx.params)
-        click.echo(determinism.check_determinism(check_determinism, argv, output, dump_dir))
-        return
-    from ..bundle import write_bundle
-    from ..compiler import CompileOptions, compile_model
-    from ..util.safe_write import check_output_path
-
-    setup_logging(debug_enabled(debug))
-    check_output_path(output)
-    key = None
-    if sign_key:
-        from ..bundle.signing import load_key
-
-        key = load_key(sign_key, signing=True)
-    options = CompileOptions(
-        target=target, cuda_archs=tuple(cuda_arch) or ("sm_80",), cpu=cpu, cpu_features=cpu_features,
-        opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}), passes=passes,
-        disabled_passes=tuple(disable_pass), pipeline_file=pipeline_file, stop_after=stop_after,
-        verify_each_pass=debug_enabled(debug))
-    dump_options = _dump_options(dump_dir, dump_after, dump_format)
-    if not (no_cache or dump_options or stop_after or time_passes or options.verify_each_pass):
-        from ..cached_compile import compile_cached
-
-        with _progress() as progress, about_file(model):
-            manifest, members = compile_cached(model, options, progress=progress)
-        write_bundle(output, manifest=manifest, members=members, sign_key=key)
-        return
-    with _progress() as progress, about_file(model):
-        result = compile_model(model, options, dump_options=dump_options, progress=progress)
-    if time_passes:
-        click.echo(result.pass_timing_table, err=True)
-    if result.stopped_after is None:
-        write_bundle(output, manifest=result.manifest, members=result.members, sign_key=key)
-
-
-def _single_threaded_blas() -> None:
-    """One OpenBLAS thread unless the user chose otherwise: a compile's NumPy work (constant
-    folding) is small, and starting OpenBLAS's pool of a thread per core when NumPy is
-    imported costs a whole-command compile about 20 ms of CPU time."""
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
-@contextlib.contextmanager
-def _progress():
-    """A progress indicator on a terminal (None elsewhere), cleared at the end."""
-    progress = _Progress() if sys.stderr.isatty() else None
-    try:
-        yield progress
-    finally:
-        if progress:
-            progress.done()
-
-
-class _Progress:
-    """A one-line stage indicator on a terminal (never in pipes or CI logs)."""
-
-    def __init__(self):
-        self.width = 0
-
-    def __call__(self, stage: str) -> None:
-        text = f"hloc: {stage}..."
-        click.echo("\r" + text.ljust(self.width), err=True, nl=False)
-        self.width = len(text)
-
-    def done(self) -> None:
-        click.echo("\r" + " " * self.width + "\r", err=True, nl=False)
-
-
-def _dump_options(dump_dir, dump_after, dump_format):
-    directory = dump_dir or os.environ.get("HLOC_DUMP_DIR")
-    if not directory:
-        return None
-    from ..dump import DumpOptions
-
-    return DumpOptions(directory, dump_after, DumpOptions.parse_formats(dump_format))
+    compile_command(model, output, target, cuda_arch, cpu, cpu_features, O0, O1, O2, O3, passes,
+                    disable_pass, pipeline_file, dump_dir, dump_after, dump_format, stop_after,
+                    time_passes, check_determinism, sign_key, no_cache, debug,
+                    determinism_argv=argv)
 
 
 @cli.command()
@@ -229,7 +149,7 @@ def opt(model, passes, O0, O1, O2, O3, target, output, time_passes, debug):
     setup_logging(debug_enabled(debug))
     module = load(model).module
     verify(module)
-    options = CompileOptions(target=target, opt_level=_opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}),
+    options = CompileOptions(target=target, opt_level=opt_level({"O0": O0, "O1": O1, "O2": O2, "O3": O3}),
                              passes=passes, verify_each_pass=debug_enabled(debug))
     runner = run_passes(module, options, None)
     verify(module)
