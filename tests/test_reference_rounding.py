@@ -19,6 +19,7 @@ from hloc.runtime.interpreter.shadow import ShadowUnavailable, shadow_module
 from hloc.runtime.io import compare_arrays, judge_rounding
 
 from .support.bundles import compile_bundle
+from .support.hlo import reducer_text
 
 # A long contraction: sums of 8192 products, many elements close to zero after cancellation,
 # where f32 results from two summation orders differ by more than rtol 1e-4 allows.
@@ -33,14 +34,7 @@ ENTRY main {
 
 # f32 values whose bits matter (bitcast-convert both ways), a bf16 rounding step, a constant
 # and a reduction: the shadow keeps the bit-level steps at their own types.
-BITS = """HloModule bits
-
-add {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT s = f32[] add(x, y)
-}
-
+BITS = "HloModule bits\n" + reducer_text("add", name="add") + """
 ENTRY main {
   a = f32[4,300] parameter(0)
   third = f32[] constant(0.333333343)

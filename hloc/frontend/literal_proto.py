@@ -86,11 +86,16 @@ def _physical_dims(shape: Shape) -> tuple[tuple[int, ...], tuple[int, ...] | Non
     return tuple(shape.dims[d] for d in major_to_minor), major_to_minor
 
 
-def _checked_field(pb: xla_data_pb2.LiteralProto, ptype: PrimitiveType, count: int):
-    """(storage, the field's data) after checking its length against `count` elements."""
+def _storage(ptype: PrimitiveType) -> _Storage:
     storage = _STORAGE.get(ptype)
     if storage is None:
         raise UnsupportedProto(f"literals of type {dtypes.name(ptype)} are not supported")
+    return storage
+
+
+def _checked_field(pb: xla_data_pb2.LiteralProto, ptype: PrimitiveType, count: int):
+    """(storage, the field's data) after checking its length against `count` elements."""
+    storage = _storage(ptype)
     raw = getattr(pb, storage.field)
     if storage.kind == "bytes":
         width = dtypes.info(ptype).byte_size  # the wire's element width too
@@ -166,13 +171,6 @@ def _literal_of_shape(pb: xla_data_pb2.LiteralProto, shape: Shape) -> Literal:
     if perm is not None:
         array = array.transpose(np.argsort(perm))
     return Literal(shape, array)
-
-
-def _storage(ptype: PrimitiveType) -> _Storage:
-    storage = _STORAGE.get(ptype)
-    if storage is None:
-        raise UnsupportedProto(f"literals of type {dtypes.name(ptype)} are not supported")
-    return storage
 
 
 def _encode_flat(array: np.ndarray, ptype: PrimitiveType, out: xla_data_pb2.LiteralProto) -> None:

@@ -30,10 +30,6 @@ _EXACT_INT = 2 ** 53
 LITTLE = sys.byteorder == "little"  # NumPy's native bytes are the literal's bytes only here
 
 
-def supported(ptype: P) -> bool:
-    return LITTLE and ptype in FORMATS
-
-
 def pack(values, ptype: P) -> bytes | None:
     """The bytes NumPy would store for `values` (a sequence of Python bools, ints and floats)
     as elements of `ptype`, or None where only NumPy can say (see the module doc)."""

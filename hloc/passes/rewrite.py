@@ -164,31 +164,32 @@ def splat(value, shape: Shape) -> Instruction:
     return new(Opcode.BROADCAST, shape, [c], dimensions=())
 
 
-def _splat_literal(instr: Instruction) -> Literal | None:
-    """The literal of the constant `instr` is or broadcasts, when every element holds the same
-    bits; None otherwise (including empty arrays)."""
+def _splat(instr: Instruction) -> tuple[Literal, bytes] | None:
+    """The literal of the constant `instr` is or broadcasts and the bits every element of it
+    holds; None when they differ or it is no such constant (including empty arrays)."""
     while instr.opcode == Opcode.BROADCAST:
         instr = instr.operands[0]
     if instr.opcode != Opcode.CONSTANT or not instr.shape.is_array or instr.literal is None:
         return None
-    literal = instr.literal
-    return literal if literal.splat_bytes() is not None else None
+    element = instr.literal.splat_bytes()
+    return None if element is None else (instr.literal, element)
 
 
 def splat_value(instr: Instruction):
     """The one value every element of `instr` holds (a numpy scalar), when it is a constant or a
     broadcast of one; None otherwise (including empty arrays)."""
-    literal = _splat_literal(instr)
-    return None if literal is None else literal.array.reshape(-1)[0]
+    found = _splat(instr)
+    return None if found is None else found[0].array.reshape(-1)[0]
 
 
 def is_splat_of(instr: Instruction, value) -> bool:
     """Every element of `instr` has exactly the bits of `value` in instr's element type
     (so -0.0 and +0.0 differ, which exactness needs)."""
-    literal = _splat_literal(instr)
-    if literal is None:
+    found = _splat(instr)
+    if found is None:
         return False
-    return literal.splat_bytes() == scalar_literal(value, literal.shape.element_type).data
+    literal, element = found
+    return element == scalar_literal(value, literal.shape.element_type).data
 
 
 # ---- removing instructions in bulk ----------------------------------------------------------
