@@ -33,14 +33,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import os
 import sys
 
 from . import __version__, compile_cache
+from .util.log import get_logger
 from .util.sources import relative, source_files, stat_listing
 
-log = logging.getLogger("hloc.compile_cache")
+log = get_logger("hloc.compile_cache")
 
 CACHE_FORMAT = "1"
 

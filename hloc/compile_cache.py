@@ -35,15 +35,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
 import os
 import struct
 from collections.abc import Callable
 
 from .util.fs import atomic_write
+from .util.log import get_logger
 from .util.objcache import entry_mac, private_cache_dir
 
-log = logging.getLogger("hloc.compile_cache")
+log = get_logger("hloc.compile_cache")
 
 MAGIC = b"HLOCCC1\n"
 _SEAL_SIZE = 32

@@ -9,18 +9,18 @@ hloc.bundle.assemble. Each stage's output can be dumped and the run can stop aft
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import field
 from typing import TYPE_CHECKING
 
 from .errors import InputError
+from .util.log import get_logger
 from .util.record import dataclass
 
 if TYPE_CHECKING:  # imported where used: a compile-cache hit needs neither
     from .dump import DumpManager, DumpOptions
     from .ir import Module
 
-log = logging.getLogger("hloc.compiler")
+log = get_logger("hloc.compiler")
 
 TARGETS = ("cpu", "cuda", "interpreter")
 STAGES = ("passes", "schedule", "buffers", "thunks", "llvm", "code")

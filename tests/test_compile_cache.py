@@ -283,8 +283,8 @@ def under(modules: set[str], *prefixes: str) -> list[str]:
 def test_import_budget(tmp_path):
     """What each command may import: --help nothing heavy; a CPU compile no runtime, no CUDA
     code generator or GPU thunk kinds, no text parser for a proto, no jsonschema, and for a
-    module whose constants are small, no NumPy (ir/packing.py), and no click for a plain
-    command line (cli/compile_cmd.py); a cache hit of a file compiled
+    module whose constants are small, no NumPy (ir/packing.py), no click for a plain
+    command line (cli/compile_cmd.py), and no logging while nothing is logged; a cache hit of a file compiled
     before neither the compiler nor the IR, NumPy, protobuf or llvmlite (it is found by the
     file's bytes)."""
     env = {"HLOC_CACHE_DIR": str(tmp_path / "cache")}
@@ -292,8 +292,10 @@ def test_import_budget(tmp_path):
                      "numpy", "llvmlite", "google", "jsonschema", "hloc.ir", "hloc.compiler")
     miss = imported_by("compile", MLP, "-o", tmp_path / "a.bundle", env=env)
     assert not under(miss, "jsonschema", "hloc.runtime", "hloc.codegen.cuda", "hloc.ir.text.parser",
+                     "hloc.ir.text.literal_parse",
                      "hloc.thunks.gpu", "numpy", "ml_dtypes",  # its constants are all scalars
-                     "click", "hloc.cli.main")  # its command line is read without click
+                     "click", "hloc.cli.main",  # its command line is read without click
+                     "logging", "concurrent")  # it logs nothing (util/log.py), plain threads
     hit = imported_by("compile", MLP, "-o", tmp_path / "b.bundle", env=env)
     assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen", "hloc.schedule",
                      "hloc.runtime", "jsonschema", "hloc.ir", "hloc.frontend", "hloc.plan",

@@ -5,11 +5,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import logging
 import os
 import sys
 import threading
-import traceback
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -24,8 +22,9 @@ def debug_enabled(flag: bool = False) -> bool:
 
 
 def setup_logging(debug: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
-                        format="%(name)s: %(message)s", stream=sys.stderr)
+    from ..util.log import configure
+
+    configure(debug)
 
 
 # Set by `hlo-run --processes` for its ranks: a directory where each rank also leaves the line
@@ -87,6 +86,8 @@ def guarded(prog: str):
                 if _from_click(e):  # click's own exits and usage errors: click reports them
                     raise
                 if debug:
+                    import traceback
+
                     traceback.print_exc()
                 say_error(f"{prog}: internal error: {type(e).__name__}: {e} "
                           f"(rerun with --debug or HLOC_DEBUG=1 for a traceback)")

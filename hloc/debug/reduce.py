@@ -10,7 +10,6 @@ spent. After each edit dead code, computations nothing calls and unused entry pa
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -19,10 +18,11 @@ from functools import partial
 
 from ..errors import HlocError
 from ..ir import Module, Opcode
+from ..util.log import get_logger
 from ..util.record import dataclass
 from .reduce_steps import STEPS, Step, dim_sizes, shrink_dim
 
-log = logging.getLogger("hloc.reduce")
+log = get_logger("hloc.reduce")
 
 
 @dataclass

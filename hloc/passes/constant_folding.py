@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedError
 from ..ir import Instruction, Literal, Module, Opcode
+from ..util.log import get_logger
 from ..util.record import dataclass
 from .base import Pass, option, register_pass
 from .rewrite import P, RuleTable, constant, has_side_effects, rewrite_module
@@ -14,7 +14,7 @@ from .rewrite import P, RuleTable, constant, has_side_effects, rewrite_module
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("hloc.passes.constant_folding")
+log = get_logger("hloc.passes.constant_folding")
 Op = Opcode
 
 # Never folded: control flow (the simplifiers handle constant predicates and trip counts),

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import field
 
 from ..dump import DumpManager
 from ..errors import HlocError
 from ..ir import Module
+from ..util.log import get_logger
 from ..util.record import dataclass
 from .base import Pass
 from .spec import Fixpoint, PassItem
 
-log = logging.getLogger("hloc.passes")
+log = get_logger("hloc.passes")
 
 
 def schedule_still_valid(module: Module) -> bool:

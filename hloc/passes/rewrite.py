@@ -12,7 +12,6 @@ operand or user changed, so a pass costs time linear in the module size in pract
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import field
@@ -20,9 +19,10 @@ from dataclasses import field
 from ..ir import Attrs, Computation, Instruction, Literal, Module, Opcode, Shape, dtypes, packing
 from ..ir.computation import dfs_post_order
 from ..ir.opcodes import SIDE_EFFECTING
+from ..util.log import get_logger
 from ..util.record import dataclass
 
-log = logging.getLogger("hloc.passes.rewrite")
+log = get_logger("hloc.passes.rewrite")
 
 RewriteFn = Callable[[Instruction], "Instruction | None"]
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import operator
 from typing import TYPE_CHECKING
 
 from ..ir import Computation, Instruction, Module, Opcode
+from ..util.log import get_logger
 from ..util.record import dataclass
 from .base import Pass, register_pass
 from .call_inliner import inline_call
@@ -21,7 +21,7 @@ from .while_loop_state import (
 if TYPE_CHECKING:
     import numpy as np
 
-log = logging.getLogger("hloc.passes.while_loop_simplifier")
+log = get_logger("hloc.passes.while_loop_simplifier")
 Op = Opcode
 
 _COMPARE = {"LT": operator.lt, "LE": operator.le, "GT": operator.gt, "GE": operator.ge,

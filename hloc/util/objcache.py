@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import os
 import stat
 from collections.abc import Callable
 
+from ..util.log import get_logger
 from .fs import atomic_write
 
-log = logging.getLogger("hloc.cache")
+log = get_logger("hloc.cache")
 
 _DIGEST = 32
 

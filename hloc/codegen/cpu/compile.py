@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from dataclasses import field, replace
 
@@ -53,6 +52,7 @@ from llvmlite import ir
 from ...errors import InputError, UnsupportedError
 from ...ir import Module
 from ...thunks import program_to_json
+from ...util.log import get_logger
 from ...util.record import dataclass
 from .. import llvm
 from ..llvm_split import map_partitions
@@ -62,7 +62,7 @@ from .kernel import emit_kernel
 from .kernel_spec import KernelInfo
 from .thunk_kernels import composite_json, kernel_groups, kernel_json, loop_free, work
 
-log = logging.getLogger("hloc.codegen.cpu")
+log = get_logger("hloc.codegen.cpu")
 
 KERNELS_VERSION = 3
 ABI = ("void NAME(i8** buffers, i64 begin, i64 end); buffers: operand leaves then output "

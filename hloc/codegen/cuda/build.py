@@ -16,7 +16,6 @@ Copies, memsets and control flow are the same thunk classes in both programs.
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import field, fields, replace
@@ -41,6 +40,7 @@ from ...thunks.gpu import (
     Upload,
 )
 from ...thunks.thunks import Sequential
+from ...util.log import get_logger
 from ...util.record import dataclass
 from .conv_core import described
 from .conv_dnn import conv_call, holds_convolution
@@ -50,7 +50,7 @@ from .kernel import emit_kernel
 from .parts import Part, plan_context, plan_parts
 from .target import DATA_LAYOUT, TRIPLE, CudaTarget
 
-log = logging.getLogger("hloc.codegen.cuda")
+log = get_logger("hloc.codegen.cuda")
 
 
 def kernel_module(name: str) -> ir.Module:

@@ -8,16 +8,15 @@ memory and spills from `ptxas -v`).
 
 from __future__ import annotations
 
-import logging
-
 from ...thunks.serialize import gpu_program_to_json
 from ...thunks.text import gpu_program_to_text
+from ...util.log import get_logger
 from . import ptx as ptx_mod
 from . import ptxas as ptxas_mod
 from .build import build_gpu_program
 from .target import cuda_target
 
-log = logging.getLogger("hloc.codegen.cuda")
+log = get_logger("hloc.codegen.cuda")
 
 
 def nvptx_opt_level(opt_level: int) -> int:

@@ -23,7 +23,7 @@ from ..module import Module
 from ..opcodes import Opcode as O
 from ..shape import Shape
 from .lexer import INT, NAME, Cursor, token
-from .literal_text import parse_literal
+from .literal_parse import parse_literal
 from .parser_attrs import REQUIRED, InstrRec, finalize, parse_attribute
 from .parser_values import MODULE_READERS, cached_shape, parse_shape, skip_value
 from .printer_attrs import default_comparison_type

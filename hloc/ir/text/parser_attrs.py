@@ -24,7 +24,7 @@ from ..dtypes import PrimitiveType
 from ..opcodes import Opcode as O
 from ..shape import Shape
 from .lexer import ATTR_NAME, Cursor
-from .literal_text import parse_literal
+from .literal_parse import parse_literal
 from .parser_values import (
     aliasing,
     choice,

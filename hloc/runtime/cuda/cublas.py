@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 
 from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import BlasCall
+from ...util.log import get_logger
 from .vendor import Switch, library_candidates, load_first, precisions
 from .vendor import wheel_dirs as vendor_wheel_dirs
 
@@ -55,7 +55,7 @@ PRECISION_HIGH = 1
 ALG_DOT_TF32_TF32_F32 = 9
 ALG_DOT_F32_F32_F32 = 11
 CUBLAS_GEMM_DEFAULT = -1
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 _SYSTEM_NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so")
 
 

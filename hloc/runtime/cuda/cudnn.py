@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 
@@ -49,6 +48,7 @@ from ...errors import InputError
 from ...ir import dtypes
 from ...thunks.gpu import ConvCall, ConvLaunch
 from ...util.env import flag
+from ...util.log import get_logger
 from ...util.record import dataclass
 from .conv_check import (  # noqa: F401  (out_size, filter_strides: re-exported)
     check_conv,
@@ -117,7 +117,7 @@ DIRECTIONS = {
         ("x", "y", "w")),
 }
 WORKSPACE_LIMIT = 1 << 28  # bytes per convolution (and stream)
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 _SYSTEM_NAMES = ("libcudnn.so.9", "libcudnn.so.8", "libcudnn.so")
 # libcudnn.so.9's sub-libraries, dependencies first (cuDNN 8 has ops_infer/cnn_infer...).
 _SUBLIBRARIES = ("libcudnn_graph", "libcudnn_engines_precompiled",

@@ -18,19 +18,19 @@ pointers; the others keep the host-staged path. Communicators live as long as th
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ....collectives import DeviceContext
 from ....collectives.groups import group_partitions
 from ....collectives.mpi import MpiCommunicator
 from ....thunks.collectives import Collective
+from ....util.log import get_logger
 from .api import SPLIT_NOCOLOR, NcclApi, NcclError
 from .binding import NCCL_ENV, Nccl, find_nccl, nccl_disabled
 from .emulated import EmulatedNccl
 from .plan import WORLD, HostStaged, NcclPlan, PlanContext, plan_collective
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 _MISSING = (f"libnccl.so.2 not found (pip install 'hloc[cuda]', or set {NCCL_ENV} to its "
             f"path)")
 
