@@ -4,10 +4,11 @@ against XLA's compile of the same module, over the samples (samples/NAME.pb).
 First, what a user gets by default (HLOC_SERVER unset: auto) with no server running: every
 sample compiled once in a row (`--no-cache`); the first compiles in its own process and
 starts a server as it exits, the next are served once that server is up ("default").
-Then per sample: the fastest of `--repeat` cold compiles (`--no-cache`, no compile server), the
-fastest of as many `--no-cache` compiles served by a compile server (`hloc server start`,
-started once for the run; "server"), the fastest of as many compile-cache hits (the cache in a temporary directory, filled by one untimed compile, which
-also writes the bytecode), and XLA:CPU's compile of the same HloModuleProto (the fastest of
+Then per sample: the fastest of `--repeat` cold compiles (`--no-cache`, no compile server
+running), the fastest of as many compile-cache hits (the cache in a temporary directory,
+filled by one untimed compile, which also writes the bytecode), then, with a compile server
+started for the rest of the run (`hloc server start`), the fastest of as many `--no-cache`
+compiles it serves ("server"), and XLA:CPU's compile of the same HloModuleProto (the fastest of
 three, in the jax venv's warm process: benchmarks/xla_worker.py via JAXENV; empty without
 one). Then geometric means, and the ratio of hloc's whole command to XLA's compile (issue
 16's goal: at most 1.5, and at most 0.25 s for a small module).
@@ -101,11 +102,10 @@ def _served(root: Path, env: dict) -> int:
 
 
 def time_sample(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = None) -> dict:
-    """The fastest whole-command compile without the cache or a server ("cold"), with a
-    server ("server", when one runs) and from the cache ("hit"), wall and CPU ("cold_cpu",
-    "server_cpu", "hit_cpu"). A served compile's CPU time is the client's alone: the
-    compile runs in a child of the server, not of this process."""
-    env, served = command_env(root, tmp, "off"), command_env(root, tmp, "use")
+    """The fastest whole-command compile without the cache or a server ("cold") and from the
+    cache ("hit"), wall and CPU ("cold_cpu", "hit_cpu"). Run with no server up: a server's
+    worker tidying up after a served compile would share the cores with the next cold one."""
+    env = command_env(root, tmp, "off")
     out = str(tmp / f"{pb.stem}.bundle")
     level = ["--cpu", cpu] if cpu else []
     hloc_command(root, ["compile", str(pb), "-o", out, *level], env)  # fills the cache, .pyc
@@ -113,12 +113,18 @@ def time_sample(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = 
                     for _ in range(repeat)])
     hit = fastest([hloc_command(root, ["compile", str(pb), "-o", out, *level], env)
                    for _ in range(repeat)])
-    times = {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
-    if has_server(root):
-        server = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache",
-                                              *level], served) for _ in range(repeat)])
-        times.update(server=server[0], server_cpu=server[1])
-    return times
+    return {"cold": cold[0], "cold_cpu": cold[1], "hit": hit[0], "hit_cpu": hit[1]}
+
+
+def time_served(root: Path, pb: Path, tmp: Path, repeat: int, cpu: str | None = None) -> dict:
+    """The fastest of `repeat` `--no-cache` compiles served by the running server ("server"),
+    wall and the client's CPU ("server_cpu": the compile runs in the server's worker, not in
+    a child of this process)."""
+    out = str(tmp / f"{pb.stem}.served.bundle")
+    level = ["--cpu", cpu] if cpu else []
+    server = fastest([hloc_command(root, ["compile", str(pb), "-o", out, "--no-cache", *level],
+                                   command_env(root, tmp, "use")) for _ in range(repeat)])
+    return {"server": server[0], "server_cpu": server[1]}
 
 
 def xla_compile_times(jobs: list[dict], tmp: Path, env: dict | None = None) -> dict[str, float]:
@@ -201,13 +207,17 @@ def main(argv=None) -> int:
         ours = {}
         hloc_command(root, ["--version"], command_env(root, tmp, "off"))  # writes the .pyc
         default = default_sequence(root, jobs, tmp, args.cpu)
-        server_command(root, tmp, "start")
-        try:
-            for job in jobs:
-                ours[job["name"]] = time_sample(root, Path(job["pb"]), tmp, args.repeat, args.cpu)
-                print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
-        finally:
-            server_command(root, tmp, "stop")
+        for job in jobs:
+            ours[job["name"]] = time_sample(root, Path(job["pb"]), tmp, args.repeat, args.cpu)
+            print(f"  {job['name']}: {ours[job['name']]}", file=sys.stderr, flush=True)
+        if has_server(root):
+            server_command(root, tmp, "start")
+            try:
+                for job in jobs:
+                    ours[job["name"]].update(time_served(root, Path(job["pb"]), tmp,
+                                                         args.repeat, args.cpu))
+            finally:
+                server_command(root, tmp, "stop")
         xla = {} if args.no_xla else xla_compile_times(jobs, tmp, xla_env)
     report([j["name"] for j in jobs], ours, xla, default)
     return 0
