@@ -47,16 +47,24 @@ def _logging():
 class Logger:
     """A stand-in for `logging.getLogger(name)` (see the module's docstring)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "_logger")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._logger = None
+
+    def _real(self):
+        """The logging.Logger of this name (the pending configuration applied first)."""
+        logging = _logging()
+        if self._logger is None:
+            self._logger = logging.getLogger(self.name)
+        return self._logger
 
     def _emit(self, level: int, msg: str, args: tuple, kwargs: dict) -> None:
         if level < _threshold and "logging" not in sys.modules:
             return
         kwargs.setdefault("stacklevel", 3)  # the caller of debug()/info()/..., not this
-        _logging().getLogger(self.name).log(level, msg, *args, **kwargs)
+        self._real().log(level, msg, *args, **kwargs)
 
     def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
         self._emit(DEBUG, msg, args, kwargs)
@@ -73,7 +81,7 @@ class Logger:
     def isEnabledFor(self, level: int) -> bool:  # noqa: N802 -- logging.Logger's name
         if level < _threshold and "logging" not in sys.modules:
             return False
-        return _logging().getLogger(self.name).isEnabledFor(level)
+        return self._real().isEnabledFor(level)
 
 
 def get_logger(name: str) -> Logger:
