@@ -491,3 +491,80 @@ def test_sample_dots_are_native(name, suffix, tmp_path):
                                                                     strict=True))
                 if (why := mismatch(g, e, d)) is not None]
     assert not problems, "; ".join(problems)
+
+
+# ---- tiles of a buffered dot, compact kernels -------------------------------------------------
+
+# Dots computed into the kernel's stack buffer ahead of their epilogue, with row and column
+# counts that leave the last block of each short: that block is a whole tile moved back over
+# the one before it (TileEmitter.emit's overlap), so the kernel has one contracting loop.
+# (element type, m, k, n): tails of rows and columns; one column (vectors along k); f64,
+# bf16; s8 products in pairs (pmaddwd) into s32.
+OVERLAPPED = [("f32", 19, 37, 64), ("f32", 13, 9, 20), ("f32", 29, 33, 1), ("f64", 11, 6, 7),
+              ("bf16", 9, 16, 10), ("s8", 11, 6, 70)]
+
+
+def _buffered_dot(et: str, m: int, k: int, n: int) -> tuple[str, list[str]]:
+    acc = "s32" if et == "s8" else et
+    epilogue = "xor" if acc == "s32" else "add"
+    return (f"""HloModule b
+ENTRY e {{
+  x = {et}[{m},{k}]{{1,0}} parameter(0)
+  w = {et}[{k},{n}]{{1,0}} parameter(1)
+  c = {acc}[{m},{n}]{{1,0}} parameter(2)
+  d = {acc}[{m},{n}]{{1,0}} dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT s = {acc}[{m},{n}]{{1,0}} {epilogue}(d, c)
+}}
+""", [f"{et}[{m},{k}]", f"{et}[{k},{n}]", f"{acc}[{m},{n}]"])
+
+
+_CONTRACTING_LOOP = re.compile(r"^(k|k2|kv)\.head(\.\d+)?:", re.M)
+
+
+@pytest.mark.parametrize("et,m,k,n", OVERLAPPED, ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}"
+                                                      for c in OVERLAPPED])
+def test_buffered_dot_tails_overlap(et, m, k, n, tmp_path):
+    text, params = _buffered_dot(et, m, k, n)
+    args = [_random(p, np.random.default_rng(m * n + k)) for p in params]
+    o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
+    _assert_close(o.got[0], o.want[0], params[2].split("[")[0], f"{et} {m}x{k}x{n}")
+    assert not assert_native_dots(o.artifact)  # the dot sits in the epilogue's kernel
+    loops = _CONTRACTING_LOOP.findall(members(o.artifact)["module.ll"].decode())
+    assert len(loops) == 1, loops
+
+
+_CONV = """HloModule c
+ENTRY e {
+  x = f32[1,8,8,3]{3,2,1,0} parameter(0)
+  w = f32[3,3,3,4]{3,2,1,0} parameter(1)
+  ROOT c = f32[1,6,6,4]{3,2,1,0} convolution(x, w), window={size=3x3}, dim_labels=b01f_01io->b01f
+}
+"""
+_BIG_MAP = """HloModule m
+ENTRY e {
+  x = f32[512,512]{1,0} parameter(0)
+  ROOT t = f32[512,512]{1,0} tanh(x)
+}
+"""
+
+
+@pytest.mark.parametrize("name,text,params,small,compact", [
+    ("small_dot", EPILOGUE, ["f32[3,5]", "f32[5,7]", "f32[7]"], True, True),
+    ("mlp_layer", *_buffered_dot("f32", 19, 37, 64), True, True),
+    ("small_conv", _CONV, ["f32[1,8,8,3]", "f32[3,3,3,4]"], True, False),
+    ("big_map", _BIG_MAP, ["f32[512,512]"], False, False),
+])
+def test_compact_kernels_are_not_unrolled(name, text, params, small, compact, tmp_path):
+    """A kernel below COMPACT_KERNEL_WORK asks LLVM not to unroll its loops, unless it has a
+    window (a convolution's taps run 2-3x faster unrolled); bigger kernels leave it to LLVM.
+    Either way the results are the interpreter's."""
+    from hloc.codegen.cpu.compile import COMPACT_KERNEL_WORK
+
+    args = [_random(p, np.random.default_rng(9)) for p in params]
+    o = run_cases({"case": (text, args)}, tmp=tmp_path)["case"]
+    _assert_close(o.got[0], o.want[0], "f32", name)
+    kernels = kernels_json(o.artifact)["kernels"]
+    assert kernels
+    assert all((k["work"] < COMPACT_KERNEL_WORK) == small for k in kernels.values()), kernels
+    ir_text = members(o.artifact)["module.ll"].decode()
+    assert ("llvm.loop.unroll.disable" in ir_text) == compact

@@ -51,10 +51,11 @@ class EmittedKernels(NamedTuple):
     metadata: KernelModuleInfo
 
 
-def build_llvm_module(specs: list[KernelSpec], target, name: str = "hloc_kernels"):
+def build_llvm_module(specs: list[KernelSpec], target, name: str = "hloc_kernels", *,
+                      compact: bool | None = None):
     """The unoptimized LLVM module (llvmlite.ir) for `specs`, each kernel's info, and the
     names of the small loop-free kernels' functions: emitted and marked as `hloc compile`
-    emits them (codegen/cpu/compile.py emit_spec)."""
+    emits them (codegen/cpu/compile.py emit_spec; `compact` as there, None: by their work)."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise InputError(f"duplicate kernel names in {sorted(names)}")
@@ -62,7 +63,7 @@ def build_llvm_module(specs: list[KernelSpec], target, name: str = "hloc_kernels
     module.triple = target.triple
     module.data_layout = target.data_layout
     light: set[str] = set()
-    infos = {s.name: emit_spec(module, s, target, light) for s in specs}
+    infos = {s.name: emit_spec(module, s, target, light, compact=compact) for s in specs}
     return module, infos, frozenset(light)
 
 

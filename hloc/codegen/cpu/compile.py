@@ -60,7 +60,7 @@ from .dedup import kernel_key
 from .driver import driver_composites, driver_gemms, driver_host_jobs, emit_drivers, plan_drivers
 from .kernel import emit_kernel
 from .kernel_spec import KernelInfo
-from .thunk_kernels import composite_json, kernel_groups, kernel_json, loop_free, work
+from .thunk_kernels import composite_json, kernel_groups, kernel_json, loop_free, windowed, work
 
 log = get_logger("hloc.codegen.cpu")
 
@@ -197,11 +197,14 @@ def emit_all(groups, target):
             emitted, new_keys = {}, {}
             for spec in group.specs:
                 # A kernel run in a loop is no small kernel where its twin outside one is.
-                small = work(spec) * group.calls < SMALL_KERNEL_WORK
-                key = (kernel_key(spec, memo), small)
+                total = work(spec) * group.calls
+                small = total < SMALL_KERNEL_WORK
+                compact = total < COMPACT_KERNEL_WORK and not windowed(spec)
+                key = (kernel_key(spec, memo), small, compact)
                 same = emitted_keys.get(key) or new_keys.get(key)
                 if same is None:
-                    info = new_keys[key] = emit_spec(module, spec, target, light, small=small)
+                    info = new_keys[key] = emit_spec(module, spec, target, light, small=small,
+                                                     compact=compact)
                 else:
                     info = replace(same, instruction_names=spec.instruction_names)
                 emitted[spec.name] = info
@@ -227,16 +230,28 @@ def emit_all(groups, target):
 # LSTM's gate kernels, 16 x 64 elements of sigmoid and tanh, 50 steps of two layers a run:
 # 14 ms scalar against 8 vectorized), while a loop's scalar counters stay light.
 SMALL_KERNEL_WORK = 1 << 12
+# Kernels estimated below this much work (counted as for SMALL_KERNEL_WORK) are *compact*:
+# their loops ask LLVM not to unroll them. Such a kernel takes a few microseconds, where an
+# unrolled loop gains little (the MLP sample's dot-and-epilogue kernels, 45-60 thousand
+# multiply-adds each: the same 1.3 us either way), while the unrolled copies (the vector
+# loop, its remainder, a dot's contracting loop) were about a quarter of the kernel's LLVM
+# time. Loops the emitter asks to unroll completely (short reductions) still are, and kernels
+# with windows (thunk_kernels.windowed) are never compact.
+COMPACT_KERNEL_WORK = 1 << 17
 
 
 def emit_spec(module: ir.Module, spec, target, light: set[str], *,
-              small: bool | None = None) -> KernelInfo:
+              small: bool | None = None, compact: bool | None = None) -> KernelInfo:
     """Emit `spec`; a `small` kernel's functions (default: its work is below
-    SMALL_KERNEL_WORK) are marked `optsize` (and, loop-free, their names added to `light`)."""
+    SMALL_KERNEL_WORK) are marked `optsize` (and, loop-free, their names added to `light`);
+    a `compact` one's loops (default: its work is below COMPACT_KERNEL_WORK) are not
+    unrolled."""
     before = set(module.globals)
     if small is None:
         small = work(spec) < SMALL_KERNEL_WORK
-    info = emit_kernel(module, spec, target, vectorized=not small)
+    if compact is None:
+        compact = work(spec) < COMPACT_KERNEL_WORK and not windowed(spec)
+    info = emit_kernel(module, spec, target, vectorized=not small, unroll=not compact)
     if small:
         is_light = loop_free(spec)
         for name in sorted(set(module.globals) - before):

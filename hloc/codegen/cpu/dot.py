@@ -377,16 +377,34 @@ class TileEmitter:
         # the products go one by one.
         return tuple(widths) if widths[-1] >= self.lanes else ()
 
-    def emit(self, lo: ir.Value, hi: ir.Value, store, store_run=None) -> None:
+    def emit(self, lo: ir.Value, hi: ir.Value, store, store_run=None, *,
+             overlap: bool = False) -> None:
         """Tiles [lo, hi); store(output index, accumulator value) writes each element, or
         `store_run(output index, vector)` the consecutive columns of one accumulator vector
-        starting there, if given (for outputs whose columns are contiguous)."""
+        starting there, if given (for outputs whose columns are contiguous).
+
+        `overlap`: a last row or column block that the dot's size leaves short is a whole
+        tile moved back to end at the last row or column, so it computes again some of the
+        block before it (the same values) instead of being a second, smaller copy of the
+        contracting loop: half the code where both blocks fall short. Only for a buffer the
+        kernel alone writes and reads back after all tiles (`dot`'s stack buffer): an output
+        may share memory with an operand, or be written by another thread's tiles."""
         with self.ctx.loop(lo, hi, "tile") as unit:
             index, i0, j0 = self._origin(unit)
             t = self.tiling
-            self._split(i0, t.rows, t.m, lambda rows: self._split(
-                j0, t.cols, t.n, lambda cols: self._tile(index, i0, j0, rows, cols, store,
-                                                         store_run)))
+            if overlap:
+                i0, j0 = self._clamp(i0, t.rows, t.m), self._clamp(j0, t.cols, t.n)
+                self._tile(index, i0, j0, t.rows, t.cols, store, store_run)
+            else:
+                self._split(i0, t.rows, t.m, lambda rows: self._split(
+                    j0, t.cols, t.n, lambda cols: self._tile(index, i0, j0, rows, cols, store,
+                                                             store_run)))
+
+    def _clamp(self, start: ir.Value, full: int, size: int) -> ir.Value:
+        """`start`, or size - full where a whole tile from `start` would pass the end."""
+        if size % full == 0:
+            return start
+        return self.ctx.call("llvm.smin.i64", [start, self.ctx.i64(size - full)])
 
     def _origin(self, unit: ir.Value):
         """The output index of a unit's outer dims and its first row and column."""
@@ -699,6 +717,6 @@ def dot(ctx, instr: Instruction, gens):
 
     if tiles.tiling.extent:
         tiles.emit(ctx.i64(0), ctx.i64(tiles.tiling.extent), lambda i, v: b.store(v, slot(i)),
-                   store_run)
+                   store_run, overlap=True)
     out_et = elem_type(instr.shape.element_type)
     return lambda index: convert_value(ctx, cet, out_et, b.load(slot(index), typ=cet.value_type))

@@ -105,11 +105,12 @@ def plan_segments(spec: KernelSpec) -> list[Segment]:
 # ---- functions --------------------------------------------------------------------------------
 
 def emit_kernel(module: ir.Module, spec: KernelSpec, target, *,
-                vectorized: bool = True) -> KernelInfo:
+                vectorized: bool = True, unroll: bool = True) -> KernelInfo:
     """Emit kernel `spec.name` (and its body) into `module`; `vectorized`: whether LLVM will
-    vectorize it (EmitContext.unroll_short)."""
+    vectorize it (EmitContext.unroll_short); `unroll=False`: its loops ask LLVM not to unroll
+    them (EmitContext.unroll_loops)."""
     segments = plan_segments(spec)
-    body = _emit_body(module, spec, target, segments, vectorized)
+    body = _emit_body(module, spec, target, segments, vectorized, unroll)
     _emit_wrapper(module, spec, target, body)
     extent = sum(s.extent for s in segments)
     return KernelInfo(spec.name, extent, len(spec.operand_shapes), len(spec.output_shapes),
@@ -145,7 +146,7 @@ def _shared_outputs(spec: KernelSpec) -> dict[int, int]:
 
 
 def _emit_body(module, spec: KernelSpec, target, segments: list[Segment],
-               vectorized: bool) -> ir.Function:
+               vectorized: bool, unroll: bool = True) -> ir.Function:
     n_buffers = len(spec.operand_shapes) + len(spec.output_shapes)
     fnty = ir.FunctionType(ir.VoidType(), [PTR] * n_buffers + [I64, I64])
     fn = ir.Function(module, fnty, f"{spec.name}.body")
@@ -165,7 +166,7 @@ def _emit_body(module, spec: KernelSpec, target, segments: list[Segment],
     # 30 integer instructions a rounding before), and decodes with integer code: under the
     # kernels' denormal mode LLVM may fold f16 denormals met by fpext into zero.
     ctx = EmitContext(module, builder, target, prefix=spec.name, native_half=_has(target, "f16c"),
-                      unroll_short=vectorized)
+                      unroll_short=vectorized, unroll_loops=unroll)
     n_ops = len(spec.operand_shapes)
     operands, outputs = list(fn.args[:n_ops]), list(fn.args[n_ops:n_buffers])
     for out_index, operand_index in _shared_outputs(spec).items():

@@ -229,6 +229,17 @@ def loop_free(spec: KernelSpec) -> bool:
     return all(i.opcode in _LOOP_FREE for i in spec.computation.post_order())
 
 
+# Opcodes whose kernels sweep a window per output element (a convolution's taps and input
+# channels, a pooling window): loops LLVM's unrolling makes 2-3x faster even in kernels of a
+# few microseconds (cnn, conv_variants, grads), so such kernels are never compact.
+_WINDOWED = frozenset({Opcode.CONVOLUTION, Opcode.REDUCE_WINDOW, Opcode.SELECT_AND_SCATTER})
+
+
+def windowed(spec: KernelSpec) -> bool:
+    """Whether `spec` computes a convolution or a windowed reduction (see _WINDOWED)."""
+    return any(i.opcode in _WINDOWED for i in spec.computation.post_order())
+
+
 def work(spec: KernelSpec) -> int:
     """Rough scalar operations of the whole kernel (the runtime's parallel-split estimate)."""
     root = spec.computation.root

@@ -26,7 +26,8 @@ class EmitContext:
     """State for emitting one LLVM function with elemental generators."""
 
     def __init__(self, module: ir.Module, builder: ir.IRBuilder, target: Target | None, *,
-                 prefix: str = "k", native_half: bool = False, unroll_short: bool = False):
+                 prefix: str = "k", native_half: bool = False, unroll_short: bool = False,
+                 unroll_loops: bool = True):
         self.module = module
         self.builder = builder
         self.target = target
@@ -37,6 +38,9 @@ class EmitContext:
         # True when LLVM will vectorize this code: short reductions then unroll completely
         # (elemental.reduction.SHORT_REDUCE) so that the loop around them vectorizes.
         self.unroll_short = unroll_short
+        # False: `loop`s that do not ask for or against unrolling get unroll.disable (a
+        # compact kernel, codegen/cpu/compile.py: LLVM's unrolling cost more than it gained).
+        self.unroll_loops = unroll_loops
         self._tables: dict[object, ir.GlobalVariable] = {}
         self._counter = 0
         # Index values known to lie in [lo, hi), by id: (value, lo, hi). Set by loop nests
@@ -205,11 +209,13 @@ class EmitContext:
         """`for i in range(start, stop, step)` (step > 0) with a phi-node induction variable;
         `vectorize=False` asks LLVM's loop vectorizer to leave it alone, `unroll=True` asks
         for complete unrolling (constant bounds), `unroll=False` for none (llvm.loop
-        metadata; None: LLVM's choice).
+        metadata; None: LLVM's choice, or none where the context has `unroll_loops` off).
 
         The body is emitted inside the `with`; the builder ends in the loop's exit block.
         """
         b = self.builder
+        if unroll is None and not self.unroll_loops:
+            unroll = False
         start = self.i64(start) if isinstance(start, int) else start
         stop = self.i64(stop) if isinstance(stop, int) else stop
         pre = b.block
