@@ -300,3 +300,16 @@ def test_import_budget(tmp_path):
     assert not under(hit, "hloc.passes", "hloc.buffers", "hloc.codegen", "hloc.schedule",
                      "hloc.runtime", "jsonschema", "hloc.ir", "hloc.frontend", "hloc.plan",
                      "numpy", "ml_dtypes", "llvmlite", "google")
+
+
+# Samples whose compile once imported NumPy for a few scalars: folding integer compares and
+# selects (JAX's remainder), a loop's trip count, a divisor's reciprocal (a mean), a reshaped
+# index constant, a pad's zero. Python computes those now (passes/constant_folding.py
+# fold_in_python, divide_by_constant, rewrite.splat_value, ir/packing.py's default NaN).
+@pytest.mark.parametrize("name", ["while_dynamic", "scan_rnn", "fori_loop", "attention", "cnn",
+                                  "gather", "sort"])
+def test_small_constants_need_no_numpy(name, tmp_path):
+    env = {"HLOC_CACHE_DIR": "off"}
+    modules = imported_by("compile", SAMPLES / f"{name}.pb", "-o", tmp_path / "s.bundle", env=env)
+    assert "hloc.passes" in modules  # it compiled
+    assert not under(modules, "numpy", "ml_dtypes")

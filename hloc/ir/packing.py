@@ -5,7 +5,8 @@ give them, for the element types whose conversion the `struct` module performs t
 A compile whose constants are all small (scalars, a few elements: most modules) then needs no
 NumPy at all (ir/literal.py keeps such a literal as bytes and makes its array on first use).
 Where `struct` and NumPy could disagree, `pack` answers None and the caller takes NumPy's path:
-a NaN (its payload), a value out of the type's range (NumPy overflows to inf or refuses
+a NaN with a payload (the default quiet NaN, either sign, converts alike every way: `nan`
+constants are those), a value out of the type's range (NumPy overflows to inf or refuses
 it, `struct` raises), an integer beyond 2**53 for a float type (NumPy rounds once, through
 double twice), a non-integer for an integer type (NumPy truncates), a value of a type other
 than bool, int and float, and every element type outside FORMATS (bf16, f8, complex, ...).
@@ -39,7 +40,7 @@ def pack(values, ptype: P) -> bytes | None:
     for v in values:
         kind = type(v)
         if kind is float:
-            if math.isnan(v) or (ptype not in _FLOATS and ptype != P.PRED):
+            if (math.isnan(v) and not _default_nan(v)) or (ptype not in _FLOATS and ptype != P.PRED):
                 return None
         elif kind is int:
             if ptype in _FLOATS and abs(v) > _EXACT_INT:
@@ -50,6 +51,15 @@ def pack(values, ptype: P) -> bytes | None:
         return struct.pack(f"<{len(values)}{code}", *values)
     except (struct.error, OverflowError):
         return None
+
+
+_DEFAULT_NAN = 0x7FF8000000000000  # a double's quiet NaN with no payload (sign bit aside)
+
+
+def _default_nan(v: float) -> bool:
+    """Whether NaN `v` is the default quiet NaN of either sign: narrowed, it becomes the
+    narrow type's default quiet NaN of the same sign, in struct and NumPy alike."""
+    return struct.unpack("<Q", struct.pack("<d", v))[0] & ~(1 << 63) == _DEFAULT_NAN
 
 
 def unpack(data: bytes, ptype: P) -> tuple | None:

@@ -16,17 +16,14 @@ wide type, with converts around it, exactly as XLA evaluates it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
 
-from ..ir import Instruction, Literal, Module, Opcode, PrimitiveType, Shape, dtypes
+from ..ir import Instruction, Literal, Module, Opcode, PrimitiveType, Shape, dtypes, packing
 from ..util.record import dataclass
 from .base import Pass, register_pass
 from .expand_builder import Emit
 from .float_normalization import compute_types
 from .rewrite import P, RuleTable, constant, new, rewrite_module
-
-if TYPE_CHECKING:
-    import numpy as np
 
 Op = Opcode
 _b = Emit()
@@ -35,8 +32,10 @@ DIVIDE_RULES = RuleTable("divide-by-constant")
 WIDE = compute_types(bf16=True, f16="none", f8=True, f8_compute="f16")
 
 
-def _constant_divisor(b: Instruction) -> tuple[np.ndarray, tuple[int, ...] | None] | None:
-    """The divisor's constant values and, for a broadcast, its dimensions mapping."""
+def _constant_divisor(b: Instruction) -> tuple[Literal, PrimitiveType, tuple[int, ...] | None] | None:
+    """The divisor's constant, the type its values are divided in before any widening (the
+    convert's target for a widened constant), and, for a broadcast, its dimensions mapping.
+    Reads no values: deciding whether the rule applies needs no NumPy."""
     mapping = None
     if b.opcode == Op.BROADCAST:
         mapping = tuple(b.attrs.dimensions or ())
@@ -45,10 +44,28 @@ def _constant_divisor(b: Instruction) -> tuple[np.ndarray, tuple[int, ...] | Non
         src = b.operands[0]
         if src.opcode != Op.CONSTANT or not _widens(src.shape.element_type, b.shape.element_type):
             return None
-        return src.literal.array.astype(b.shape.np_dtype), mapping
+        return src.literal, b.shape.element_type, mapping
     if b.opcode == Op.CONSTANT and b.literal is not None:
-        return b.literal.array, mapping
+        return b.literal, b.shape.element_type, mapping
     return None
+
+
+# Reciprocals computed in Python (correctly rounded in f64, then rounded to the narrower
+# type: double rounding cannot change a quotient rounded to 24 bits or fewer, as f64 holds
+# more than twice that many), so that a compile dividing by a constant imports no NumPy.
+_PYTHON_RECIPROCAL = frozenset({PrimitiveType.F16, PrimitiveType.F32, PrimitiveType.F64})
+
+
+def _python_reciprocal(literal: Literal, wide: PrimitiveType) -> Literal | None:
+    """1 / every element of `literal` in type `wide`, as NumPy computes it, or None where
+    only NumPy says (a type struct cannot hold, zero, inf or NaN, a result out of range)."""
+    values = literal.python_values()
+    if wide not in _PYTHON_RECIPROCAL or values is None:
+        return None
+    if not all(isinstance(v, float) and math.isfinite(v) and v != 0.0 for v in values):
+        return None
+    data = packing.pack([1.0 / v for v in values], wide)
+    return None if data is None else Literal(Shape.array(wide, literal.shape.dims), data=data)
 
 
 def _widens(narrow: PrimitiveType, wide: PrimitiveType) -> bool:
@@ -69,16 +86,20 @@ def _applies(instr: Instruction) -> bool:
 @DIVIDE_RULES.rule(P(Op.DIVIDE, where=_applies))
 def reciprocal(instr):
     """a / c → a * (1/c), the reciprocal rounded to the type the division runs in."""
-    import numpy as np
-
     a, b = instr.operands
-    values, mapping = _constant_divisor(b)
+    literal, divided_in, mapping = _constant_divisor(b)
     ptype = instr.shape.element_type
     wide = WIDE.get(ptype, ptype)
-    compute = dtypes.to_numpy(wide)
-    with np.errstate(all="ignore"):
-        inverse = (np.asarray(1, compute) / np.asarray(values).astype(compute)).astype(compute)
-    c: Instruction = constant(Literal(Shape.array(wide, inverse.shape), inverse))
+    inverse = _python_reciprocal(literal, wide)
+    if inverse is None:
+        import numpy as np
+
+        compute = dtypes.to_numpy(wide)
+        values = literal.array.astype(dtypes.to_numpy(divided_in))
+        with np.errstate(all="ignore"):
+            array = (np.asarray(1, compute) / np.asarray(values).astype(compute)).astype(compute)
+        inverse = Literal(Shape.array(wide, array.shape), array)
+    c: Instruction = constant(inverse)
     if mapping is not None:
         c = new(Op.BROADCAST, Shape.array(wide, instr.shape.dims), [c], dimensions=mapping)
     product = _b.mul(_b.convert(a, wide), c)

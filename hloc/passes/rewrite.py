@@ -176,10 +176,15 @@ def _splat(instr: Instruction) -> tuple[Literal, bytes] | None:
 
 
 def splat_value(instr: Instruction):
-    """The one value every element of `instr` holds (a numpy scalar), when it is a constant or a
-    broadcast of one; None otherwise (including empty arrays)."""
+    """The one value every element of `instr` holds, when it is a constant or a broadcast of
+    one; None otherwise (including empty arrays). A Python bool, int or float where the
+    literal's type has one (ir/packing.py: read without NumPy), else a NumPy scalar."""
     found = _splat(instr)
-    return None if found is None else found[0].array.reshape(-1)[0]
+    if found is None:
+        return None
+    literal, element = found
+    values = packing.unpack(element, literal.shape.element_type)
+    return values[0] if values else literal.array.reshape(-1)[0]
 
 
 def is_splat_of(instr: Instruction, value) -> bool:

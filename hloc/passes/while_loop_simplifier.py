@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING
 
 from ..ir import Computation, Instruction, Module, Opcode
 from ..util.log import get_logger
@@ -17,9 +16,6 @@ from .while_loop_state import (
     dead_elements,
     rebuild_while,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
 
 log = get_logger("hloc.passes.while_loop_simplifier")
 Op = Opcode
@@ -43,8 +39,11 @@ def _constant_init(wl: Instruction, k: int):
         element = init.operands[k]
         return splat_value(element) if element.shape.rank == 0 else None
     if init.opcode == Op.CONSTANT:
-        arr = init.literal.elements[k]
-        return arr.array.reshape(-1)[0] if arr.shape.is_array and arr.shape.rank == 0 else None
+        element = init.literal.elements[k]
+        if not element.shape.is_array or element.shape.rank != 0:
+            return None
+        values = element.python_values()
+        return values[0] if values else element.array.reshape(-1)[0]
     return None
 
 
@@ -75,7 +74,8 @@ class InductionVariable:
     step: int
     direction: str
     bound: int
-    dtype: np.dtype
+    bits: int  # the element's integer type: width and signedness
+    signed: bool
 
     def trip_count(self, limit: int) -> int | None:
         """Iterations until the condition fails, or None if more than `limit`."""
@@ -89,11 +89,9 @@ class InductionVariable:
 
     def _wrap(self, value: int) -> int:
         """Two's-complement wrap-around, as the loop's integer add does."""
-        import numpy as np
-
-        bits = 8 * self.dtype.itemsize
+        bits = self.bits
         value %= 1 << bits
-        if np.issubdtype(self.dtype, np.signedinteger) and value >= 1 << (bits - 1):
+        if self.signed and value >= 1 << (bits - 1):
             value -= 1 << bits
         return value
 
@@ -142,7 +140,9 @@ def induction_variable(wl: Instruction) -> InductionVariable | None:
     init, step = _constant_init(wl, k), _step(body, k)
     if init is None or step is None:
         return None
-    return InductionVariable(k, int(init), step, direction, int(bound), element_shape.np_dtype)
+    dtype = element_shape.dtype
+    return InductionVariable(k, int(init), step, direction, int(bound), dtype.bits,
+                             dtype.kind == "int")
 
 
 def trip_count(wl: Instruction, limit: int = 1) -> int | None:

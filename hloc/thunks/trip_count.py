@@ -55,13 +55,12 @@ def _expr(instr: Instruction) -> tuple[Opcode, Instruction, list[Instruction]]:
 
 
 def _constant(instr: Instruction) -> int | None:
-    import numpy as np
-
     op, carrier, _ = _expr(instr)
-    if op != Opcode.CONSTANT or carrier.shape.rank != 0:
+    if op != Opcode.CONSTANT or carrier.shape.rank != 0 or \
+            carrier.shape.dtype.kind not in ("int", "uint"):
         return None
-    value = np.asarray(carrier.literal.array)
-    return int(value) if value.dtype.kind in "iu" else None
+    values = carrier.literal.python_values()  # without NumPy where the type allows
+    return int(values[0] if values else carrier.literal.array.reshape(-1)[0])
 
 
 def _slot(instr: Instruction, param: Instruction) -> int | None:

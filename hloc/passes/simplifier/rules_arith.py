@@ -40,15 +40,17 @@ def _with_constant(instr: Instruction, value, *, commutative: bool = True):
 
 
 def _all_ones(instr: Instruction):
-    """The value with every bit set in instr's element type (True for pred)."""
-    import ml_dtypes
-
+    """The value with every bit set in instr's element type (True for pred); None for a type
+    that has no such value (bitwise ops on floats are not HLO). Computed from the type's
+    width, not by NumPy: a compile that folds no constant never imports it."""
     kind = _kind(instr)
     if kind == "pred":
         return True
     if kind == "int":
         return -1
-    return ml_dtypes.iinfo(instr.shape.np_dtype).max
+    if kind == "uint":
+        return (1 << instr.shape.dtype.bits) - 1
+    return None
 
 
 # ---- additive and multiplicative identities ---------------------------------------------------
@@ -180,7 +182,8 @@ def or_xor_zero(instr):
 @rule(P(Op.AND))
 def and_all_ones(instr):
     """x & ~0 → x (x and true → x for pred)."""
-    return _with_constant(instr, _all_ones(instr))
+    ones = _all_ones(instr)
+    return None if ones is None else _with_constant(instr, ones)
 
 
 @rule(P(Op.AND))
@@ -197,6 +200,8 @@ def and_zero(instr):
 def or_all_ones(instr):
     """x | ~0 → ~0 (x or true → true)."""
     ones = _all_ones(instr)
+    if ones is None:
+        return None
     a, b = instr.operands
     for full in (b, a):
         if is_splat_of(full, ones):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ...ir import Instruction, Opcode, Shape, SliceDim
 from ...ir.attrs import Window
-from ..rewrite import P, RuleTable, new, splat_value
+from ..rewrite import P, RuleTable, is_splat_of, new, splat_value
 
 if TYPE_CHECKING:
     pass
@@ -100,13 +100,10 @@ def dot_degenerate(instr):
 def _folds_into_window(conv: Instruction) -> bool:
     """conv's input is a pad with (bitwise) zero that only grows spatial dimensions, none base-dilated:
     the convolution's own zero padding can do it (XLA's FoldConvInputPad)."""
-    import numpy as np
-
     pad, window, dn = conv.operands[0], conv.attrs.window, conv.attrs.conv_dnums
     if pad.opcode != Op.PAD or window is None or dn is None:
         return False
-    value = splat_value(pad.operands[1])
-    if value is None or np.asarray(value).reshape(1).view(np.uint8).any():
+    if not is_splat_of(pad.operands[1], 0):
         return False  # not all-zero bits: a -0.0 pad could leave -0.0 where padding gives +0.0
     spatial = dict(zip(dn.input_spatial_dimensions, window.dims, strict=True))
     for d, p in enumerate(pad.attrs.padding):
@@ -146,15 +143,15 @@ def reducer_opcode(comp) -> Opcode | None:
 
 def _identity(opcode: Opcode, shape: Shape):
     """The identity element of a reducer op in `shape`'s element type, or None."""
-    import ml_dtypes
-
     kind = shape.dtype.kind
     if kind == "float":
         table = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM: math.inf}
     elif kind in ("int", "uint"):
-        info = ml_dtypes.iinfo(shape.np_dtype)
-        table = {Op.ADD: 0, Op.MULTIPLY: 1, Op.MAXIMUM: info.min, Op.MINIMUM: info.max,
-                 Op.OR: 0, Op.XOR: 0, Op.AND: -1 if kind == "int" else info.max}
+        bits = shape.dtype.bits
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind == "int" else \
+            (0, (1 << bits) - 1)
+        table = {Op.ADD: 0, Op.MULTIPLY: 1, Op.MAXIMUM: low, Op.MINIMUM: high,
+                 Op.OR: 0, Op.XOR: 0, Op.AND: -1 if kind == "int" else high}
     elif kind == "pred":
         table = {Op.AND: True, Op.OR: False, Op.MAXIMUM: False, Op.MINIMUM: True, Op.XOR: False}
     else:
