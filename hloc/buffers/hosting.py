@@ -12,13 +12,8 @@ smaller temp heap):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..util.record import dataclass
 from .heap import HeapItem, IntervalIndex, Placer
-
-if TYPE_CHECKING:
-    pass
 
 # Bounds the work per temporary when a module has many outputs.
 _MAX_TRIES = 8

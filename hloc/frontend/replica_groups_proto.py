@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hloc.ir.replica_groups import (
     IotaReplicaGroups,
     MeshAxisRef,
@@ -12,9 +10,6 @@ from hloc.ir.replica_groups import (
 )
 
 from .shape_proto import MalformedProto
-
-if TYPE_CHECKING:
-    pass
 
 
 def iota_from_proto(pb) -> IotaReplicaGroups:

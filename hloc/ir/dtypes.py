@@ -105,6 +105,19 @@ class DTypeInfo:
         """Bytes one element occupies in a dense buffer (sub-byte types take a whole byte)."""
         return max(1, (self.bits + 7) // 8) if self.bits else 0
 
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """(lowest, highest) value of an integer type (two's complement when signed)."""
+        if self.kind == "int":
+            return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
+        return 0, (1 << self.bits) - 1
+
+    def wrap(self, value: int) -> int:
+        """`value` wrapped to an integer type's width, as its integer arithmetic (and NumPy's
+        astype) wraps: two's complement when signed."""
+        low = self.int_range[0]
+        return (value - low) % (1 << self.bits) + low
+
 
 _NP_DTYPES: dict[PrimitiveType, np.dtype] = {}
 

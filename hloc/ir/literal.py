@@ -103,6 +103,12 @@ class Literal:
             return None
         return packing.unpack(self._data, self.shape.element_type)
 
+    def item(self):
+        """The value of a one-element literal: a Python bool, int or float where
+        `python_values` reads it (no NumPy), else a NumPy scalar."""
+        values = self.python_values()
+        return values[0] if values else self.array.reshape(-1)[0]
+
     def splat_bytes(self) -> bytes | None:
         """The bytes of the one value every element holds; None when they differ, when there
         are none or for a tuple or token."""

@@ -114,12 +114,7 @@ def _elementwise(instr: Instruction, kind: str):
 def _wrapped(value, shape: Shape):
     """`value` as an element of `shape`'s type holds it: wrapped to the width of an integer
     type (as NumPy's astype wraps), nonzero for pred."""
-    kind = shape.dtype.kind
-    if kind == "pred":
-        return bool(value)
-    bits = shape.dtype.bits
-    value = int(value) % (1 << bits)
-    return value - (1 << bits) if kind == "int" and value >= 1 << (bits - 1) else value
+    return bool(value) if shape.dtype.kind == "pred" else shape.dtype.wrap(int(value))
 
 
 def _result_elements(instr: Instruction) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from ..ir import Computation, Instruction, Module, Opcode
+from ..ir import Computation, Instruction, Module, Opcode, PrimitiveType, dtypes
 from ..util.log import get_logger
 from ..util.record import dataclass
 from .base import Pass, register_pass
@@ -40,10 +40,7 @@ def _constant_init(wl: Instruction, k: int):
         return splat_value(element) if element.shape.rank == 0 else None
     if init.opcode == Op.CONSTANT:
         element = init.literal.elements[k]
-        if not element.shape.is_array or element.shape.rank != 0:
-            return None
-        values = element.python_values()
-        return values[0] if values else element.array.reshape(-1)[0]
+        return element.item() if element.shape.is_array and element.shape.rank == 0 else None
     return None
 
 
@@ -74,8 +71,7 @@ class InductionVariable:
     step: int
     direction: str
     bound: int
-    bits: int  # the element's integer type: width and signedness
-    signed: bool
+    ptype: PrimitiveType  # the element's integer type
 
     def trip_count(self, limit: int) -> int | None:
         """Iterations until the condition fails, or None if more than `limit`."""
@@ -84,16 +80,8 @@ class InductionVariable:
         for n in range(limit + 1):
             if not test(value, self.bound):
                 return n
-            value = self._wrap(value + self.step)
+            value = dtypes.info(self.ptype).wrap(value + self.step)  # as the loop's add
         return None
-
-    def _wrap(self, value: int) -> int:
-        """Two's-complement wrap-around, as the loop's integer add does."""
-        bits = self.bits
-        value %= 1 << bits
-        if self.signed and value >= 1 << (bits - 1):
-            value -= 1 << bits
-        return value
 
 
 def _condition(wl: Instruction):
@@ -140,9 +128,8 @@ def induction_variable(wl: Instruction) -> InductionVariable | None:
     init, step = _constant_init(wl, k), _step(body, k)
     if init is None or step is None:
         return None
-    dtype = element_shape.dtype
-    return InductionVariable(k, int(init), step, direction, int(bound), dtype.bits,
-                             dtype.kind == "int")
+    return InductionVariable(k, int(init), step, direction, int(bound),
+                             element_shape.element_type)
 
 
 def trip_count(wl: Instruction, limit: int = 1) -> int | None:

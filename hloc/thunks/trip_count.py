@@ -10,13 +10,9 @@ are looked through.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from ..analysis.call_graph import while_body, while_condition
 from ..ir import Instruction, Opcode
-
-if TYPE_CHECKING:
-    pass
 
 _LIMIT = 1 << 62
 
@@ -59,8 +55,7 @@ def _constant(instr: Instruction) -> int | None:
     if op != Opcode.CONSTANT or carrier.shape.rank != 0 or \
             carrier.shape.dtype.kind not in ("int", "uint"):
         return None
-    values = carrier.literal.python_values()  # without NumPy where the type allows
-    return int(values[0] if values else carrier.literal.array.reshape(-1)[0])
+    return int(carrier.literal.item())
 
 
 def _slot(instr: Instruction, param: Instruction) -> int | None:

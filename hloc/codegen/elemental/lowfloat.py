@@ -8,17 +8,12 @@ conversion when the target has one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llvmlite import ir
 
 from ...ir import PrimitiveType, dtypes
 from ...util.record import dataclass
 from . import nanbits
 from .types import F32, I32, ElemType
-
-if TYPE_CHECKING:
-    pass
 
 P = PrimitiveType
 

@@ -262,18 +262,11 @@ def _ints(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:
         ints = np.array(values, dtype=np.str_).astype(np.int64)
     except OverflowError:  # beyond int64 (u64 values): exact Python integers
         ints = np.array([int(v) for v in values], dtype=object)
-    lo, hi = _int_range(ptype)
+    lo, hi = dtypes.info(ptype).int_range
     if len(ints) and (ints.min() < lo or ints.max() > hi):
         v = next(x for x in ints.tolist() if x < lo or x > hi)
         raise cur.error(f"value {v} is out of range for {dtypes.name(ptype)} [{lo}, {hi}]", pos)
     return ints.astype(dtypes.to_numpy(ptype))
-
-
-def _int_range(ptype: P) -> tuple[int, int]:
-    bits = dtypes.info(ptype).bits
-    if dtypes.info(ptype).is_signed_int:
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return 0, (1 << bits) - 1
 
 
 def _floats(cur: Cursor, values: list[str], ptype: P, pos: int) -> np.ndarray:

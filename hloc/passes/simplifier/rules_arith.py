@@ -9,14 +9,10 @@ for floats (NaN and inf times zero are NaN).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from ...ir import Instruction, Opcode, PrimitiveType
 from ...ir import dtypes as dt
 from ..rewrite import P, RuleTable, is_splat_of, new, splat, splat_value
-
-if TYPE_CHECKING:
-    pass
 
 Op = Opcode
 ARITH_RULES = RuleTable("simplifier-arith")
@@ -49,7 +45,7 @@ def _all_ones(instr: Instruction):
     if kind == "int":
         return -1
     if kind == "uint":
-        return (1 << instr.shape.dtype.bits) - 1
+        return instr.shape.dtype.int_range[1]
     return None
 
 

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ...ir import Instruction, Opcode, Shape, SliceDim
 from ...ir.attrs import Window
 from ..rewrite import P, RuleTable, is_splat_of, new, splat_value
-
-if TYPE_CHECKING:
-    pass
 
 Op = Opcode
 SLICING_RULES = RuleTable("simplifier-slicing")
@@ -147,9 +143,7 @@ def _identity(opcode: Opcode, shape: Shape):
     if kind == "float":
         table = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM: math.inf}
     elif kind in ("int", "uint"):
-        bits = shape.dtype.bits
-        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind == "int" else \
-            (0, (1 << bits) - 1)
+        low, high = shape.dtype.int_range
         table = {Op.ADD: 0, Op.MULTIPLY: 1, Op.MAXIMUM: low, Op.MINIMUM: high,
                  Op.OR: 0, Op.XOR: 0, Op.AND: -1 if kind == "int" else high}
     elif kind == "pred":
